@@ -1,0 +1,314 @@
+// Package algorithms holds ratelab's rate limiters: the Limiter interface, the
+// Policy they enforce, the Decision they return, and a registry that builds a
+// limiter from its name.
+//
+// It knows nothing of the command line, HTTP or rendering. Every limiter keeps
+// its state in Redis under a key built with Key, whose consumer part is a hash
+// tag, so that scripts touching several keys of one client never cross slots on
+// a Redis Cluster.
+package algorithms
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Policy is the limit a limiter enforces: Limit requests per Window.
+type Policy struct {
+	// Limit is the number of requests admitted per Window; at least 1.
+	Limit int64
+	// Window is the length of the window; a positive whole number of milliseconds.
+	Window time.Duration
+}
+
+// Validate reports whether p can be enforced.
+func (p Policy) Validate() error {
+	if p.Limit < 1 {
+		return fmt.Errorf("limit must be at least 1 (got %d)", p.Limit)
+	}
+	if p.Window <= 0 {
+		return fmt.Errorf("window must be positive (got %s)", p.Window)
+	}
+	if p.Window%time.Millisecond != 0 {
+		return fmt.Errorf("window must be a whole number of milliseconds (got %s)", p.Window)
+	}
+	return nil
+}
+
+// String renders p as "5/10s".
+func (p Policy) String() string { return fmt.Sprintf("%d/%s", p.Limit, p.Window) }
+
+// windowMillis is the window in milliseconds, as the scripts take it.
+func (p Policy) windowMillis() int64 { return p.Window.Milliseconds() }
+
+// Decision is the outcome of one Allow call.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the policy's limit.
+	Limit int64
+	// Remaining is how many more requests the client may make now.
+	Remaining int64
+	// RetryAfter is how long a denied client must wait before a request can be
+	// admitted; zero when allowed.
+	RetryAfter time.Duration
+	// Attempts is the number of Redis round trips the decision took (WATCH
+	// retries and the NOSCRIPT fallback show here).
+	Attempts int
+	// Member is the sorted-set member this request wrote to the client's log,
+	// for limiters whose state is a log; empty otherwise.
+	Member string
+}
+
+// Limiter decides whether the client behind key may make one more request.
+type Limiter interface {
+	Allow(ctx context.Context, key string) (Decision, error)
+}
+
+// ErrRetriesExhausted is returned, with a denying Decision, by a limiter that
+// gave up after its bounded number of optimistic-locking retries. The request
+// was denied because of contention, not because the client was over its limit.
+var ErrRetriesExhausted = errors.New("retries exhausted")
+
+// Clock says where a limiter takes the current time from.
+type Clock int
+
+const (
+	// ClockCaller passes the caller's time (milliseconds) to Redis as an argument.
+	ClockCaller Clock = iota
+	// ClockRedis has the script read the time with TIME inside Redis.
+	ClockRedis
+)
+
+// ParseClock parses "caller" or "redis".
+func ParseClock(s string) (Clock, error) {
+	switch s {
+	case "caller":
+		return ClockCaller, nil
+	case "redis":
+		return ClockRedis, nil
+	}
+	return 0, fmt.Errorf("unknown clock %q (want caller or redis)", s)
+}
+
+// String returns "caller" or "redis".
+func (c Clock) String() string {
+	if c == ClockRedis {
+		return "redis"
+	}
+	return "caller"
+}
+
+// State is what a limiter keeps in Redis for one client.
+type State string
+
+const (
+	// StateCounter is a string key holding the number of admitted requests.
+	StateCounter State = "counter"
+	// StateLog is a sorted set holding one member per logged request.
+	StateLog State = "log"
+)
+
+// Info describes a registered limiter for reports.
+type Info struct {
+	// Name is the registry name, as given to New.
+	Name string
+	// Description says in one line what the limiter does.
+	Description string
+	// Atomic reports whether the check and the update happen as one indivisible step.
+	Atomic bool
+	// State is what the limiter keeps per client.
+	State State
+	// RoundTrips is the number of Redis round trips per decision, as text
+	// ("1", "2-3", "3 per attempt").
+	RoundTrips string
+	// Clocks reports whether the limiter honours WithClock(ClockRedis).
+	Clocks bool
+}
+
+// Options tune a limiter built by New.
+type Options struct {
+	// Clock is where the time comes from; ClockCaller by default. Only the Lua
+	// limiters honour ClockRedis.
+	Clock Clock
+	// Now is the caller's clock; time.Now by default.
+	Now func() time.Time
+	// WatchRetries bounds the optimistic-locking attempts of the watch
+	// limiter; 100 by default.
+	WatchRetries int
+}
+
+// Option sets one field of Options.
+type Option func(*Options)
+
+// WithClock sets where the time comes from.
+func WithClock(c Clock) Option { return func(o *Options) { o.Clock = c } }
+
+// WithNow sets the caller's clock, for tests with a fixed time.
+func WithNow(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
+
+// WithWatchRetries bounds the watch limiter's attempts per decision.
+func WithWatchRetries(n int) Option { return func(o *Options) { o.WatchRetries = n } }
+
+// DefaultWatchRetries is the watch limiter's attempt bound when none is set.
+const DefaultWatchRetries = 100
+
+type entry struct {
+	info Info
+	make func(c redis.UniversalClient, p Policy, o Options) Limiter
+}
+
+// registry lists the limiters in the order reports show them.
+func registry() []entry {
+	return []entry{
+		{Info{Name: "naive", Description: "GET the counter, compare, INCR: racy by design",
+			Atomic: false, State: StateCounter, RoundTrips: "2-3"},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter { return &Naive{client: c, policy: p} }},
+		{Info{Name: "multi", Description: "MULTI/EXEC: log, count, decide after EXEC, ZREM when over",
+			Atomic: true, State: StateLog, RoundTrips: "1-2"},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newMulti(c, p, o) }},
+		{Info{Name: "watch", Description: "WATCH/GET/MULTI/INCR/EXEC optimistic locking, bounded retries",
+			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt"},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter {
+				return &Watch{client: c, policy: p, retries: o.WatchRetries}
+			}},
+		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script",
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter {
+				return newSlidingLog(c, p, o, slidingLogScript, memberUnique)
+			}},
+		{Info{Name: "lua-shared-member", Description: "the Lua log with a reused member: ZADD only moves one score",
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter {
+				return newSlidingLog(c, p, o, slidingLogScript, memberShared)
+			}},
+		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter {
+				return newSlidingLog(c, p, o, countDeniedScript, memberUnique)
+			}},
+	}
+}
+
+// Registered describes every limiter New can build, in report order.
+func Registered() []Info {
+	es := registry()
+	infos := make([]Info, len(es))
+	for i, e := range es {
+		infos[i] = e.info
+	}
+	return infos
+}
+
+// Names lists the registered names, in report order.
+func Names() []string {
+	es := registry()
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.info.Name
+	}
+	return names
+}
+
+// Lookup returns the description of the limiter called name.
+func Lookup(name string) (Info, bool) {
+	for _, e := range registry() {
+		if e.info.Name == name {
+			return e.info, true
+		}
+	}
+	return Info{}, false
+}
+
+// UnknownError is returned by New and ParseNames for a name not in the registry.
+type UnknownError struct{ Name string }
+
+func (e *UnknownError) Error() string {
+	known := Names()
+	sort.Strings(known)
+	return fmt.Sprintf("unknown limiter %q (known: %s)", e.Name, strings.Join(known, ", "))
+}
+
+// ParseNames splits a comma-separated list of limiter names; "all" stands for
+// every registered limiter. Names are checked and duplicates dropped.
+func ParseNames(list string) ([]string, error) {
+	var names []string
+	seen := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		expand := []string{n}
+		if n == "all" {
+			expand = Names()
+		} else if _, ok := Lookup(n); !ok {
+			return nil, &UnknownError{Name: n}
+		}
+		for _, e := range expand {
+			if !seen[e] {
+				seen[e] = true
+				names = append(names, e)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil, errors.New("no limiter named")
+	}
+	return names, nil
+}
+
+// New builds the limiter called name on client, enforcing p.
+func New(name string, client redis.UniversalClient, p Policy, opts ...Option) (Limiter, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	o := Options{Now: time.Now, WatchRetries: DefaultWatchRetries}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.WatchRetries < 1 {
+		return nil, fmt.Errorf("watch retries must be at least 1 (got %d)", o.WatchRetries)
+	}
+	for _, e := range registry() {
+		if e.info.Name == name {
+			return e.make(client, p, o), nil
+		}
+	}
+	return nil, &UnknownError{Name: name}
+}
+
+// Key is the Redis key of consumer's state in limiter: rl:{consumer}:limiter.
+// The braces make the consumer a hash tag, so all of one consumer's keys share
+// a Cluster slot.
+func Key(consumer, limiter string) string {
+	return "rl:{" + consumer + "}:" + limiter
+}
+
+// members makes sorted-set members unique across processes and requests: a
+// random prefix drawn once per limiter and an atomic counter, never a bare
+// timestamp (two requests in one millisecond would share it).
+type members struct {
+	prefix string
+	seq    atomic.Uint64
+}
+
+func newMembers() *members {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return &members{prefix: hex.EncodeToString(b)}
+}
+
+func (m *members) next() string {
+	return m.prefix + "-" + strconv.FormatUint(m.seq.Add(1), 10)
+}

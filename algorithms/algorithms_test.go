@@ -1,0 +1,334 @@
+package algorithms_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// fakeClock is a caller clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newLimiter(t *testing.T, name string, c redis.UniversalClient, p algorithms.Policy, opts ...algorithms.Option) algorithms.Limiter {
+	t.Helper()
+	l, err := algorithms.New(name, c, p, opts...)
+	if err != nil {
+		t.Fatalf("New(%q): %v", name, err)
+	}
+	return l
+}
+
+func allow(t *testing.T, l algorithms.Limiter, key string) algorithms.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := l.Allow(ctx, key)
+	if err != nil {
+		t.Fatalf("Allow(%q): %v", key, err)
+	}
+	return d
+}
+
+// TestLogLimitersUnderFixedClock drives the sliding-log limiters with a
+// caller clock that only the test moves.
+func TestLogLimitersUnderFixedClock(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
+	for _, name := range []string{"lua", "multi", "lua-count-denied"} {
+		t.Run(name, func(t *testing.T) {
+			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), name)
+
+			// Five requests 1 s apart are admitted, with remaining counting down.
+			for i := range p.Limit {
+				d := allow(t, l, key)
+				if !d.Allowed || d.Remaining != p.Limit-i-1 || d.RetryAfter != 0 {
+					t.Fatalf("request %d: got %+v, want allowed with remaining %d", i+1, d, p.Limit-i-1)
+				}
+				if name != "multi" && i > 0 && d.Attempts != 1 { // the first may load the script
+					t.Fatalf("request %d: %d round trips, want 1", i+1, d.Attempts)
+				}
+				clock.Add(time.Second)
+			}
+			// At t=5s the sixth is denied: the first request (t=0) frees its
+			// slot when it leaves the window at t=10s.
+			// lua-count-denied logged the denial too, so two members must leave.
+			wantRetry := 5 * time.Second
+			if name == "lua-count-denied" {
+				wantRetry = 6 * time.Second
+			}
+			d := allow(t, l, key)
+			if d.Allowed || d.Remaining != 0 || d.RetryAfter != wantRetry {
+				t.Fatalf("sixth request: got %+v, want denied with retry-after %s", d, wantRetry)
+			}
+			if name == "lua-count-denied" {
+				return // every probe below would be logged too: the next test's subject
+			}
+			// Just before the retry-after it is still denied; at it, admitted.
+			clock.Add(d.RetryAfter - time.Millisecond)
+			if d := allow(t, l, key); d.Allowed {
+				t.Fatalf("1ms before retry-after: admitted, want denied (%+v)", d)
+			}
+			clock.Add(time.Millisecond)
+			if d := allow(t, l, key); !d.Allowed {
+				t.Fatalf("at retry-after: denied, want admitted (%+v)", d)
+			}
+			// A whole window later the log is empty again.
+			clock.Add(p.Window)
+			if d := allow(t, l, key); !d.Allowed || d.Remaining != p.Limit-1 {
+				t.Fatalf("after the window: got %+v, want admitted with remaining %d", d, p.Limit-1)
+			}
+		})
+	}
+}
+
+// TestCountDeniedLocksOutARetryingClient: a client that retries every 100 ms
+// after being limited is let back in by lua after one window, and never by
+// lua-count-denied, which logs every retry.
+func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: time.Second}
+	for _, tc := range []struct {
+		name      string
+		readmited bool
+	}{
+		{"lua", true},
+		{"lua-count-denied", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+			l := newLimiter(t, tc.name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), tc.name)
+			for range p.Limit {
+				allow(t, l, key)
+			}
+			readmitted := false
+			for range 30 { // three windows of retries, 100 ms apart
+				clock.Add(100 * time.Millisecond)
+				if allow(t, l, key).Allowed {
+					readmitted = true
+					break
+				}
+			}
+			if readmitted != tc.readmited {
+				t.Fatalf("readmitted within three windows = %v, want %v", readmitted, tc.readmited)
+			}
+		})
+	}
+}
+
+// TestSharedMemberNeverLimits: with one member reused, ZADD only moves its
+// score, the log never grows past one entry, and every request is admitted.
+func TestSharedMemberNeverLimits(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	l := newLimiter(t, "lua-shared-member", c, p, algorithms.WithNow(clock.Now))
+	key := algorithms.Key(redistest.Prefix(t), "lua-shared-member")
+	for i := range 3 * p.Limit {
+		if d := allow(t, l, key); !d.Allowed {
+			t.Fatalf("request %d denied; the shared member should never fill the log", i+1)
+		}
+	}
+	if n := c.ZCard(context.Background(), key).Val(); n != 1 {
+		t.Fatalf("log holds %d members, want 1", n)
+	}
+}
+
+// TestCounterLimiters: naive and watch admit the limit one by one, deny the
+// next with a retry-after within the window, and admit again once the
+// window's key has expired in Redis.
+func TestCounterLimiters(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 3, Window: 200 * time.Millisecond}
+	for _, name := range []string{"naive", "watch"} {
+		t.Run(name, func(t *testing.T) {
+			l := newLimiter(t, name, c, p)
+			key := algorithms.Key(redistest.Prefix(t), name)
+			for i := range p.Limit {
+				d := allow(t, l, key)
+				if !d.Allowed || d.Remaining != p.Limit-i-1 {
+					t.Fatalf("request %d: got %+v, want allowed with remaining %d", i+1, d, p.Limit-i-1)
+				}
+			}
+			d := allow(t, l, key)
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > p.Window {
+				t.Fatalf("request %d: got %+v, want denied with 0 < retry-after <= %s", p.Limit+1, d, p.Window)
+			}
+			if got := c.Get(context.Background(), key).Val(); got != "3" {
+				t.Fatalf("counter = %q, want 3", got)
+			}
+			waitGone(t, c, key, 5*time.Second)
+			if d := allow(t, l, key); !d.Allowed {
+				t.Fatalf("after the window expired: %+v, want allowed", d)
+			}
+		})
+	}
+}
+
+// waitGone polls until key has expired, for at most limit.
+func waitGone(t *testing.T, c *redis.Client, key string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for c.Exists(context.Background(), key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists after %s", key, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRedisClock: the Lua limiters read TIME inside the script when asked to.
+func TestRedisClock(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	stopped := func() time.Time { return time.Unix(0, 0) } // would put every request in 1970
+	l := newLimiter(t, "lua", c, p, algorithms.WithClock(algorithms.ClockRedis), algorithms.WithNow(stopped))
+	key := algorithms.Key(redistest.Prefix(t), "lua")
+	allow(t, l, key)
+	allow(t, l, key)
+	if d := allow(t, l, key); d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > p.Window {
+		t.Fatalf("third request: %+v, want denied with retry-after in (0, 1m]", d)
+	}
+	zs := c.ZRangeWithScores(context.Background(), key, 0, -1).Val()
+	serverNow := c.Time(context.Background()).Val()
+	for _, z := range zs {
+		if diff := serverNow.Sub(time.UnixMilli(int64(z.Score))); diff < 0 || diff > p.Window {
+			t.Fatalf("member scored %v, server time %v: not Redis's clock", z.Score, serverNow)
+		}
+	}
+}
+
+// TestNoScriptFallback: after SCRIPT FLUSH the limiter falls back to EVAL,
+// spends the extra round trip, and decides as before.
+func TestNoScriptFallback(t *testing.T) {
+	c := redistest.Client(t, srv)
+	ctx := context.Background()
+	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	l := newLimiter(t, "lua", c, p)
+	key := algorithms.Key(redistest.Prefix(t), "lua")
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := allow(t, l, key)
+	if !d.Allowed || d.Attempts != 2 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, want allowed in 2 round trips (EVALSHA, EVAL)", d)
+	}
+	if d := allow(t, l, key); !d.Allowed || d.Attempts != 1 {
+		t.Fatalf("second request: %+v, want allowed in 1 round trip", d)
+	}
+	if n := c.ZCard(ctx, key).Val(); n != 2 {
+		t.Fatalf("log holds %d members, want 2 (no request counted twice)", n)
+	}
+}
+
+// TestWatchRetriesExhausted: a watch limiter allowed one attempt gives up
+// with ErrRetriesExhausted when every attempt is aborted.
+func TestWatchRetriesExhausted(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 1000, Window: time.Minute}
+	key := algorithms.Key(redistest.Prefix(t), "watch")
+	// A hook that changes the key between every WATCH and EXEC.
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c2.Close()
+	c2.AddHook(interferer{other: c, key: key})
+	l := newLimiter(t, "watch", c2, p, algorithms.WithWatchRetries(3))
+	d, err := l.Allow(context.Background(), key)
+	if !errors.Is(err, algorithms.ErrRetriesExhausted) || d.Allowed || d.Attempts != 9 {
+		t.Fatalf("got %+v, %v; want denied after 3 attempts of 3 round trips with ErrRetriesExhausted", d, err)
+	}
+}
+
+// interferer increments key with another client before every pipelined EXEC.
+type interferer struct {
+	other *redis.Client
+	key   string
+}
+
+func (interferer) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (interferer) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h interferer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			h.other.Incr(ctx, h.key)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	for _, tc := range []struct {
+		p    algorithms.Policy
+		want string
+	}{
+		{algorithms.Policy{Limit: 5, Window: time.Second}, ""},
+		{algorithms.Policy{Limit: 0, Window: time.Second}, "limit must be at least 1 (got 0)"},
+		{algorithms.Policy{Limit: 5, Window: -time.Second}, "window must be positive (got -1s)"},
+		{algorithms.Policy{Limit: 5, Window: 1500 * time.Microsecond}, "window must be a whole number of milliseconds (got 1.5ms)"},
+	} {
+		err := tc.p.Validate()
+		if got := errString(err); got != tc.want {
+			t.Errorf("Validate(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{"naive,lua", "naive,lua", ""},
+		{" lua , lua,naive", "lua,naive", ""},
+		{"all", strings.Join(algorithms.Names(), ","), ""},
+		{"nope", "", `unknown limiter "nope" (known: lua, lua-count-denied, lua-shared-member, multi, naive, watch)`},
+		{",", "", "no limiter named"},
+	} {
+		got, err := algorithms.ParseNames(tc.in)
+		if strings.Join(got, ",") != tc.want || errString(err) != tc.err {
+			t.Errorf("ParseNames(%q) = %q, %q; want %q, %q", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestKeyIsClusterSafe(t *testing.T) {
+	if got := algorithms.Key("alice", "lua"); got != "rl:{alice}:lua" {
+		t.Fatalf("Key = %q", got)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,36 @@
+-- Sliding-window log, atomically: one sorted-set member per admitted request,
+-- scored by its time in milliseconds.
+--
+-- KEYS[1]  the client's log (a sorted set)
+-- ARGV[1]  limit: requests admitted per window
+-- ARGV[2]  window in milliseconds
+-- ARGV[3]  now in milliseconds from the caller, or "" to read Redis's TIME
+-- ARGV[4]  this request's member, unique per request
+--
+-- Returns {allowed (1 or 0), remaining, retry_after_ms}.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A request at time s counts while now - window < s <= now.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+  redis.call('ZADD', key, now, ARGV[4])
+  redis.call('PEXPIRE', key, window)
+  return {1, limit - count - 1, 0}
+end
+
+-- Denied: a slot frees when the member that would have to leave for the
+-- count to drop below the limit falls out of the window.
+local due = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
+local retry = tonumber(due[2]) + window - now
+if retry < 1 then
+  retry = 1
+end
+return {0, 0, retry}

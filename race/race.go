@@ -1,0 +1,603 @@
+// Package race reproduces the check-then-act race of rate limiters: for each
+// limiter it runs trials in which many goroutines, each on a connection opened
+// before the start, are released at the same instant at one fresh key, and it
+// counts what the limiter admitted against the limit. It returns plain result
+// structs and never prints.
+package race
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+// Config is one race run.
+type Config struct {
+	// Redis says how to reach the server. Run opens its own pool from it, sized
+	// so that every goroutine has a connection opened before the release.
+	Redis *redis.UniversalOptions
+	// Limiters are registry names, raced in this order.
+	Limiters []string
+	// Policy is the limit every limiter enforces.
+	Policy algorithms.Policy
+	// Concurrency is the number of goroutines released together; 1 to MaxConcurrency.
+	Concurrency int
+	// RequestsPerWorker is the number of decisions each goroutine makes back to back; at least 1.
+	RequestsPerWorker int
+	// Trials is the number of bursts per limiter, each on a fresh key; at least 1.
+	Trials int
+	// Clock is where the Lua limiters take the time from.
+	Clock algorithms.Clock
+	// WatchRetries bounds the watch limiter's attempts; algorithms.DefaultWatchRetries when 0.
+	WatchRetries int
+	// Consumer prefixes the consumer part of every key; a random "race-…" by default.
+	Consumer string
+	// TrialTimeout bounds one trial, including its state check; 30s by default.
+	TrialTimeout time.Duration
+	// Progress, when set, is called after each trial.
+	Progress func(limiter string, trial, trials int)
+}
+
+// Limits on a run, so that every run is bounded.
+const (
+	MaxConcurrency       = 10_000
+	MaxTrials            = 100_000
+	MaxRequestsPerWorker = 100_000
+	MaxRequests          = 10_000_000 // per trial: concurrency × requests per worker
+)
+
+// Validate checks cfg before anything is sent. Errors name the flag the
+// command line binds to the field.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.Concurrency < 1 || cfg.Concurrency > MaxConcurrency:
+		return fmt.Errorf("--concurrency must be between 1 and %d (got %d)", MaxConcurrency, cfg.Concurrency)
+	case cfg.RequestsPerWorker < 1 || cfg.RequestsPerWorker > MaxRequestsPerWorker:
+		return fmt.Errorf("--requests-per-worker must be between 1 and %d (got %d)", MaxRequestsPerWorker, cfg.RequestsPerWorker)
+	case int64(cfg.Concurrency)*int64(cfg.RequestsPerWorker) > MaxRequests:
+		return fmt.Errorf("--concurrency × --requests-per-worker must be at most %d (got %d)", MaxRequests, cfg.Concurrency*cfg.RequestsPerWorker)
+	case cfg.Trials < 1 || cfg.Trials > MaxTrials:
+		return fmt.Errorf("--trials must be between 1 and %d (got %d)", MaxTrials, cfg.Trials)
+	case cfg.WatchRetries < 0:
+		return fmt.Errorf("--watch-retries must be at least 1 (got %d)", cfg.WatchRetries)
+	case len(cfg.Limiters) == 0:
+		return errors.New("--limiters names no limiter")
+	}
+	if cfg.Policy.Limit < 1 {
+		return fmt.Errorf("--limit must be at least 1 (got %d)", cfg.Policy.Limit)
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return fmt.Errorf("--window: %w", err)
+	}
+	for _, name := range cfg.Limiters {
+		if _, ok := algorithms.Lookup(name); !ok {
+			return fmt.Errorf("--limiters: %w", &algorithms.UnknownError{Name: name})
+		}
+	}
+	return nil
+}
+
+// Settings is the configuration as reports show it.
+type Settings struct {
+	Limiters          []string `json:"limiters"`
+	Concurrency       int      `json:"concurrency"`
+	Limit             int64    `json:"limit"`
+	WindowMillis      int64    `json:"window_ms"`
+	Trials            int      `json:"trials"`
+	RequestsPerWorker int      `json:"requests_per_worker"`
+	Clock             string   `json:"clock"`
+	WatchRetries      int      `json:"watch_retries"`
+}
+
+// Server names the Redis a run was measured on. The command line fills it.
+type Server struct {
+	// Mode is "external", "ephemeral" or "embedded".
+	Mode string `json:"mode"`
+	// Version is the server's version.
+	Version string `json:"version"`
+	// Addr is where it listens, without credentials.
+	Addr string `json:"addr"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Command string   `json:"command"`
+	Redis   Server   `json:"redis"`
+	Config  Settings `json:"config"`
+	Results []Result `json:"results"`
+	// ElapsedMillis is the wall time of the run, connection set-up included.
+	ElapsedMillis int64 `json:"elapsed_ms"`
+}
+
+// Spread is the release spread: in each trial, the last goroutine's first
+// send minus the first one's, over the trials.
+type Spread struct {
+	P50 int64 `json:"p50"`
+	Max int64 `json:"max"`
+}
+
+// Latency holds decision-latency percentiles in microseconds.
+type Latency struct {
+	P50 int64 `json:"p50"`
+	P95 int64 `json:"p95"`
+	P99 int64 `json:"p99"`
+	Max int64 `json:"max"`
+}
+
+// Result is one limiter over all its trials.
+type Result struct {
+	Limiter     string `json:"limiter"`
+	Atomic      bool   `json:"atomic"`
+	Description string `json:"description"`
+	Trials      int    `json:"trials"`
+	Requests    int64  `json:"requests"`
+	Admitted    int64  `json:"admitted"`
+	// ExpectedAdmitted is min(requests, limit) summed over the trials.
+	ExpectedAdmitted int64 `json:"expected_admitted"`
+	OverAdmitted     int64 `json:"over_admitted"`
+	UnderAdmitted    int64 `json:"under_admitted"`
+	// LeakedTrials counts trials that admitted more than the limit.
+	LeakedTrials       int   `json:"leaked_trials"`
+	WorstTrialAdmitted int64 `json:"worst_trial_admitted"`
+	// Errors counts decisions that failed (Redis errors and timeouts).
+	Errors int64 `json:"errors"`
+	// RetriesExhausted counts requests the watch limiter denied after running out of attempts.
+	RetriesExhausted int64 `json:"retries_exhausted"`
+	// RoundTrips counts the Redis round trips of all decisions, measured on the client.
+	RoundTrips int64 `json:"round_trips"`
+	// AbortedTransactions counts EXECs that Redis aborted because a WATCHed key changed.
+	AbortedTransactions int64 `json:"aborted_transactions"`
+	// StateVerified is true when, after every trial, the key held exactly what
+	// was admitted (the admitted members of a log, or the admitted count of a
+	// counter); false when any trial's key did not; null when no trial could be
+	// checked (the window was shorter than the trial).
+	StateVerified *bool `json:"state_verified"`
+	// StateMismatches counts the trials whose key did not match.
+	StateMismatches int `json:"state_mismatches"`
+	// TrialsOutlastingWindow counts trials longer than the window; their
+	// expected count (at most one limit) understates what was allowed.
+	TrialsOutlastingWindow int     `json:"trials_outlasting_window"`
+	ReleaseSpreadMicros    Spread  `json:"release_spread_us"`
+	LatencyMicros          Latency `json:"latency_us"`
+	// ElapsedMillis is the wall time of all the limiter's trials.
+	ElapsedMillis int64 `json:"elapsed_ms"`
+	// TrialResults has every trial, in order.
+	TrialResults []Trial `json:"trial_results"`
+	// Histogram holds every decision's latency in microseconds.
+	Histogram *hdrhistogram.Histogram `json:"-"`
+}
+
+// Trial is one burst.
+type Trial struct {
+	Admitted         int64 `json:"admitted"`
+	Expected         int64 `json:"expected"`
+	Errors           int64 `json:"errors"`
+	RetriesExhausted int64 `json:"retries_exhausted"`
+	// RoundTrips is counted by a hook on the client; ReportedRoundTrips is
+	// the sum of the decisions' Attempts. The two agree unless a call failed.
+	RoundTrips          int64 `json:"round_trips"`
+	ReportedRoundTrips  int64 `json:"reported_round_trips"`
+	AbortedTransactions int64 `json:"aborted_transactions"`
+	ReleaseSpreadMicros int64 `json:"release_spread_us"`
+	ElapsedMicros       int64 `json:"elapsed_us"`
+	StateVerified       *bool `json:"state_verified"`
+	// State is what the key held: the log's member count or the counter's value.
+	State int64 `json:"state"`
+}
+
+// Histogram range: 1 µs to 60 s at three significant digits.
+const (
+	histMin    = 1
+	histMax    = 60_000_000
+	histDigits = 3
+)
+
+// Run races every limiter in cfg and returns the report. It stops at the
+// first error, and when ctx is cancelled.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	if cfg.Redis == nil {
+		return Report{}, errors.New("race: no Redis options")
+	}
+	if cfg.WatchRetries == 0 {
+		cfg.WatchRetries = algorithms.DefaultWatchRetries
+	}
+	if cfg.TrialTimeout <= 0 {
+		cfg.TrialTimeout = 30 * time.Second
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "race-" + randomHex(4)
+	}
+	client, err := openPool(ctx, cfg.Redis, cfg.Concurrency)
+	if err != nil {
+		return Report{}, err
+	}
+	defer client.Close()
+
+	rep := Report{
+		Command: "race",
+		Config: Settings{
+			Limiters:          cfg.Limiters,
+			Concurrency:       cfg.Concurrency,
+			Limit:             cfg.Policy.Limit,
+			WindowMillis:      cfg.Policy.Window.Milliseconds(),
+			Trials:            cfg.Trials,
+			RequestsPerWorker: cfg.RequestsPerWorker,
+			Clock:             cfg.Clock.String(),
+			WatchRetries:      cfg.WatchRetries,
+		},
+	}
+	for _, name := range cfg.Limiters {
+		res, err := runLimiter(ctx, client, cfg, name)
+		if err != nil {
+			return rep, fmt.Errorf("race: %s: %w", name, err)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.ElapsedMillis = time.Since(start).Milliseconds()
+	return rep, nil
+}
+
+// openPool opens a client whose pool holds exactly n connections, all opened
+// and checked with a PING before any trial, and counts round trips through a
+// hook. With the pool no larger than n, holding n connections at once
+// initialises every connection it will ever hand out, so no handshake is sent
+// (and counted) during a trial.
+func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
+	if err := probe(ctx, base); err != nil {
+		return nil, err
+	}
+	opts := *base
+	opts.PoolSize = n
+	opts.MinIdleConns = n
+	opts.MaxIdleConns = 0      // keep them all
+	opts.PipelinePoolSize = -1 // pipelines use the same pre-opened connections
+	client := redis.NewUniversalClient(&opts)
+	client.AddHook(tallyHook{})
+
+	// Hold n connections at once, so the pool must open n, and check each.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	var hold sync.WaitGroup
+	hold.Add(n)
+	release := make(chan struct{})
+	var opened atomic.Int64
+	for range n {
+		g.Go(func() error {
+			// A Tx pins the connection of its first command until fn
+			// returns; with no keys it sends no WATCH, only the PING.
+			return client.Watch(gctx, func(tx *redis.Tx) error {
+				err := tx.Ping(gctx).Err()
+				if err == nil {
+					opened.Add(1)
+				}
+				hold.Done()
+				select {
+				case <-release:
+				case <-gctx.Done():
+				}
+				return err
+			})
+		})
+	}
+	waited := make(chan struct{})
+	go func() { hold.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-gctx.Done():
+	}
+	close(release)
+	if err := g.Wait(); err != nil {
+		client.Close()
+		<-waited
+		return nil, fmt.Errorf("race: opening %d connections: %w", n, err)
+	}
+	<-waited
+	if got := opened.Load(); got < int64(n) {
+		client.Close()
+		return nil, fmt.Errorf("race: opened %d of %d connections", got, n)
+	}
+	return client, nil
+}
+
+// worker holds one goroutine's measurements over a limiter's trials.
+type worker struct {
+	hist      *hdrhistogram.Histogram
+	firstSend time.Time
+	admitted  int64
+	errs      int64
+	exhausted int64
+	attempts  int64
+	members   []string
+	err       error
+}
+
+func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, name string) (Result, error) {
+	info, _ := algorithms.Lookup(name)
+	lim, err := algorithms.New(name, client, cfg.Policy,
+		algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries))
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Limiter:     name,
+		Atomic:      info.Atomic,
+		Description: info.Description,
+		Histogram:   hdrhistogram.New(histMin, histMax, histDigits),
+	}
+	workers := make([]*worker, cfg.Concurrency)
+	for i := range workers {
+		workers[i] = &worker{hist: hdrhistogram.New(histMin, histMax, histDigits)}
+	}
+	began := time.Now()
+	verified, checked := true, 0
+	var spreads []int64
+	for trial := range cfg.Trials {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		key := algorithms.Key(cfg.Consumer+"-"+name+"-"+strconv.Itoa(trial), name)
+		t, err := runTrial(ctx, client, lim, info, key, cfg, workers)
+		if err != nil {
+			return res, fmt.Errorf("trial %d: %w", trial+1, err)
+		}
+		res.TrialResults = append(res.TrialResults, t)
+		res.Trials++
+		res.Requests += int64(cfg.Concurrency * cfg.RequestsPerWorker)
+		res.Admitted += t.Admitted
+		res.ExpectedAdmitted += t.Expected
+		if t.Admitted > t.Expected {
+			res.OverAdmitted += t.Admitted - t.Expected
+			res.LeakedTrials++
+		} else {
+			res.UnderAdmitted += t.Expected - t.Admitted
+		}
+		res.WorstTrialAdmitted = max(res.WorstTrialAdmitted, t.Admitted)
+		res.Errors += t.Errors
+		res.RetriesExhausted += t.RetriesExhausted
+		res.RoundTrips += t.RoundTrips
+		res.AbortedTransactions += t.AbortedTransactions
+		if t.ElapsedMicros > cfg.Policy.Window.Microseconds() {
+			res.TrialsOutlastingWindow++
+		}
+		if t.StateVerified != nil {
+			checked++
+			if !*t.StateVerified {
+				verified = false
+				res.StateMismatches++
+			}
+		}
+		spreads = append(spreads, t.ReleaseSpreadMicros)
+		if cfg.Progress != nil {
+			cfg.Progress(name, trial+1, cfg.Trials)
+		}
+	}
+	res.ElapsedMillis = time.Since(began).Milliseconds()
+	if checked > 0 {
+		res.StateVerified = &verified
+	}
+	for _, w := range workers {
+		res.Histogram.Merge(w.hist)
+	}
+	res.LatencyMicros = Latency{
+		P50: res.Histogram.ValueAtPercentile(50),
+		P95: res.Histogram.ValueAtPercentile(95),
+		P99: res.Histogram.ValueAtPercentile(99),
+		Max: res.Histogram.Max(),
+	}
+	slices.Sort(spreads)
+	res.ReleaseSpreadMicros = Spread{P50: spreads[(len(spreads)-1)/2], Max: spreads[len(spreads)-1]}
+	return res, nil
+}
+
+// runTrial releases the workers together at key and checks the key afterwards.
+func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.Limiter, info algorithms.Info,
+	key string, cfg Config, workers []*worker) (Trial, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.TrialTimeout)
+	defer cancel()
+	tl := &tally{}
+	tctx := context.WithValue(ctx, tallyKey{}, tl)
+
+	var ready, done sync.WaitGroup
+	ready.Add(len(workers))
+	done.Add(len(workers))
+	release := make(chan struct{})
+	for _, w := range workers {
+		w.admitted, w.errs, w.exhausted, w.attempts, w.members, w.err = 0, 0, 0, 0, w.members[:0], nil
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-release
+			w.firstSend = time.Now()
+			for range cfg.RequestsPerWorker {
+				t0 := time.Now()
+				d, err := lim.Allow(tctx, key)
+				_ = w.hist.RecordValue(max(time.Since(t0).Microseconds(), histMin))
+				w.attempts += int64(d.Attempts)
+				switch {
+				case errors.Is(err, algorithms.ErrRetriesExhausted):
+					w.exhausted++
+				case err != nil:
+					w.errs++
+					if w.err == nil {
+						w.err = err
+					}
+				case d.Allowed:
+					w.admitted++
+					if d.Member != "" {
+						w.members = append(w.members, d.Member)
+					}
+				}
+			}
+		}()
+	}
+	ready.Wait() // every goroutine is running and about to wait on release
+	began := time.Now()
+	close(release)
+	done.Wait()
+	elapsed := time.Since(began)
+
+	t := Trial{
+		Expected:            min(int64(len(workers)*cfg.RequestsPerWorker), cfg.Policy.Limit),
+		RoundTrips:          tl.trips.Load(),
+		AbortedTransactions: tl.aborted.Load(),
+		ElapsedMicros:       elapsed.Microseconds(),
+	}
+	first, last := workers[0].firstSend, workers[0].firstSend
+	var members []string
+	var firstErr error
+	for _, w := range workers {
+		t.Admitted += w.admitted
+		t.Errors += w.errs
+		t.RetriesExhausted += w.exhausted
+		t.ReportedRoundTrips += w.attempts
+		members = append(members, w.members...)
+		if w.firstSend.Before(first) {
+			first = w.firstSend
+		}
+		if w.firstSend.After(last) {
+			last = w.firstSend
+		}
+		if firstErr == nil {
+			firstErr = w.err
+		}
+	}
+	t.ReleaseSpreadMicros = last.Sub(first).Microseconds()
+	if t.Errors == int64(len(workers)*cfg.RequestsPerWorker) {
+		return t, fmt.Errorf("every decision failed: %w", firstErr)
+	}
+
+	// The key can only have expired or been pruned once a window has passed
+	// since the first send; check it only before then.
+	state, err := readState(ctx, client, info.State, key)
+	if err != nil {
+		return t, err
+	}
+	if time.Since(first) < cfg.Policy.Window {
+		ok := matches(info.State, state, t.Admitted, members)
+		t.StateVerified = &ok
+	}
+	t.State = state.count
+	if err := client.Del(ctx, key).Err(); err != nil {
+		return t, fmt.Errorf("del %s: %w", key, err)
+	}
+	return t, nil
+}
+
+type keyState struct {
+	count   int64
+	members map[string]bool
+}
+
+func readState(ctx context.Context, c redis.UniversalClient, kind algorithms.State, key string) (keyState, error) {
+	switch kind {
+	case algorithms.StateLog:
+		ms, err := c.ZRange(ctx, key, 0, -1).Result()
+		if err != nil {
+			return keyState{}, fmt.Errorf("zrange %s: %w", key, err)
+		}
+		set := make(map[string]bool, len(ms))
+		for _, m := range ms {
+			set[m] = true
+		}
+		return keyState{count: int64(len(ms)), members: set}, nil
+	default:
+		n, err := c.Get(ctx, key).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return keyState{}, fmt.Errorf("get %s: %w", key, err)
+		}
+		return keyState{count: n}, nil
+	}
+}
+
+// matches reports whether the key holds exactly what was admitted.
+func matches(kind algorithms.State, s keyState, admitted int64, members []string) bool {
+	if s.count != admitted {
+		return false
+	}
+	if kind != algorithms.StateLog {
+		return true
+	}
+	for _, m := range members {
+		if !s.members[m] {
+			return false
+		}
+	}
+	return int64(len(members)) == admitted
+}
+
+// tally counts one trial's round trips; the hook finds it in the context.
+type tally struct {
+	trips, aborted atomic.Int64
+}
+
+type tallyKey struct{}
+
+// tallyHook counts every command and every pipeline as one round trip, and
+// every EXEC that Redis aborted, for the tally in the call's context.
+type tallyHook struct{}
+
+func (tallyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (tallyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if t, ok := ctx.Value(tallyKey{}).(*tally); ok {
+			t.trips.Add(1)
+		}
+		return err
+	}
+}
+
+func (tallyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if t, ok := ctx.Value(tallyKey{}).(*tally); ok {
+			t.trips.Add(1)
+			if errors.Is(err, redis.TxFailedErr) {
+				t.aborted.Add(1)
+			}
+		}
+		return err
+	}
+}
+
+// probe checks with one connection that the server answers, so that an
+// unreachable address fails once, quickly, before a pool tries to dial it.
+func probe(ctx context.Context, base *redis.UniversalOptions) error {
+	opts := *base
+	opts.PoolSize = 1
+	opts.MinIdleConns = 0
+	c := redis.NewUniversalClient(&opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("race: cannot reach Redis at %s: %w", strings.Join(base.Addrs, ","), err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

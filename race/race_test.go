@@ -1,0 +1,207 @@
+package race_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/race"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+func config(t *testing.T, addr string, limiters ...string) race.Config {
+	t.Helper()
+	return race.Config{
+		Redis:             &redis.UniversalOptions{Addrs: []string{addr}},
+		Limiters:          limiters,
+		Policy:            algorithms.Policy{Limit: 5, Window: 10 * time.Second},
+		Concurrency:       100,
+		RequestsPerWorker: 1,
+		Trials:            20,
+		Consumer:          redistest.Prefix(t),
+	}
+}
+
+func byName(rep race.Report) map[string]race.Result {
+	m := map[string]race.Result{}
+	for _, r := range rep.Results {
+		m[r.Limiter] = r
+	}
+	return m
+}
+
+// checkInvariants asserts what must hold on any Redis: the atomic limiters
+// never over-admit, the naive one leaks in most trials, the shared member
+// leaks, and the counts agree with the keys and the client's own tally.
+func checkInvariants(t *testing.T, rep race.Report) {
+	t.Helper()
+	res := byName(rep)
+	for _, name := range []string{"multi", "watch", "lua", "lua-count-denied"} {
+		r := res[name]
+		if r.OverAdmitted != 0 || r.WorstTrialAdmitted > 5 {
+			t.Errorf("%s over-admitted %d (worst trial %d of 5)", name, r.OverAdmitted, r.WorstTrialAdmitted)
+		}
+	}
+	for _, name := range []string{"lua", "watch"} {
+		if r := res[name]; r.Admitted != r.ExpectedAdmitted {
+			t.Errorf("%s admitted %d, want exactly %d", name, r.Admitted, r.ExpectedAdmitted)
+		}
+	}
+	if r := res["naive"]; r.LeakedTrials*2 <= r.Trials {
+		t.Errorf("naive leaked in %d of %d trials, want most", r.LeakedTrials, r.Trials)
+	}
+	if r := res["lua-shared-member"]; r.LeakedTrials == 0 {
+		t.Errorf("lua-shared-member never over-admitted")
+	}
+	if r := res["watch"]; r.AbortedTransactions == 0 {
+		t.Errorf("watch: no aborted transaction in %d contended trials", r.Trials)
+	}
+	for _, r := range rep.Results {
+		if r.Errors != 0 || r.RetriesExhausted != 0 {
+			t.Errorf("%s: %d errors, %d retries exhausted", r.Limiter, r.Errors, r.RetriesExhausted)
+		}
+		if int(r.Requests) != 100*r.Trials || int(r.ExpectedAdmitted) != 5*r.Trials {
+			t.Errorf("%s: %d requests, %d expected in %d trials", r.Limiter, r.Requests, r.ExpectedAdmitted, r.Trials)
+		}
+		if r.Histogram.TotalCount() != r.Requests {
+			t.Errorf("%s: %d latencies recorded for %d requests", r.Limiter, r.Histogram.TotalCount(), r.Requests)
+		}
+		for i, tr := range r.TrialResults {
+			if tr.RoundTrips != tr.ReportedRoundTrips {
+				t.Errorf("%s trial %d: hook counted %d round trips, decisions reported %d",
+					r.Limiter, i+1, tr.RoundTrips, tr.ReportedRoundTrips)
+			}
+		}
+		// The key's state matches the admissions, except where the limiter is broken.
+		wantVerified := r.Limiter != "lua-shared-member" && r.Limiter != "lua-count-denied"
+		if r.StateVerified == nil || *r.StateVerified != wantVerified {
+			t.Errorf("%s: state_verified = %v, want %v", r.Limiter, ptr(r.StateVerified), wantVerified)
+		}
+	}
+}
+
+func ptr(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
+}
+
+func TestRaceOnRedisServer(t *testing.T) {
+	c := redistest.Client(t, srv)
+	cfg := config(t, srv.Addr, algorithms.Names()...)
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, rep)
+	// Every trial's key was deleted after it was checked.
+	if keys := c.Keys(context.Background(), "rl:{"+cfg.Consumer+"*").Val(); len(keys) != 0 {
+		t.Errorf("left keys behind: %v", keys)
+	}
+}
+
+func TestRaceOnEmbeddedRedis(t *testing.T) {
+	emb, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Stop()
+	cfg := config(t, emb.Addr, algorithms.Names()...)
+	cfg.Trials = 10
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, rep)
+}
+
+// TestRedisClock: the Lua limiter holds with the time read inside Redis.
+func TestRedisClock(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr, "lua")
+	cfg.Clock = algorithms.ClockRedis
+	cfg.Trials = 3
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Results[0]; r.Admitted != 15 || r.StateVerified == nil || !*r.StateVerified {
+		t.Fatalf("lua with the Redis clock admitted %d of 15 (state verified %v)", r.Admitted, ptr(r.StateVerified))
+	}
+}
+
+// TestManyRequestsPerWorker: with several decisions per goroutine, both
+// log limiters admit exactly the limit of a fresh window.
+func TestManyRequestsPerWorker(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr, "lua", "multi")
+	cfg.Policy = algorithms.Policy{Limit: 50, Window: 10 * time.Second}
+	cfg.Concurrency = 50
+	cfg.RequestsPerWorker = 4
+	cfg.Trials = 10
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := byName(rep)
+	if r := res["lua"]; r.UnderAdmitted != 0 || r.OverAdmitted != 0 {
+		t.Errorf("lua: %d under, %d over; want exact", r.UnderAdmitted, r.OverAdmitted)
+	}
+	if r := res["multi"]; r.UnderAdmitted != 0 || r.OverAdmitted != 0 {
+		t.Errorf("multi: %d under, %d over; want exact", r.UnderAdmitted, r.OverAdmitted)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := race.Config{Limiters: []string{"lua"}, Policy: algorithms.Policy{Limit: 5, Window: time.Second},
+		Concurrency: 10, RequestsPerWorker: 1, Trials: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*race.Config)
+		want string
+	}{
+		{"ok", func(*race.Config) {}, ""},
+		{"concurrency", func(c *race.Config) { c.Concurrency = 0 }, "--concurrency must be between 1 and 10000 (got 0)"},
+		{"limit", func(c *race.Config) { c.Policy.Limit = 0 }, "--limit must be at least 1 (got 0)"},
+		{"window", func(c *race.Config) { c.Policy.Window = -time.Second }, "--window: window must be positive (got -1s)"},
+		{"trials", func(c *race.Config) { c.Trials = 0 }, "--trials must be between 1 and 100000 (got 0)"},
+		{"requests", func(c *race.Config) { c.RequestsPerWorker = 0 }, "--requests-per-worker must be between 1 and 100000 (got 0)"},
+		{"limiter", func(c *race.Config) { c.Limiters = []string{"nope"} }, `--limiters: unknown limiter "nope"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			tc.edit(&cfg)
+			err := cfg.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("Validate() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestUnreachableRedis: a closed port fails fast with the address in the error.
+func TestUnreachableRedis(t *testing.T) {
+	cfg := config(t, "127.0.0.1:1", "lua")
+	cfg.Redis.DialTimeout = time.Second
+	start := time.Now()
+	_, err := race.Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("err = %v, want one naming 127.0.0.1:1", err)
+	}
+	t.Logf("failed after %s: %v", time.Since(start), err)
+}
