@@ -1,0 +1,107 @@
+// Command ratelab is a lab for Redis rate limiters: it reproduces the race in
+// limiters written as check-then-act, and measures the ones that hold.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitError     = 1 // runtime error: Redis unreachable, a failed run
+	exitUsage     = 2 // bad flags or arguments; nothing was sent
+	exitThreshold = 3 // a --fail-on… threshold was crossed
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and maps its error to an exit code, once.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// go-redis logs dial retries of its own; ratelab reports errors itself.
+	redis.SetLogger(quietLogger{})
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ratelab: %v\n", err)
+	var usage *usageError
+	var threshold *thresholdError
+	switch {
+	case errors.As(err, &threshold):
+		return exitThreshold
+	case errors.As(err, &usage), isCobraUsage(err):
+		fmt.Fprintln(stderr, "Run 'ratelab --help' for usage.")
+		return exitUsage
+	}
+	return exitError
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ratelab",
+		Short: "A lab for Redis rate limiters",
+		Long: "ratelab reproduces the race in rate limiters written as check-then-act against a real Redis,\n" +
+			"and measures the ones that hold.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(newRaceCmd(stdout, stderr), newVersionCmd(stdout))
+	return root
+}
+
+// usageError is bad input: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
+
+// thresholdError is a crossed --fail-on… threshold: exit status 3.
+type thresholdError struct{ msg string }
+
+func (e *thresholdError) Error() string { return e.msg }
+
+// isCobraUsage recognises cobra's own usage errors, which carry no type.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires ", "invalid argument"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments (got %q)", cmd.CommandPath(), strings.Join(args, " "))
+	}
+	return nil
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// ratelab runs one command line in-process and returns its exit code and output.
+func ratelab(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	t.Setenv("REDIS_URL", "")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// connections reads how many connections the server has accepted so far.
+func connections(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	info := c.Info(context.Background(), "stats").Val()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			return v
+		}
+	}
+	t.Fatal("no total_connections_received in INFO stats")
+	return ""
+}
+
+func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
+	c := redistest.Client(t, srv)
+	url := "--redis=" + srv.URL()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"race", "--concurrency", "0"}, "--concurrency must be between 1 and 10000 (got 0)"},
+		{[]string{"race", "--limit", "0"}, "--limit must be at least 1 (got 0)"},
+		{[]string{"race", "--window", "-1s"}, "--window: window must be positive (got -1s)"},
+		{[]string{"race", "--window", "1500us"}, "--window: window must be a whole number of milliseconds"},
+		{[]string{"race", "--trials", "0"}, "--trials must be between 1 and 100000 (got 0)"},
+		{[]string{"race", "--requests-per-worker", "0"}, "--requests-per-worker must be between 1"},
+		{[]string{"race", "--limiters", "naive,bogus"}, `--limiters: unknown limiter "bogus"`},
+		{[]string{"race", "--clock", "wall"}, `--clock: unknown clock "wall"`},
+		{[]string{"race", "--output", "yaml"}, `--output: unknown output "yaml"`},
+		{[]string{"race", "--watch-retries", "0"}, "--watch-retries must be at least 1 (got 0)"},
+		{[]string{"race", "--concurrency", "many"}, `invalid argument "many" for "--concurrency`},
+		{[]string{"race", "--nope"}, "unknown flag: --nope"},
+		{[]string{"race", "extra"}, `ratelab race takes no arguments (got "extra")`},
+		{[]string{"stampede"}, `unknown command "stampede"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, stdout, stderr := ratelab(t, append(tc.args, url)...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("printed a report: %q", stdout)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections (%s, then %s): something was sent", before, after)
+			}
+		})
+	}
+	t.Run("bad url", func(t *testing.T) {
+		code, _, stderr := ratelab(t, "race", "--redis", "http://127.0.0.1:1")
+		if code != exitUsage || !strings.Contains(stderr, `--redis "http://127.0.0.1:1"`) {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}
+
+func TestUnreachableRedisExitsOneQuickly(t *testing.T) {
+	start := time.Now()
+	code, _, stderr := ratelab(t, "race", "--redis", "redis://127.0.0.1:1")
+	if code != exitError || !strings.Contains(stderr, "cannot reach Redis at 127.0.0.1:1") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming the address", code, stderr)
+	}
+	t.Logf("failed in %s", time.Since(start).Round(time.Millisecond))
+}
+
+func TestRaceJSON(t *testing.T) {
+	redistest.Client(t, srv)
+	code, stdout, stderr := ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--output", "json",
+		"--limiters", "naive,lua")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout)
+	}
+	if rep["command"] != "race" {
+		t.Errorf("command = %v", rep["command"])
+	}
+	redis := rep["redis"].(map[string]any)
+	if redis["mode"] != "external" || redis["version"] == "" {
+		t.Errorf("redis = %v", redis)
+	}
+	cfg := rep["config"].(map[string]any)
+	for k, want := range map[string]float64{"concurrency": 100, "limit": 5, "window_ms": 10000, "trials": 3, "requests_per_worker": 1} {
+		if cfg[k] != want {
+			t.Errorf("config.%s = %v, want %v", k, cfg[k], want)
+		}
+	}
+	results := rep["results"].([]any)
+	if len(results) != 2 {
+		t.Fatalf("%d results, want 2", len(results))
+	}
+	fields := []string{"limiter", "atomic", "trials", "requests", "admitted", "expected_admitted", "over_admitted",
+		"under_admitted", "leaked_trials", "worst_trial_admitted", "errors", "retries_exhausted", "round_trips",
+		"state_verified", "release_spread_us", "latency_us"}
+	for _, r := range results {
+		r := r.(map[string]any)
+		for _, f := range fields {
+			if _, ok := r[f]; !ok {
+				t.Errorf("%v: no field %q", r["limiter"], f)
+			}
+		}
+		for _, f := range []string{"p50", "p95", "p99", "max"} {
+			if _, ok := r["latency_us"].(map[string]any)[f]; !ok {
+				t.Errorf("%v: no latency_us.%s", r["limiter"], f)
+			}
+		}
+		if r["limiter"] == "lua" && (r["admitted"] != 15.0 || r["state_verified"] != true) {
+			t.Errorf("lua admitted %v (state %v), want 15 and true", r["admitted"], r["state_verified"])
+		}
+	}
+}
+
+func TestFailOnLeak(t *testing.T) {
+	redistest.Client(t, srv)
+	for _, tc := range []struct {
+		limiters string
+		code     int
+	}{
+		{"lua-shared-member", exitThreshold}, // admits every request, every trial
+		{"lua,watch,multi", exitOK},
+	} {
+		t.Run(tc.limiters, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, "race", "--redis", srv.URL(), "--trials", "2", "--concurrency", "20",
+				"--limiters", tc.limiters, "--fail-on-leak", "--output", "markdown")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, stderr)
+			}
+			if !strings.Contains(stdout, "| limiter |") {
+				t.Errorf("no report printed before the exit:\n%s", stdout)
+			}
+			if tc.code == exitThreshold && !strings.Contains(stderr, "--fail-on-leak: lua-shared-member over-admitted") {
+				t.Errorf("stderr %q does not name the leak", stderr)
+			}
+		})
+	}
+}
+
+// TestPrivateServer: with no --redis, ratelab starts its own redis-server
+// and names it in the report.
+func TestPrivateServer(t *testing.T) {
+	if srv == nil {
+		t.Skip("no redis-server on PATH")
+	}
+	code, stdout, stderr := ratelab(t, "race", "--trials", "1", "--concurrency", "10", "--output", "json", "--limiters", "lua")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Redis struct{ Mode, Version, Addr string }
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Redis.Mode != "ephemeral" || rep.Redis.Version == "" || !strings.HasPrefix(rep.Redis.Addr, "127.0.0.1:") {
+		t.Fatalf("redis = %+v, want an ephemeral server on loopback", rep.Redis)
+	}
+}
+
+// TestEmbeddedFallback: with no redis-server on PATH, ratelab says it uses
+// the embedded server and still reproduces the leak.
+func TestEmbeddedFallback(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	code, stdout, stderr := ratelab(t, "race", "--trials", "5", "--limiters", "lua-shared-member,lua", "--output", "markdown")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "embedded in-process Redis") || !strings.Contains(stdout, "embedded in-process Redis (miniredis)") {
+		t.Fatalf("no embedded banner:\nstderr %s\nstdout %s", stderr, stdout)
+	}
+	if !strings.Contains(stdout, "lua-shared-member leaked in 5 of 5 trials") {
+		t.Fatalf("the embedded server did not reproduce the leak:\n%s", stdout)
+	}
+}
+
+func TestVersionAndCompletion(t *testing.T) {
+	code, stdout, _ := ratelab(t, "version")
+	if code != exitOK || !strings.HasPrefix(stdout, "ratelab ") {
+		t.Fatalf("version: exit %d, %q", code, stdout)
+	}
+	code, stdout, _ = ratelab(t, "completion", "bash")
+	if code != exitOK || !strings.Contains(stdout, "bash completion") {
+		t.Fatalf("completion bash: exit %d", code)
+	}
+	code, stdout, _ = ratelab(t, "__complete", "race", "--limiters", "")
+	if code != exitOK || !slices.Contains(strings.Split(stdout, "\n"), "lua-count-denied") {
+		t.Fatalf("completion of --limiters: %q", stdout)
+	}
+}

@@ -1,0 +1,199 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+
+	"github.com/ratelab/ratelab/race"
+)
+
+// Race renders a race report in the given format.
+func Race(w io.Writer, rep race.Report, f Format, opt Options) error {
+	switch f {
+	case JSON:
+		return writeJSON(w, rep)
+	case Markdown:
+		return raceMarkdown(w, rep)
+	default:
+		return raceTable(w, rep, NewStyles(w, opt))
+	}
+}
+
+// RaceVerdict says in one line which limiters leaked and which held.
+func RaceVerdict(rep race.Report) string {
+	limit := rep.Config.Limit
+	var leaks, held, errs []string
+	for _, r := range rep.Results {
+		switch {
+		case r.LeakedTrials > 0:
+			leaks = append(leaks, fmt.Sprintf("%s leaked in %d of %d trials: worst trial admitted %d of a limit of %d",
+				r.Limiter, r.LeakedTrials, r.Trials, r.WorstTrialAdmitted, limit))
+		default:
+			held = append(held, r.Limiter)
+		}
+		if r.StateMismatches > 0 {
+			errs = append(errs, fmt.Sprintf("%s's key disagreed with what it admitted in %d of %d trials",
+				r.Limiter, r.StateMismatches, r.Trials))
+		}
+		if r.Errors > 0 {
+			errs = append(errs, fmt.Sprintf("%s had %d failed decisions", r.Limiter, r.Errors))
+		}
+	}
+	var parts []string
+	parts = append(parts, leaks...)
+	switch {
+	case len(held) == 0:
+	case len(leaks) == 0:
+		parts = append(parts, fmt.Sprintf("no limiter admitted more than %d in any trial", limit))
+	case len(held) == 1:
+		parts = append(parts, held[0]+" never admitted more than "+strconv.FormatInt(limit, 10))
+	default:
+		parts = append(parts, list(held)+" never admitted more than "+strconv.FormatInt(limit, 10))
+	}
+	parts = append(parts, errs...)
+	return strings.Join(parts, "; ")
+}
+
+// raceSummary is the line that says what was measured where.
+func raceSummary(rep race.Report) string {
+	c := rep.Config
+	requests := "request"
+	if c.RequestsPerWorker != 1 {
+		requests = "requests"
+	}
+	return fmt.Sprintf("Redis %s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s clock",
+		rep.Redis.Version, rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
+		c.Concurrency, c.RequestsPerWorker, requests, c.Trials, c.Clock)
+}
+
+// raceNotes explains the columns and flags anything that qualifies the numbers.
+func raceNotes(rep race.Report) []string {
+	notes := []string{
+		fmt.Sprintf("admitted: admitted/expected, summed over the trials (expected is min(requests, limit) per trial). "+
+			"leaked: trials that admitted more than the limit. worst: most admitted in one trial. Run took %s.",
+			micros(rep.ElapsedMillis*1000)),
+		"retries: transactions Redis aborted because a WATCHed key changed. state: each trial's key read back " +
+			"(✓ holds exactly what was admitted, ✗ does not, – not checked).",
+		"latency: one decision, including retries, all trials. spread: last goroutine's first send minus the first's, p50 over trials.",
+	}
+	if rep.Redis.Mode == "embedded" {
+		notes = append(notes, "These results come from an embedded in-process Redis (miniredis), not a redis-server: "+
+			"it serialises commands as Redis does, but its latencies are not Redis's.")
+	}
+	for _, r := range rep.Results {
+		if r.RetriesExhausted > 0 {
+			notes = append(notes, fmt.Sprintf("%s denied %d requests after exhausting its retries (contention, not the limit).",
+				r.Limiter, r.RetriesExhausted))
+		}
+		if r.TrialsOutlastingWindow > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d trials outlasted the window, so more than one window's limit "+
+				"could rightly be admitted; over-admission there is not a leak.", r.Limiter, r.TrialsOutlastingWindow))
+		}
+	}
+	return notes
+}
+
+var raceHeaders = []string{"limiter", "atomic", "admitted", "over", "under", "leaked",
+	"worst", "retries", "state", "p50", "p95", "p99", "max", "spread"}
+
+func raceRow(r race.Result) []string {
+	return []string{
+		r.Limiter,
+		yesNo(r.Atomic),
+		fmt.Sprintf("%d/%d", r.Admitted, r.ExpectedAdmitted),
+		strconv.FormatInt(r.OverAdmitted, 10),
+		strconv.FormatInt(r.UnderAdmitted, 10),
+		fmt.Sprintf("%d/%d", r.LeakedTrials, r.Trials),
+		strconv.FormatInt(r.WorstTrialAdmitted, 10),
+		strconv.FormatInt(r.AbortedTransactions, 10),
+		stateMark(r.StateVerified),
+		micros(r.LatencyMicros.P50),
+		micros(r.LatencyMicros.P95),
+		micros(r.LatencyMicros.P99),
+		micros(r.LatencyMicros.Max),
+		micros(r.ReleaseSpreadMicros.P50),
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func stateMark(v *bool) string {
+	switch {
+	case v == nil:
+		return "–"
+	case *v:
+		return "✓"
+	}
+	return "✗"
+}
+
+func raceTable(w io.Writer, rep race.Report, s Styles) error {
+	rows := make([][]string, len(rep.Results))
+	for i, r := range rep.Results {
+		rows[i] = raceRow(r)
+	}
+	t := table.New().
+		Border(lipgloss.RoundedBorder()).
+		BorderStyle(s.Border).
+		Headers(raceHeaders...).
+		Rows(rows...).
+		StyleFunc(func(row, col int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return s.Header
+			}
+			r := rep.Results[row]
+			switch {
+			case col == 3 && r.OverAdmitted > 0, col == 5 && r.LeakedTrials > 0, col == 0 && r.LeakedTrials > 0:
+				return s.Bad
+			case col == 8 && r.StateVerified != nil && !*r.StateVerified:
+				return s.Bad
+			case col == 0:
+				return s.Good
+			case col == 4 && r.UnderAdmitted > 0, col == 7 && r.AbortedTransactions > 0:
+				return s.Warn
+			}
+			return s.Cell
+		})
+	var b strings.Builder
+	b.WriteString(s.Title.Render("ratelab race") + "  " + raceSummary(rep) + "\n\n")
+	b.WriteString(RaceVerdict(rep) + "\n")
+	b.WriteString(t.Render() + "\n")
+	for _, n := range raceNotes(rep) {
+		b.WriteString(s.Dim.Render(n) + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func raceMarkdown(w io.Writer, rep race.Report) error {
+	var b strings.Builder
+	b.WriteString("## ratelab race\n\n")
+	b.WriteString(raceSummary(rep) + "\n\n")
+	b.WriteString("**" + RaceVerdict(rep) + "**\n\n")
+	b.WriteString("| " + strings.Join(raceHeaders, " | ") + " |\n")
+	b.WriteString("|" + strings.Repeat(" --- |", len(raceHeaders)) + "\n")
+	for _, r := range rep.Results {
+		cells := raceRow(r)
+		for i := range cells {
+			cells[i] = escapeMarkdown(cells[i])
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	b.WriteString("\n")
+	for _, n := range raceNotes(rep) {
+		b.WriteString("- " + n + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

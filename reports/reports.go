@@ -1,0 +1,110 @@
+// Package reports renders what ratelab measured: a terminal table (lipgloss),
+// markdown and JSON. It only renders; it never talks to Redis or the network.
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+)
+
+// Format is an output format.
+type Format string
+
+const (
+	// Table is a terminal table, coloured when Options.Color is set.
+	Table Format = "table"
+	// Markdown is a GitHub-flavoured markdown table.
+	Markdown Format = "markdown"
+	// JSON is the result as indented JSON with snake_case fields.
+	JSON Format = "json"
+)
+
+// ParseFormat parses "table", "markdown" or "json".
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case Table, Markdown, JSON:
+		return f, nil
+	}
+	return "", fmt.Errorf("unknown output %q (want table, markdown or json)", s)
+}
+
+// Options tune rendering.
+type Options struct {
+	// Color turns on colour in the terminal table.
+	Color bool
+}
+
+// Styles are the terminal styles, built from one renderer.
+type Styles struct {
+	Title  lipgloss.Style
+	Header lipgloss.Style
+	Cell   lipgloss.Style
+	Good   lipgloss.Style
+	Bad    lipgloss.Style
+	Warn   lipgloss.Style
+	Dim    lipgloss.Style
+	Border lipgloss.Style
+}
+
+// NewStyles builds the styles for w; without colour every style is plain.
+func NewStyles(w io.Writer, opt Options) Styles {
+	r := lipgloss.NewRenderer(w)
+	if !opt.Color {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	cell := r.NewStyle().Padding(0, 1)
+	return Styles{
+		Title:  r.NewStyle().Bold(true),
+		Header: cell.Bold(true),
+		Cell:   cell,
+		Good:   cell.Foreground(lipgloss.Color("2")),
+		Bad:    cell.Foreground(lipgloss.Color("1")).Bold(true),
+		Warn:   cell.Foreground(lipgloss.Color("3")),
+		Dim:    r.NewStyle().Faint(true),
+		Border: r.NewStyle().Foreground(lipgloss.Color("8")),
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// micros renders a duration given in microseconds with its unit.
+func micros(us int64) string {
+	switch {
+	case us < 1000:
+		return fmt.Sprintf("%dµs", us)
+	case us < 1_000_000:
+		return trimZeros(fmt.Sprintf("%.2f", float64(us)/1e3)) + "ms"
+	default:
+		return trimZeros(fmt.Sprintf("%.2f", float64(us)/1e6)) + "s"
+	}
+}
+
+func trimZeros(s string) string {
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+// list joins names as "a, b and c".
+func list(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// escapeMarkdown keeps a cell from breaking a markdown table.
+func escapeMarkdown(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
