@@ -147,6 +147,89 @@ func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
 	}
 }
 
+// TestMultiUnderAdmits shows what the transaction's missing branch costs:
+// five denied requests that have run EXEC but not yet their ZREM still sit in
+// the log when the window moves on, so a request that finds no admitted
+// request in the window is denied. The Lua log admits it.
+func TestMultiUnderAdmits(t *testing.T) {
+	c := redistest.Client(t, srv)
+	ctx := context.Background()
+	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	key := algorithms.Key(redistest.Prefix(t), "multi")
+
+	// A client whose ZREMs wait until the test lets them go.
+	held := make(chan struct{}, p.Limit)
+	release := make(chan struct{})
+	slow := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer slow.Close()
+	slow.AddHook(zremGate{held: held, release: release})
+	denied := newLimiter(t, "multi", slow, p, algorithms.WithNow(clock.Now))
+	fast := newLimiter(t, "multi", c, p, algorithms.WithNow(clock.Now))
+
+	for range p.Limit { // t=0: the window fills
+		allow(t, fast, key)
+	}
+	clock.Add(5 * time.Second) // t=5s: five more are denied, their ZREMs held
+	results := make(chan algorithms.Decision, p.Limit)
+	for range p.Limit {
+		go func() {
+			d, _ := denied.Allow(ctx, key)
+			results <- d
+		}()
+	}
+	for range p.Limit {
+		<-held
+	}
+	clock.Add(5 * time.Second) // t=10s: the first five leave the window
+	d := allow(t, fast, key)
+	close(release)
+	for range p.Limit {
+		if d := <-results; d.Allowed {
+			t.Errorf("a request at t=5s was admitted over a full window")
+		}
+	}
+	if d.Allowed {
+		t.Fatalf("multi admitted at t=10s; the held denials should have filled its count")
+	}
+
+	// The same moment through the Lua log: the pending denials were never logged.
+	lua := newLimiter(t, "lua", c, p, algorithms.WithNow(clock.Now))
+	luaKey := algorithms.Key(redistest.Prefix(t), "lua")
+	clock.Add(-10 * time.Second)
+	for range p.Limit {
+		allow(t, lua, luaKey)
+	}
+	clock.Add(5 * time.Second)
+	for range p.Limit {
+		allow(t, lua, luaKey)
+	}
+	clock.Add(5 * time.Second)
+	if d := allow(t, lua, luaKey); !d.Allowed {
+		t.Fatalf("lua denied at t=10s with an empty window: %+v", d)
+	}
+}
+
+// zremGate holds every ZREM until release is closed, signalling on held.
+type zremGate struct {
+	held    chan<- struct{}
+	release <-chan struct{}
+}
+
+func (zremGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g zremGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "zrem" {
+			g.held <- struct{}{}
+			<-g.release
+		}
+		return next(ctx, cmd)
+	}
+}
+func (zremGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // TestSharedMemberNeverLimits: with one member reused, ZADD only moves its
 // score, the log never grows past one entry, and every request is admitted.
 func TestSharedMemberNeverLimits(t *testing.T) {

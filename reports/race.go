@@ -67,8 +67,12 @@ func raceSummary(rep race.Report) string {
 	if c.RequestsPerWorker != 1 {
 		requests = "requests"
 	}
-	return fmt.Sprintf("Redis %s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s clock",
-		rep.Redis.Version, rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
+	server := "Redis " + rep.Redis.Version
+	if strings.HasPrefix(rep.Redis.Version, "miniredis") {
+		server = rep.Redis.Version
+	}
+	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s clock",
+		server, rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
 		c.Concurrency, c.RequestsPerWorker, requests, c.Trials, c.Clock)
 }
 

@@ -32,22 +32,22 @@ func fixedRace() race.Report {
 				Admitted: 190, ExpectedAdmitted: 10, OverAdmitted: 180, LeakedTrials: 2, WorstTrialAdmitted: 100,
 				RoundTrips: 400, StateVerified: truth(true), ReleaseSpreadMicros: race.Spread{P50: 180, Max: 240},
 				LatencyMicros: race.Latency{P50: 1510, P95: 2480, P99: 2700, Max: 2950},
-				TrialResults: []race.Trial{trial(90), trial(100)}, ElapsedMillis: 6},
+				TrialResults:  []race.Trial{trial(90), trial(100)}, ElapsedMillis: 6},
 			{Limiter: "watch", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
 				WorstTrialAdmitted: 5, RoundTrips: 3520, AbortedTransactions: 970, StateVerified: truth(true),
 				ReleaseSpreadMicros: race.Spread{P50: 190, Max: 200},
-				LatencyMicros: race.Latency{P50: 9870, P95: 17020, P99: 18110, Max: 18500},
-				TrialResults: []race.Trial{trial(5), trial(5)}, ElapsedMillis: 40},
+				LatencyMicros:       race.Latency{P50: 9870, P95: 17020, P99: 18110, Max: 18500},
+				TrialResults:        []race.Trial{trial(5), trial(5)}, ElapsedMillis: 40},
 			{Limiter: "lua", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
 				WorstTrialAdmitted: 5, RoundTrips: 200, StateVerified: truth(true),
 				ReleaseSpreadMicros: race.Spread{P50: 170, Max: 210},
-				LatencyMicros: race.Latency{P50: 990, P95: 1800, P99: 1950, Max: 2010},
-				TrialResults: []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
+				LatencyMicros:       race.Latency{P50: 990, P95: 1800, P99: 1950, Max: 2010},
+				TrialResults:        []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
 			{Limiter: "lua-count-denied", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
 				WorstTrialAdmitted: 5, RoundTrips: 200, StateVerified: truth(false), StateMismatches: 2,
 				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, Errors: 3,
 				LatencyMicros: race.Latency{P50: 1000, P95: 1820, P99: 1990, Max: 1_250_000},
-				TrialResults: []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
+				TrialResults:  []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
 		},
 	}
 }
@@ -97,7 +97,7 @@ func TestRaceVerdict(t *testing.T) {
 		t.Fatalf("verdict:\n got %q\nwant %q", got, want)
 	}
 	rep.Results = rep.Results[1:]
-	if got, want := reports.RaceVerdict(rep), "no limiter admitted more than 5 in any trial; " +
+	if got, want := reports.RaceVerdict(rep), "no limiter admitted more than 5 in any trial; "+
 		"lua-count-denied's key disagreed with what it admitted in 2 of 2 trials; lua-count-denied had 3 failed decisions"; got != want {
 		t.Fatalf("verdict:\n got %q\nwant %q", got, want)
 	}

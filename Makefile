@@ -1,0 +1,32 @@
+# ratelab: `make demo` to see the race, `make test` to check everything.
+GO  ?= go
+BIN := bin/ratelab
+
+.PHONY: all build demo test bench deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/ratelab
+
+# The default race: naive, multi, watch and lua, 100 goroutines, limit 5, 20 trials,
+# on a private redis-server that ratelab starts and stops.
+demo: deps build
+	./$(BIN) race
+
+# Installs redis-server when missing (apt-get, as root), then vets and runs
+# every test with the race detector. The tests start their own servers.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race ./...
+
+# Per-decision cost of each limiter, then the default race with its timings.
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
+	./$(BIN) race --limiters all
+
+deps:
+	@scripts/deps.sh
+
+clean:
+	rm -rf bin

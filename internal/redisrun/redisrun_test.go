@@ -1,0 +1,114 @@
+package redisrun_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func needRedisServer(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if redistest.InCI() {
+			t.Fatal("no redis-server on PATH under CI")
+		}
+		t.Skip("no redis-server on PATH")
+	}
+}
+
+func ping(t *testing.T, addr string) error {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// TestStartStop: the server is ready when Start returns, on loopback, with
+// its version read; Stop ends it and removes nothing but its own directory.
+func TestStartStop(t *testing.T) {
+	needRedisServer(t)
+	srv, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(srv.Addr, "127.0.0.1:") || srv.Addr == "127.0.0.1:6379" {
+		t.Errorf("Addr = %s, want a free loopback port", srv.Addr)
+	}
+	if srv.Mode != redisrun.Ephemeral || srv.Version == "" {
+		t.Errorf("Mode %q, Version %q", srv.Mode, srv.Version)
+	}
+	if err := ping(t, srv.Addr); err != nil {
+		t.Fatalf("not ready when Start returned: %v", err)
+	}
+	srv.Stop()
+	srv.Stop() // twice is fine
+	if err := ping(t, srv.Addr); err == nil {
+		t.Fatal("still answering after Stop")
+	}
+}
+
+// TestTwoServers get different ports.
+func TestTwoServers(t *testing.T) {
+	needRedisServer(t)
+	a, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	b, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	if a.Addr == b.Addr {
+		t.Fatalf("both on %s", a.Addr)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	_, err := redisrun.Start(context.Background(), redisrun.Options{Binary: "no-such-redis-server"})
+	if !errors.Is(err, redisrun.ErrNotFound) {
+		t.Errorf("missing binary: %v, want ErrNotFound", err)
+	}
+	needRedisServer(t)
+	_, err = redisrun.Start(context.Background(), redisrun.Options{Args: []string{"--no-such-option", "1"}})
+	if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
+		t.Errorf("bad option: %v, want the server's own complaint", err)
+	}
+}
+
+func TestEmbedded(t *testing.T) {
+	srv, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if srv.Mode != redisrun.Embedded || !strings.HasPrefix(srv.Version, "miniredis") {
+		t.Errorf("Mode %q, Version %q", srv.Mode, srv.Version)
+	}
+	if err := ping(t, srv.Addr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInCI(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "false": false, "0": false, "true": true, "1": true} {
+		t.Setenv("CI", v)
+		if got := redistest.InCI(); got != want {
+			t.Errorf("CI=%q: InCI() = %v", v, got)
+		}
+	}
+}
