@@ -20,9 +20,11 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -race ./...
 
-# Per-decision cost of each limiter, then the default race with its timings.
+# Per-decision cost of each limiter, the release spread against the machine's
+# floor (raw PINGs), then a race of every limiter.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
+	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
 
 deps:

@@ -19,7 +19,7 @@ var srv *redisrun.Server
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
-func config(t *testing.T, addr string, limiters ...string) race.Config {
+func config(t testing.TB, addr string, limiters ...string) race.Config {
 	t.Helper()
 	return race.Config{
 		Redis:             &redis.UniversalOptions{Addrs: []string{addr}},
