@@ -41,6 +41,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if ctx.Err() != nil { // Ctrl-C or SIGTERM: whatever failed, it failed because of that
+		fmt.Fprintln(stderr, "ratelab: interrupted")
+		return exitError
+	}
 	fmt.Fprintf(stderr, "ratelab: %v\n", err)
 	var usage *usageError
 	var threshold *thresholdError

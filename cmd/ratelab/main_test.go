@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +225,68 @@ func TestVersionAndCompletion(t *testing.T) {
 	if code != exitOK || !slices.Contains(strings.Split(stdout, "\n"), "lua-count-denied") {
 		t.Fatalf("completion of --limiters: %q", stdout)
 	}
+}
+
+// TestInterruptStopsPrivateServer: cancelling the context, as Ctrl-C does,
+// ends the run with an error and stops the redis-server ratelab started.
+func TestInterruptStopsPrivateServer(t *testing.T) {
+	if srv == nil {
+		t.Skip("no redis-server on PATH")
+	}
+	t.Setenv("REDIS_URL", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"race", "--trials", "100000", "--limiters", "watch"}, io.Discard, &stderr)
+	}()
+	// Interrupt once ratelab's own server is running.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(privateServers(t)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("ratelab started no redis-server within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitError || !strings.Contains(stderr.String(), "interrupted") {
+			t.Fatalf("exit %d, stderr %q; want 1 and 'interrupted'", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("still running 15s after the interrupt")
+	}
+	if left := privateServers(t); len(left) != 0 {
+		t.Fatalf("redis-server still running after the interrupt: %v", left)
+	}
+}
+
+// privateServers lists the redis-server processes this test process started,
+// other than the package's own.
+func privateServers(t *testing.T) []string {
+	t.Helper()
+	_, port, _ := strings.Cut(srv.Addr, ":")
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var found []string
+	for _, p := range procs {
+		stat, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		fields := strings.Fields(rest)
+		if !ok || len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+		// redis-server rewrites its command line to "redis-server host:port".
+		line := strings.Join(strings.Fields(strings.ReplaceAll(string(cmdline), "\x00", " ")), " ")
+		if strings.Contains(line, "redis-server") && !strings.HasSuffix(line, ":"+port) {
+			found = append(found, line)
+		}
+	}
+	return found
 }
