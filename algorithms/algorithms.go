@@ -60,7 +60,8 @@ type Decision struct {
 	// Remaining is how many more requests the client may make now.
 	Remaining int64
 	// RetryAfter is how long a denied client must wait before a request can be
-	// admitted; zero when allowed.
+	// admitted; zero when allowed, and when a limiter gave up without knowing
+	// (ErrRetriesExhausted).
 	RetryAfter time.Duration
 	// Attempts is the number of Redis round trips the decision took (WATCH
 	// retries and the NOSCRIPT fallback show here).
@@ -73,6 +74,13 @@ type Decision struct {
 // Limiter decides whether the client behind key may make one more request.
 type Limiter interface {
 	Allow(ctx context.Context, key string) (Decision, error)
+}
+
+// Loader is implemented by limiters that run a script: Load puts it in the
+// server's script cache ahead of the first decision, so that no decision pays
+// for the NOSCRIPT fallback.
+type Loader interface {
+	Load(ctx context.Context) error
 }
 
 // ErrRetriesExhausted is returned, with a denying Decision, by a limiter that
@@ -172,7 +180,7 @@ type entry struct {
 func registry() []entry {
 	return []entry{
 		{Info{Name: "naive", Description: "GET the counter, compare, INCR: racy by design",
-			Atomic: false, State: StateCounter, RoundTrips: "2-3"},
+			Atomic: false, State: StateCounter, RoundTrips: "1-3"},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return &Naive{client: c, policy: p} }},
 		{Info{Name: "multi", Description: "MULTI/EXEC: log, count, decide after EXEC, ZREM when over",
 			Atomic: true, State: StateLog, RoundTrips: "1-2"},

@@ -114,36 +114,47 @@ func TestLogLimitersUnderFixedClock(t *testing.T) {
 
 // TestCountDeniedLocksOutARetryingClient: a client that retries every 100 ms
 // after being limited is let back in by lua after one window, and never by
-// lua-count-denied, which logs every retry.
+// lua-count-denied, which logs every retry. On redis-server and on the
+// embedded server alike.
 func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
-	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: time.Second}
-	for _, tc := range []struct {
-		name      string
-		readmited bool
-	}{
-		{"lua", true},
-		{"lua-count-denied", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
-			l := newLimiter(t, tc.name, c, p, algorithms.WithNow(clock.Now))
-			key := algorithms.Key(redistest.Prefix(t), tc.name)
-			for range p.Limit {
-				allow(t, l, key)
-			}
-			readmitted := false
-			for range 30 { // three windows of retries, 100 ms apart
-				clock.Add(100 * time.Millisecond)
-				if allow(t, l, key).Allowed {
-					readmitted = true
-					break
+	emb, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Stop()
+	for _, server := range []*redisrun.Server{srv, emb} {
+		if server == nil {
+			continue
+		}
+		c := redistest.Client(t, server)
+		p := algorithms.Policy{Limit: 5, Window: time.Second}
+		for _, tc := range []struct {
+			name    string
+			readmit bool
+		}{
+			{"lua", true},
+			{"lua-count-denied", false},
+		} {
+			t.Run(string(server.Mode)+"/"+tc.name, func(t *testing.T) {
+				clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+				l := newLimiter(t, tc.name, c, p, algorithms.WithNow(clock.Now))
+				key := algorithms.Key(redistest.Prefix(t), tc.name)
+				for range p.Limit {
+					allow(t, l, key)
 				}
-			}
-			if readmitted != tc.readmited {
-				t.Fatalf("readmitted within three windows = %v, want %v", readmitted, tc.readmited)
-			}
-		})
+				readmitted := false
+				for range 30 { // three windows of retries, 100 ms apart
+					clock.Add(100 * time.Millisecond)
+					if allow(t, l, key).Allowed {
+						readmitted = true
+						break
+					}
+				}
+				if readmitted != tc.readmit {
+					t.Fatalf("readmitted within three windows = %v, want %v", readmitted, tc.readmit)
+				}
+			})
+		}
 	}
 }
 

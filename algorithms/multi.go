@@ -18,7 +18,8 @@ import (
 // ZREM arrives a denied request still sits in the set and is counted against
 // others, so concurrent traffic can be under-admitted, and a client that dies
 // between EXEC and ZREM leaves a phantom request behind. It always takes the
-// time from the caller.
+// time from the caller. Its retry-after is a lower bound: it is computed from
+// the oldest member, which may be one of several that must leave first.
 type Multi struct {
 	client  redis.UniversalClient
 	policy  Policy

@@ -72,6 +72,14 @@ func newSlidingLog(c redis.UniversalClient, p Policy, o Options, kind scriptKind
 	}
 }
 
+// Load loads the script into the server's script cache (on every master of a Cluster).
+func (s *SlidingLog) Load(ctx context.Context) error {
+	if err := s.script.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("sliding log: script load: %w", err)
+	}
+	return nil
+}
+
 // Allow runs the script once for key.
 func (s *SlidingLog) Allow(ctx context.Context, key string) (Decision, error) {
 	d := Decision{Limit: s.policy.Limit, Attempts: 1}

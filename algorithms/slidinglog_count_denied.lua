@@ -8,6 +8,10 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local now = tonumber(ARGV[3])
 if not now then
+  -- Redis before 5 replicates scripts verbatim and refuses writes after TIME.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end

@@ -91,7 +91,7 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
-// Settings is the configuration as reports show it.
+// Settings is the configuration as reports show it; see Config for each field.
 type Settings struct {
 	Limiters          []string `json:"limiters"`
 	Concurrency       int      `json:"concurrency"`
@@ -99,8 +99,9 @@ type Settings struct {
 	WindowMillis      int64    `json:"window_ms"`
 	Trials            int      `json:"trials"`
 	RequestsPerWorker int      `json:"requests_per_worker"`
-	Clock             string   `json:"clock"`
-	WatchRetries      int      `json:"watch_retries"`
+	// Clock is "caller" or "redis"; only the Lua limiters honour "redis".
+	Clock        string `json:"clock"`
+	WatchRetries int    `json:"watch_retries"`
 }
 
 // Server names the Redis a run was measured on. The command line fills it.
@@ -115,22 +116,28 @@ type Server struct {
 
 // Report is a whole run.
 type Report struct {
-	Command string   `json:"command"`
-	Redis   Server   `json:"redis"`
-	Config  Settings `json:"config"`
+	// Command is "race".
+	Command string `json:"command"`
+	// Redis is the server the run was measured on.
+	Redis Server `json:"redis"`
+	// Config is what was run.
+	Config Settings `json:"config"`
+	// Results has one entry per limiter, in the order raced.
 	Results []Result `json:"results"`
 	// ElapsedMillis is the wall time of the run, connection set-up included.
 	ElapsedMillis int64 `json:"elapsed_ms"`
 }
 
-// Spread is the release spread: in each trial, the last goroutine's first
-// send minus the first one's, over the trials.
+// Spread is the release spread in microseconds: in each trial, the last
+// goroutine's first send minus the first one's; the median and the largest
+// over the trials.
 type Spread struct {
 	P50 int64 `json:"p50"`
 	Max int64 `json:"max"`
 }
 
-// Latency holds decision-latency percentiles in microseconds.
+// Latency holds decision-latency percentiles in microseconds, from the
+// merged HDR histogram of every decision.
 type Latency struct {
 	P50 int64 `json:"p50"`
 	P95 int64 `json:"p95"`
@@ -140,18 +147,28 @@ type Latency struct {
 
 // Result is one limiter over all its trials.
 type Result struct {
-	Limiter     string `json:"limiter"`
-	Atomic      bool   `json:"atomic"`
+	// Limiter is the registry name.
+	Limiter string `json:"limiter"`
+	// Atomic is whether the limiter checks and updates in one indivisible step.
+	Atomic bool `json:"atomic"`
+	// Description says what the limiter does.
 	Description string `json:"description"`
-	Trials      int    `json:"trials"`
-	Requests    int64  `json:"requests"`
-	Admitted    int64  `json:"admitted"`
-	// ExpectedAdmitted is min(requests, limit) summed over the trials.
+	// Trials is the number of bursts run.
+	Trials int `json:"trials"`
+	// Requests is the number of decisions made over all trials.
+	Requests int64 `json:"requests"`
+	// Admitted is the number of decisions that admitted a request.
+	Admitted int64 `json:"admitted"`
+	// ExpectedAdmitted sums the trials' Expected: min(requests, limit) each,
+	// unless a trial outlasted the window.
 	ExpectedAdmitted int64 `json:"expected_admitted"`
-	OverAdmitted     int64 `json:"over_admitted"`
-	UnderAdmitted    int64 `json:"under_admitted"`
+	// OverAdmitted sums what trials admitted beyond Expected.
+	OverAdmitted int64 `json:"over_admitted"`
+	// UnderAdmitted sums what trials that fit in one window fell short of Expected.
+	UnderAdmitted int64 `json:"under_admitted"`
 	// LeakedTrials counts trials that admitted more than the limit.
-	LeakedTrials       int   `json:"leaked_trials"`
+	LeakedTrials int `json:"leaked_trials"`
+	// WorstTrialAdmitted is the most one trial admitted.
 	WorstTrialAdmitted int64 `json:"worst_trial_admitted"`
 	// Errors counts decisions that failed (Redis errors and timeouts).
 	Errors int64 `json:"errors"`
@@ -168,11 +185,13 @@ type Result struct {
 	StateVerified *bool `json:"state_verified"`
 	// StateMismatches counts the trials whose key did not match.
 	StateMismatches int `json:"state_mismatches"`
-	// TrialsOutlastingWindow counts trials longer than the window; their
-	// expected count (at most one limit) understates what was allowed.
-	TrialsOutlastingWindow int     `json:"trials_outlasting_window"`
-	ReleaseSpreadMicros    Spread  `json:"release_spread_us"`
-	LatencyMicros          Latency `json:"latency_us"`
+	// TrialsOutlastingWindow counts trials longer than the window, whose
+	// Expected allows a limit for every window they touched.
+	TrialsOutlastingWindow int `json:"trials_outlasting_window"`
+	// ReleaseSpreadMicros is the release spread over the trials, in µs.
+	ReleaseSpreadMicros Spread `json:"release_spread_us"`
+	// LatencyMicros is the per-decision latency, retries included, in µs.
+	LatencyMicros Latency `json:"latency_us"`
 	// ElapsedMillis is the wall time of all the limiter's trials.
 	ElapsedMillis int64 `json:"elapsed_ms"`
 	// TrialResults has every trial, in order.
@@ -183,18 +202,30 @@ type Result struct {
 
 // Trial is one burst.
 type Trial struct {
-	Admitted         int64 `json:"admitted"`
-	Expected         int64 `json:"expected"`
-	Errors           int64 `json:"errors"`
+	// Admitted counts the decisions that admitted a request.
+	Admitted int64 `json:"admitted"`
+	// Expected is the most a correct limiter may admit: min(requests, limit)
+	// when the trial fits in one window, more when it outlasted it.
+	Expected int64 `json:"expected"`
+	// OutlastedWindow is set when the trial took longer than the window.
+	OutlastedWindow bool `json:"outlasted_window"`
+	// Errors counts decisions that failed.
+	Errors int64 `json:"errors"`
+	// RetriesExhausted counts watch denials after running out of attempts.
 	RetriesExhausted int64 `json:"retries_exhausted"`
 	// RoundTrips is counted by a hook on the client; ReportedRoundTrips is
 	// the sum of the decisions' Attempts. The two agree unless a call failed.
-	RoundTrips          int64 `json:"round_trips"`
-	ReportedRoundTrips  int64 `json:"reported_round_trips"`
+	RoundTrips         int64 `json:"round_trips"`
+	ReportedRoundTrips int64 `json:"reported_round_trips"`
+	// AbortedTransactions counts EXECs aborted because a WATCHed key changed.
 	AbortedTransactions int64 `json:"aborted_transactions"`
+	// ReleaseSpreadMicros is the last goroutine's first send minus the first one's, in µs.
 	ReleaseSpreadMicros int64 `json:"release_spread_us"`
-	ElapsedMicros       int64 `json:"elapsed_us"`
-	StateVerified       *bool `json:"state_verified"`
+	// ElapsedMicros is the time from the release until the last decision returned, in µs.
+	ElapsedMicros int64 `json:"elapsed_us"`
+	// StateVerified is whether the key held exactly what was admitted; null
+	// when the trial lasted too long for the key to be trusted.
+	StateVerified *bool `json:"state_verified"`
 	// State is what the key held: the log's member count or the counter's value.
 	State int64 `json:"state"`
 }
@@ -347,6 +378,11 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, n
 	for i := range workers {
 		workers[i] = &worker{hist: hdrhistogram.New(histMin, histMax, histDigits)}
 	}
+	if l, ok := lim.(algorithms.Loader); ok {
+		if err := l.Load(ctx); err != nil {
+			return res, err
+		}
+	}
 	began := time.Now()
 	verified, checked := true, 0
 	var spreads []int64
@@ -364,10 +400,12 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, n
 		res.Requests += int64(cfg.Concurrency * cfg.RequestsPerWorker)
 		res.Admitted += t.Admitted
 		res.ExpectedAdmitted += t.Expected
-		if t.Admitted > t.Expected {
+		switch {
+		case t.Admitted > t.Expected:
 			res.OverAdmitted += t.Admitted - t.Expected
 			res.LeakedTrials++
-		} else {
+		case !t.OutlastedWindow:
+			// Expected is only a bound when the trial spanned several windows.
 			res.UnderAdmitted += t.Expected - t.Admitted
 		}
 		res.WorstTrialAdmitted = max(res.WorstTrialAdmitted, t.Admitted)
@@ -375,7 +413,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, n
 		res.RetriesExhausted += t.RetriesExhausted
 		res.RoundTrips += t.RoundTrips
 		res.AbortedTransactions += t.AbortedTransactions
-		if t.ElapsedMicros > cfg.Policy.Window.Microseconds() {
+		if t.OutlastedWindow {
 			res.TrialsOutlastingWindow++
 		}
 		if t.StateVerified != nil {
@@ -456,7 +494,8 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	elapsed := time.Since(began)
 
 	t := Trial{
-		Expected:            min(int64(len(workers)*cfg.RequestsPerWorker), cfg.Policy.Limit),
+		Expected:            expected(int64(len(workers)*cfg.RequestsPerWorker), cfg.Policy, info.State, elapsed),
+		OutlastedWindow:     outlasted(elapsed, cfg.Policy),
 		RoundTrips:          tl.trips.Load(),
 		AbortedTransactions: tl.aborted.Load(),
 		ElapsedMicros:       elapsed.Microseconds(),
@@ -500,6 +539,29 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 		return t, fmt.Errorf("del %s: %w", key, err)
 	}
 	return t, nil
+}
+
+// expected is the most a correct limiter may admit in a trial that lasted
+// elapsed: the limit, when the trial fits in one window. A longer trial can
+// rightly admit a limit in every window it touched: a sliding log one per
+// whole window elapsed plus one, a fixed window one more, since its windows
+// start wherever the key was created.
+func expected(requests int64, p algorithms.Policy, state algorithms.State, elapsed time.Duration) int64 {
+	windows := int64(1)
+	if outlasted(elapsed, p) {
+		windows = int64((elapsed+time.Millisecond)/p.Window) + 1
+		if state == algorithms.StateCounter {
+			windows++
+		}
+	}
+	return min(requests, p.Limit*windows)
+}
+
+// outlasted reports whether a trial of elapsed could span more than one
+// window. Limiters keep time in whole milliseconds, so two requests less than
+// a window apart can be stamped a full window apart: allow for that.
+func outlasted(elapsed time.Duration, p algorithms.Policy) bool {
+	return elapsed+time.Millisecond >= p.Window
 }
 
 type keyState struct {

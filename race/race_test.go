@@ -205,3 +205,34 @@ func TestUnreachableRedis(t *testing.T) {
 	}
 	t.Logf("failed after %s: %v", time.Since(start), err)
 }
+
+// TestTrialsOutlastingTheWindow: when a trial spans many windows, the atomic
+// limiters may admit a limit in each, and that is not reported as a leak.
+// The Lua log reads Redis's clock here: with the caller's, a goroutine
+// delayed between reading the time and reaching Redis logs a stale timestamp
+// behind requests that already pruned the window, and a multi-window trial
+// can rightly be reported as over-admitting.
+func TestTrialsOutlastingTheWindow(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr, "lua", "watch")
+	cfg.Clock = algorithms.ClockRedis
+	cfg.Policy = algorithms.Policy{Limit: 5, Window: 5 * time.Millisecond}
+	cfg.Concurrency = 20
+	cfg.RequestsPerWorker = 50
+	cfg.Trials = 3
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.TrialsOutlastingWindow != r.Trials {
+			t.Fatalf("%s: %d of %d trials outlasted a 5ms window", r.Limiter, r.TrialsOutlastingWindow, r.Trials)
+		}
+		if r.OverAdmitted != 0 || r.LeakedTrials != 0 || r.UnderAdmitted != 0 {
+			t.Errorf("%s: over %d, leaked %d, under %d; want none counted", r.Limiter, r.OverAdmitted, r.LeakedTrials, r.UnderAdmitted)
+		}
+		if r.Admitted <= 5*int64(r.Trials) {
+			t.Errorf("%s admitted %d in %d trials of many windows; want more than one limit per trial", r.Limiter, r.Admitted, r.Trials)
+		}
+	}
+}

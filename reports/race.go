@@ -71,18 +71,22 @@ func raceSummary(rep race.Report) string {
 	if strings.HasPrefix(rep.Redis.Version, "miniredis") {
 		server = rep.Redis.Version
 	}
-	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s clock",
+	clock := "caller clock"
+	if c.Clock == "redis" {
+		clock = "Redis clock (Lua limiters)"
+	}
+	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s",
 		server, rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
-		c.Concurrency, c.RequestsPerWorker, requests, c.Trials, c.Clock)
+		c.Concurrency, c.RequestsPerWorker, requests, c.Trials, clock)
 }
 
 // raceNotes explains the columns and flags anything that qualifies the numbers.
 func raceNotes(rep race.Report) []string {
 	notes := []string{
-		fmt.Sprintf("admitted: admitted/expected, summed over the trials (expected is min(requests, limit) per trial). "+
+		fmt.Sprintf("admitted: admitted/expected, summed over the trials (expected is min(requests, limit) per trial that fits in a window). "+
 			"leaked: trials that admitted more than the limit. worst: most admitted in one trial. Run took %s.",
 			micros(rep.ElapsedMillis*1000)),
-		"retries: transactions Redis aborted because a WATCHed key changed. state: each trial's key read back " +
+		"aborted: WATCH transactions Redis aborted because the key changed, each one a retry. state: each trial's key read back " +
 			"(✓ holds exactly what was admitted, ✗ does not, – not checked).",
 		"latency: one decision, including retries, all trials. spread: last goroutine's first send minus the first's, p50 over trials.",
 	}
@@ -96,15 +100,18 @@ func raceNotes(rep race.Report) []string {
 				r.Limiter, r.RetriesExhausted))
 		}
 		if r.TrialsOutlastingWindow > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d trials outlasted the window, so more than one window's limit "+
-				"could rightly be admitted; over-admission there is not a leak.", r.Limiter, r.TrialsOutlastingWindow))
+			notes = append(notes, fmt.Sprintf("%s: %d trials outlasted the window; their expected count allows the "+
+				"limit once per window they touched, and their shortfall is not counted as under-admission.",
+				r.Limiter, r.TrialsOutlastingWindow))
 		}
 	}
 	return notes
 }
 
-var raceHeaders = []string{"limiter", "atomic", "admitted", "over", "under", "leaked",
-	"worst", "retries", "state", "p50", "p95", "p99", "max", "spread"}
+func raceHeaders() []string {
+	return []string{"limiter", "atomic", "admitted", "over", "under", "leaked",
+		"worst", "aborted", "state", "p50", "p95", "p99", "max", "spread"}
+}
 
 func raceRow(r race.Result) []string {
 	return []string{
@@ -150,7 +157,7 @@ func raceTable(w io.Writer, rep race.Report, s Styles) error {
 	t := table.New().
 		Border(lipgloss.RoundedBorder()).
 		BorderStyle(s.Border).
-		Headers(raceHeaders...).
+		Headers(raceHeaders()...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
 			if row == table.HeaderRow {
@@ -185,8 +192,9 @@ func raceMarkdown(w io.Writer, rep race.Report) error {
 	b.WriteString("## ratelab race\n\n")
 	b.WriteString(raceSummary(rep) + "\n\n")
 	b.WriteString("**" + RaceVerdict(rep) + "**\n\n")
-	b.WriteString("| " + strings.Join(raceHeaders, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat(" --- |", len(raceHeaders)) + "\n")
+	headers := raceHeaders()
+	b.WriteString("| " + strings.Join(headers, " | ") + " |\n")
+	b.WriteString("|" + strings.Repeat(" --- |", len(headers)) + "\n")
 	for _, r := range rep.Results {
 		cells := raceRow(r)
 		for i := range cells {

@@ -41,14 +41,14 @@ type Options struct {
 
 // Styles are the terminal styles, built from one renderer.
 type Styles struct {
-	Title  lipgloss.Style
-	Header lipgloss.Style
-	Cell   lipgloss.Style
-	Good   lipgloss.Style
-	Bad    lipgloss.Style
-	Warn   lipgloss.Style
-	Dim    lipgloss.Style
-	Border lipgloss.Style
+	Title  lipgloss.Style // the report's name
+	Header lipgloss.Style // table headers
+	Cell   lipgloss.Style // an ordinary cell
+	Good   lipgloss.Style // a limiter that held
+	Bad    lipgloss.Style // a leak, a broken state
+	Warn   lipgloss.Style // under-admission, aborted transactions
+	Dim    lipgloss.Style // notes under the table
+	Border lipgloss.Style // table borders
 }
 
 // NewStyles builds the styles for w; without colour every style is plain.

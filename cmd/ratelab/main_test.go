@@ -90,6 +90,14 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
 		}
 	})
+	t.Run("bad REDIS_URL", func(t *testing.T) {
+		var stderr bytes.Buffer
+		t.Setenv("REDIS_URL", "http://u:secret@127.0.0.1:1")
+		code := run(context.Background(), []string{"race"}, io.Discard, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), `REDIS_URL "http://…@127.0.0.1:1"`) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 naming REDIS_URL without its password", code, stderr.String())
+		}
+	})
 }
 
 func TestUnreachableRedisExitsOneQuickly(t *testing.T) {
@@ -98,7 +106,10 @@ func TestUnreachableRedisExitsOneQuickly(t *testing.T) {
 	if code != exitError || !strings.Contains(stderr, "cannot reach Redis at 127.0.0.1:1") {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming the address", code, stderr)
 	}
-	t.Logf("failed in %s", time.Since(start).Round(time.Millisecond))
+	// The dial and I/O timeouts are 3 s each: a hang would exceed them.
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("took %s to give up; want a few seconds", took)
+	}
 }
 
 func TestRaceJSON(t *testing.T) {
@@ -259,7 +270,7 @@ func TestInterruptStopsPrivateServer(t *testing.T) {
 		t.Fatal("still running 15s after the interrupt")
 	}
 	if left := privateServers(t); len(left) != 0 {
-		t.Fatalf("redis-server still running after the interrupt: %v", left)
+		t.Fatalf("redis-server still running after the interrupt: %v (the package's own is %s)", left, srv.Addr)
 	}
 }
 

@@ -119,8 +119,8 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 		return cfg, "", nil, &usageError{err}
 	}
 	var ropts *redis.UniversalOptions
-	if url := redisFlag(opts.Redis); url != "" {
-		if ropts, err = parseRedisURL(url); err != nil {
+	if url, source := redisFlag(opts.Redis); url != "" {
+		if ropts, err = parseRedisURL(url, source); err != nil {
 			return cfg, "", nil, &usageError{err}
 		}
 	}

@@ -22,21 +22,22 @@ const (
 	ioTimeout   = 3 * time.Second
 )
 
-// redisFlag resolves --redis: the flag, else REDIS_URL, else "" (start a private server).
-func redisFlag(flag string) string {
+// redisFlag resolves --redis: the flag, else REDIS_URL, else "" (start a
+// private server), with the name of where it came from for messages.
+func redisFlag(flag string) (url, source string) {
 	if flag != "" {
-		return flag
+		return flag, "--redis"
 	}
-	return os.Getenv("REDIS_URL")
+	return os.Getenv("REDIS_URL"), "REDIS_URL"
 }
 
 // parseRedisURL turns a redis://, rediss:// or unix:// URL into client
 // options with ratelab's timeouts, and no automatic retries: a retried
 // decision could be counted twice.
-func parseRedisURL(raw string) (*redis.UniversalOptions, error) {
+func parseRedisURL(raw, source string) (*redis.UniversalOptions, error) {
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %q: %w", redact(raw), err)
+		return nil, fmt.Errorf("%s %q: %w", source, redact(raw), err)
 	}
 	u := &redis.UniversalOptions{
 		Addrs:        []string{o.Addr},
