@@ -125,6 +125,9 @@ const (
 	StateCounter State = "counter"
 	// StateLog is a sorted set holding one member per logged request.
 	StateLog State = "log"
+	// StateNone is state that cannot be checked against a count of admissions
+	// (windows, buckets, arrival times).
+	StateNone State = "none"
 )
 
 // Info describes a registered limiter for reports.
@@ -142,6 +145,13 @@ type Info struct {
 	RoundTrips string
 	// Clocks reports whether the limiter honours WithClock(ClockRedis).
 	Clocks bool
+	// Exact reports whether it never admits more than Limit in any span of
+	// one Window (a sliding window), and never denies below it.
+	Exact bool
+	// KeysPerClient is the number of Redis keys one client's state takes.
+	KeysPerClient int
+	// Algorithm marks the production algorithms that ratelab compare measures.
+	Algorithm bool
 }
 
 // Options tune a limiter built by New.
@@ -176,35 +186,51 @@ type entry struct {
 	make func(c redis.UniversalClient, p Policy, o Options) Limiter
 }
 
+// scripted makes the constructor of a script limiter.
+func scripted(name, src string, mode memberMode, keys int) func(redis.UniversalClient, Policy, Options) Limiter {
+	return func(c redis.UniversalClient, p Policy, o Options) Limiter {
+		return newScripted(name, c, p, o, src, mode, keys)
+	}
+}
+
 // registry lists the limiters in the order reports show them.
 func registry() []entry {
 	return []entry{
 		{Info{Name: "naive", Description: "GET the counter, compare, INCR: racy by design",
-			Atomic: false, State: StateCounter, RoundTrips: "1-3"},
+			Atomic: false, State: StateCounter, RoundTrips: "1-3", KeysPerClient: 1},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return &Naive{client: c, policy: p} }},
 		{Info{Name: "multi", Description: "MULTI/EXEC: log, count, decide after EXEC, ZREM when over",
-			Atomic: true, State: StateLog, RoundTrips: "1-2"},
+			Atomic: true, State: StateLog, RoundTrips: "1-2", KeysPerClient: 1},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newMulti(c, p, o) }},
 		{Info{Name: "watch", Description: "WATCH/GET/MULTI/INCR/EXEC optimistic locking, bounded retries",
-			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt"},
+			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt", KeysPerClient: 1},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter {
 				return &Watch{client: c, policy: p, retries: o.WatchRetries}
 			}},
-		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
-			func(c redis.UniversalClient, p Policy, o Options) Limiter {
-				return newSlidingLog(c, p, o, slidingLogScript, memberUnique)
-			}},
+		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script (sliding-log)",
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, Exact: true, KeysPerClient: 1},
+			scripted("lua", slidingLogSource, memberUnique, 1)},
 		{Info{Name: "lua-shared-member", Description: "the Lua log with a reused member: ZADD only moves one score",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
-			func(c redis.UniversalClient, p Policy, o Options) Limiter {
-				return newSlidingLog(c, p, o, slidingLogScript, memberShared)
-			}},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, KeysPerClient: 1},
+			scripted("lua-shared-member", slidingLogSource, memberShared, 1)},
 		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true},
-			func(c redis.UniversalClient, p Policy, o Options) Limiter {
-				return newSlidingLog(c, p, o, countDeniedScript, memberUnique)
-			}},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, KeysPerClient: 1},
+			scripted("lua-count-denied", countDeniedSource, memberUnique, 1)},
+		{Info{Name: "fixed-window", Description: "one counter per aligned window: exact per window, up to 2x across an edge",
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			scripted("fixed-window", fixedWindowSource, memberNone, 1)},
+		{Info{Name: "sliding-log", Description: "one sorted-set member per admitted request: exact, memory grows with the limit",
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, Exact: true, KeysPerClient: 1, Algorithm: true},
+			scripted("sliding-log", slidingLogSource, memberUnique, 1)},
+		{Info{Name: "sliding-counter", Description: "this window's count plus the last one's, weighted: an estimate in two small keys",
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 2, Algorithm: true},
+			scripted("sliding-counter", slidingCounterSource, memberNone, 2)},
+		{Info{Name: "token-bucket", Description: "limit tokens, refilled at limit per window: smooth rate, bursts up to the limit",
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			scripted("token-bucket", tokenBucketSource, memberNone, 1)},
+		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit",
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			scripted("gcra", gcraSource, memberNone, 1)},
 	}
 }
 
@@ -216,6 +242,17 @@ func Registered() []Info {
 		infos[i] = e.info
 	}
 	return infos
+}
+
+// Algorithms lists the production algorithms, in report order.
+func Algorithms() []string {
+	var names []string
+	for _, e := range registry() {
+		if e.info.Algorithm {
+			names = append(names, e.info.Name)
+		}
+	}
+	return names
 }
 
 // Names lists the registered names, in report order.

@@ -112,6 +112,54 @@ func TestLogLimitersUnderFixedClock(t *testing.T) {
 	}
 }
 
+// TestAlgorithmsUnderFixedClock drives each production algorithm with a
+// caller clock only the test moves: five requests at one instant are
+// admitted, the sixth is denied with a retry-after that is exact (denied 1 ms
+// before it, admitted at it), and two quiet windows later the client has its
+// whole limit again.
+func TestAlgorithmsUnderFixedClock(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
+	start := time.UnixMilli(1_700_000_000_000 + 3000) // 3 s into an aligned window
+	for _, tc := range []struct {
+		name  string
+		retry time.Duration
+	}{
+		{"fixed-window", 7 * time.Second},    // the window ends
+		{"sliding-log", 10 * time.Second},    // the first request leaves the window
+		{"sliding-counter", 9 * time.Second}, // 2 s into the next window, 5 × 8/10 + 1 <= 5
+		{"token-bucket", 2 * time.Second},    // one token per window / limit
+		{"gcra", 2 * time.Second},            // one emission interval
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{now: start}
+			l := newLimiter(t, tc.name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), tc.name)
+			for i := range p.Limit {
+				if d := allow(t, l, key); !d.Allowed || d.Remaining != p.Limit-i-1 {
+					t.Fatalf("request %d: got %+v, want allowed with remaining %d", i+1, d, p.Limit-i-1)
+				}
+			}
+			d := allow(t, l, key)
+			if d.Allowed || d.Remaining != 0 || d.RetryAfter != tc.retry {
+				t.Fatalf("request %d: got %+v, want denied with retry-after %s", p.Limit+1, d, tc.retry)
+			}
+			clock.Add(d.RetryAfter - time.Millisecond)
+			if d := allow(t, l, key); d.Allowed {
+				t.Fatalf("1ms before the retry-after: admitted (%+v)", d)
+			}
+			clock.Add(time.Millisecond)
+			if d := allow(t, l, key); !d.Allowed {
+				t.Fatalf("at the retry-after: denied (%+v)", d)
+			}
+			clock.Add(2 * p.Window)
+			if d := allow(t, l, key); !d.Allowed || d.Remaining != p.Limit-1 {
+				t.Fatalf("two windows later: got %+v, want allowed with remaining %d", d, p.Limit-1)
+			}
+		})
+	}
+}
+
 // TestCountDeniedLocksOutARetryingClient: a client that retries every 100 ms
 // after being limited is let back in by lua after one window, and never by
 // lua-count-denied, which logs every retry. On redis-server and on the
@@ -323,6 +371,28 @@ func TestRedisClock(t *testing.T) {
 	}
 }
 
+// TestAlgorithmsOnRedisClock: every production algorithm holds its limit
+// with the time read inside Redis.
+func TestAlgorithmsOnRedisClock(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 3, Window: time.Minute}
+	stopped := func() time.Time { return time.Unix(0, 0) }
+	for _, name := range algorithms.Algorithms() {
+		t.Run(name, func(t *testing.T) {
+			l := newLimiter(t, name, c, p, algorithms.WithClock(algorithms.ClockRedis), algorithms.WithNow(stopped))
+			key := algorithms.Key(redistest.Prefix(t), name)
+			for i := range p.Limit {
+				if d := allow(t, l, key); !d.Allowed {
+					t.Fatalf("request %d denied: %+v", i+1, d)
+				}
+			}
+			if d := allow(t, l, key); d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*p.Window {
+				t.Fatalf("request %d: %+v, want denied with retry-after in (0, 2m]", p.Limit+1, d)
+			}
+		})
+	}
+}
+
 // TestNoScriptFallback: after SCRIPT FLUSH the limiter falls back to EVAL,
 // spends the extra round trip, and decides as before.
 func TestNoScriptFallback(t *testing.T) {
@@ -404,7 +474,8 @@ func TestParseNames(t *testing.T) {
 		{"naive,lua", "naive,lua", ""},
 		{" lua , lua,naive", "lua,naive", ""},
 		{"all", strings.Join(algorithms.Names(), ","), ""},
-		{"nope", "", `unknown limiter "nope" (known: lua, lua-count-denied, lua-shared-member, multi, naive, watch)`},
+		{"nope", "", `unknown limiter "nope" (known: fixed-window, gcra, lua, lua-count-denied, lua-shared-member, multi, naive, ` +
+			`sliding-counter, sliding-log, token-bucket, watch)`},
 		{",", "", "no limiter named"},
 	} {
 		got, err := algorithms.ParseNames(tc.in)

@@ -526,19 +526,29 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 
 	// The key can only have expired or been pruned once a window has passed
 	// since the first send; check it only before then.
-	state, err := readState(ctx, client, info.State, key)
-	if err != nil {
-		return t, err
+	if info.State != algorithms.StateNone {
+		state, err := readState(ctx, client, info.State, key)
+		if err != nil {
+			return t, err
+		}
+		if time.Since(first) < cfg.Policy.Window {
+			ok := matches(info.State, state, t.Admitted, members)
+			t.StateVerified = &ok
+		}
+		t.State = state.count
 	}
-	if time.Since(first) < cfg.Policy.Window {
-		ok := matches(info.State, state, t.Admitted, members)
-		t.StateVerified = &ok
-	}
-	t.State = state.count
-	if err := client.Del(ctx, key).Err(); err != nil {
+	if err := client.Del(ctx, keysOf(lim, key)...).Err(); err != nil {
 		return t, fmt.Errorf("del %s: %w", key, err)
 	}
 	return t, nil
+}
+
+// keysOf lists the Redis keys that hold a client's state in lim.
+func keysOf(lim algorithms.Limiter, key string) []string {
+	if k, ok := lim.(interface{ Keys(string) []string }); ok {
+		return k.Keys(key)
+	}
+	return []string{key}
 }
 
 // expected is the most a correct limiter may admit in a trial that lasted

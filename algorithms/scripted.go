@@ -16,99 +16,130 @@ var slidingLogSource string
 //go:embed slidinglog_count_denied.lua
 var countDeniedSource string
 
+//go:embed fixedwindow.lua
+var fixedWindowSource string
+
+//go:embed slidingcounter.lua
+var slidingCounterSource string
+
+//go:embed tokenbucket.lua
+var tokenBucketSource string
+
+//go:embed gcra.lua
+var gcraSource string
+
 // SlidingLogSource is the Lua source of the production sliding-window log,
 // for engines that load the same script outside Go.
 func SlidingLogSource() string { return slidingLogSource }
 
-type scriptKind int
-
-const (
-	slidingLogScript scriptKind = iota
-	countDeniedScript
-)
-
 type memberMode int
 
 const (
-	memberUnique memberMode = iota
-	memberShared
+	memberNone   memberMode = iota // the script keeps no per-request members
+	memberUnique                   // a unique member per request
+	memberShared                   // the same member for every request (a bug, kept to be raced)
 )
 
 // sharedMember is what the broken lua-shared-member limiter writes for every
 // request, as code that uses the client's id or a coarse timestamp does.
 const sharedMember = "request"
 
-// SlidingLog is the exact sliding-window log, decided in one Lua script:
-// prune members older than the window, count, and add this request's member
-// only when it is admitted. EVALSHA, with EVAL when the server answers
-// NOSCRIPT. Each admitted request has its own member (a per-limiter random
+// Scripted is a limiter decided by one Lua script per request: the
+// algorithms of this package (fixed window, sliding log, sliding counter,
+// token bucket, GCRA) and the broken variants of the log. Every script takes
+// the client's keys, then limit, window in ms, the caller's time in ms (or ""
+// to read TIME inside Redis) and, for the log, this request's member, and
+// returns {allowed, remaining, retry_after_ms}. It runs with EVALSHA, and
+// EVAL when the server answers NOSCRIPT.
+//
+// The sliding-window log (slidinglog.lua) is the exact one: prune members
+// older than the window, count, and add this request's member only when it is
+// admitted. Each admitted request has its own member (a per-limiter random
 // prefix and a counter), so concurrent requests in one millisecond never
 // collapse into one entry.
-type SlidingLog struct {
+type Scripted struct {
+	name    string
 	client  redis.UniversalClient
 	policy  Policy
 	clock   Clock
 	now     func() time.Time
 	script  *redis.Script
 	members *members
-	shared  bool
+	mode    memberMode
+	keys    int // keys per client: the key itself, or key:0 and key:1
 }
 
-var _ Limiter = (*SlidingLog)(nil)
+var _ Limiter = (*Scripted)(nil)
 
-func newSlidingLog(c redis.UniversalClient, p Policy, o Options, kind scriptKind, mode memberMode) *SlidingLog {
-	src := slidingLogSource
-	if kind == countDeniedScript {
-		src = countDeniedSource
-	}
-	return &SlidingLog{
+func newScripted(name string, c redis.UniversalClient, p Policy, o Options, src string, mode memberMode, keys int) *Scripted {
+	return &Scripted{
+		name:    name,
 		client:  c,
 		policy:  p,
 		clock:   o.Clock,
 		now:     o.Now,
 		script:  redis.NewScript(src),
 		members: newMembers(),
-		shared:  mode == memberShared,
+		mode:    mode,
+		keys:    keys,
 	}
 }
 
+// Keys returns the Redis keys that hold the state of the client behind key.
+func (s *Scripted) Keys(key string) []string {
+	if s.keys == 1 {
+		return []string{key}
+	}
+	ks := make([]string, s.keys)
+	for i := range ks {
+		ks[i] = key + ":" + strconv.Itoa(i)
+	}
+	return ks
+}
+
 // Load loads the script into the server's script cache (on every master of a Cluster).
-func (s *SlidingLog) Load(ctx context.Context) error {
+func (s *Scripted) Load(ctx context.Context) error {
 	if err := s.script.Load(ctx, s.client).Err(); err != nil {
-		return fmt.Errorf("sliding log: script load: %w", err)
+		return fmt.Errorf("%s: script load: %w", s.name, err)
 	}
 	return nil
 }
 
 // Allow runs the script once for key.
-func (s *SlidingLog) Allow(ctx context.Context, key string) (Decision, error) {
+func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 	d := Decision{Limit: s.policy.Limit, Attempts: 1}
 	now := ""
 	if s.clock == ClockCaller {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
-	member := sharedMember
-	if !s.shared {
+	keys := s.Keys(key)
+	args := []any{s.policy.Limit, s.policy.windowMillis(), now}
+	member := ""
+	switch s.mode {
+	case memberUnique:
 		member = s.members.next()
+	case memberShared:
+		member = sharedMember
 	}
-	keys := []string{key}
-	args := []any{s.policy.Limit, s.policy.windowMillis(), now, member}
+	if member != "" {
+		args = append(args, member)
+	}
 	reply, err := s.script.EvalSha(ctx, s.client, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		d.Attempts++
 		reply, err = s.script.Eval(ctx, s.client, keys, args...).Result()
 	}
 	if err != nil {
-		return d, fmt.Errorf("sliding log: eval: %w", err)
+		return d, fmt.Errorf("%s: eval: %w", s.name, err)
 	}
 	allowed, remaining, retryMillis, err := parseReply(reply)
 	if err != nil {
-		return d, fmt.Errorf("sliding log: %w", err)
+		return d, fmt.Errorf("%s: %w", s.name, err)
 	}
 	d.Allowed = allowed
 	d.Remaining = remaining
 	d.RetryAfter = time.Duration(retryMillis) * time.Millisecond
-	if allowed {
+	if allowed && s.mode != memberNone {
 		d.Member = member
 	}
 	return d, nil

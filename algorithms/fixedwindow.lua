@@ -1,0 +1,39 @@
+-- Fixed window: one counter per client per window of the clock, windows
+-- aligned to multiples of the window length since the epoch. Race-free (one
+-- script), but a client can spend a full limit at the end of one window and
+-- another at the start of the next: up to twice the limit in one window's span.
+--
+-- KEYS[1]  the client's counter (a hash: w = window number, n = admitted in it)
+-- ARGV[1]  limit: requests admitted per window
+-- ARGV[2]  window in milliseconds
+-- ARGV[3]  now in milliseconds from the caller, or "" to read Redis's TIME
+--
+-- Returns {allowed (1 or 0), remaining, retry_after_ms}.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+if not now then
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local w = math.floor(now / window)
+local ends = (w + 1) * window
+local stored = redis.call('HMGET', key, 'w', 'n')
+local n = 0
+if tonumber(stored[1]) == w then
+  n = tonumber(stored[2])
+end
+if n < limit then
+  -- INCR, and set the expiry on the window's first hit.
+  redis.call('HSET', key, 'w', w, 'n', n + 1)
+  if n == 0 then
+    redis.call('PEXPIRE', key, ends - now)
+  end
+  return {1, limit - n - 1, 0}
+end
+return {0, 0, ends - now}

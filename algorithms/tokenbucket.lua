@@ -1,0 +1,42 @@
+-- Token bucket: capacity = limit tokens, refilled at limit tokens per window,
+-- one token per request. Tokens are kept in integer units of 1/window of a
+-- token (a token is `window` units, refill is `limit` units per millisecond),
+-- so no decision depends on floating-point rounding.
+--
+-- KEYS[1]  the client's bucket (a hash: u = units held, t = time of last update in ms)
+-- ARGV[1]  limit: the capacity, and the tokens added per window
+-- ARGV[2]  window in milliseconds
+-- ARGV[3]  now in milliseconds from the caller, or "" to read Redis's TIME
+--
+-- Returns {allowed (1 or 0), remaining, retry_after_ms}.
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+if not now then
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local full = limit * window
+local stored = redis.call('HMGET', key, 'u', 't')
+local units = full
+if stored[1] then
+  local last = tonumber(stored[2])
+  units = tonumber(stored[1])
+  if now > last then
+    units = math.min(full, units + (now - last) * limit)
+  end
+end
+
+if units >= window then
+  units = units - window
+  redis.call('HSET', key, 'u', units, 't', now)
+  -- Once full again the bucket is the same as no bucket.
+  redis.call('PEXPIRE', key, math.max(math.ceil((full - units) / limit), 1))
+  return {1, math.floor(units / window), 0}
+end
+return {0, 0, math.ceil((window - units) / limit)}
