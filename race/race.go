@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/roundtrip"
 )
 
 // Config is one race run.
@@ -301,7 +302,7 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 	opts.MaxIdleConns = 0      // keep them all
 	opts.PipelinePoolSize = -1 // pipelines use the same pre-opened connections
 	client := redis.NewUniversalClient(&opts)
-	client.AddHook(tallyHook{})
+	client.AddHook(roundtrip.Hook{})
 
 	// Hold n connections at once, so the pool must open n, and check each.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -451,8 +452,7 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	key string, cfg Config, workers []*worker) (Trial, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.TrialTimeout)
 	defer cancel()
-	tl := &tally{}
-	tctx := context.WithValue(ctx, tallyKey{}, tl)
+	tctx, tl := roundtrip.With(ctx)
 
 	var ready, done sync.WaitGroup
 	ready.Add(len(workers))
@@ -496,8 +496,8 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	t := Trial{
 		Expected:            expected(int64(len(workers)*cfg.RequestsPerWorker), cfg.Policy, info.State, elapsed),
 		OutlastedWindow:     outlasted(elapsed, cfg.Policy),
-		RoundTrips:          tl.trips.Load(),
-		AbortedTransactions: tl.aborted.Load(),
+		RoundTrips:          tl.Trips(),
+		AbortedTransactions: tl.Aborted(),
 		ElapsedMicros:       elapsed.Microseconds(),
 	}
 	first, last := workers[0].firstSend, workers[0].firstSend
@@ -614,42 +614,6 @@ func matches(kind algorithms.State, s keyState, admitted int64, members []string
 		}
 	}
 	return int64(len(members)) == admitted
-}
-
-// tally counts one trial's round trips; the hook finds it in the context.
-type tally struct {
-	trips, aborted atomic.Int64
-}
-
-type tallyKey struct{}
-
-// tallyHook counts every command and every pipeline as one round trip, and
-// every EXEC that Redis aborted, for the tally in the call's context.
-type tallyHook struct{}
-
-func (tallyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (tallyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if t, ok := ctx.Value(tallyKey{}).(*tally); ok {
-			t.trips.Add(1)
-		}
-		return err
-	}
-}
-
-func (tallyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if t, ok := ctx.Value(tallyKey{}).(*tally); ok {
-			t.trips.Add(1)
-			if errors.Is(err, redis.TxFailedErr) {
-				t.aborted.Add(1)
-			}
-		}
-		return err
-	}
 }
 
 // probe checks with one connection that the server answers, so that an

@@ -1,0 +1,112 @@
+package compare_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+func config(t *testing.T, addr string) compare.Config {
+	t.Helper()
+	return compare.Config{
+		Redis:       &redis.UniversalOptions{Addrs: []string{addr}, MaxRetries: -1},
+		Algorithms:  algorithms.Algorithms(),
+		Policy:      algorithms.Policy{Limit: 20, Window: time.Second},
+		Consumer:    redistest.Prefix(t),
+		Connections: 8,
+		Keys:        200,
+		Duration:    200 * time.Millisecond,
+		Seed:        1,
+	}
+}
+
+func byName(rep compare.Report) map[string]compare.Result {
+	m := map[string]compare.Result{}
+	for _, r := range rep.Results {
+		m[r.Algorithm] = r
+	}
+	return m
+}
+
+func TestCompare(t *testing.T) {
+	c := redistest.Client(t, srv)
+	cfg := config(t, srv.Addr)
+	rep, err := compare.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := byName(rep)
+	limit := cfg.Policy.Limit
+	for _, r := range rep.Results {
+		if r.BurstOverAdmitted == nil || *r.BurstOverAdmitted != 0 {
+			t.Errorf("%s: burst over-admitted %v", r.Algorithm, r.BurstOverAdmitted)
+		}
+		if r.OpsPerSec == nil || *r.OpsPerSec <= 0 || r.LatencyMicros == nil {
+			t.Errorf("%s: no throughput measured", r.Algorithm)
+		}
+		if r.RoundTrips == nil || *r.RoundTrips != 1 {
+			t.Errorf("%s: %v round trips per decision, want 1 (one EVALSHA)", r.Algorithm, r.RoundTrips)
+		}
+		if r.RedisCommands == nil || *r.RedisCommands < 1 {
+			t.Errorf("%s: %v Redis commands per decision, want at least 1 (the script reads its state)", r.Algorithm, deref(r.RedisCommands))
+		}
+		if r.AccuracyDecisions < 1000 || r.FalseAllowRate == nil {
+			t.Errorf("%s: %d accuracy decisions", r.Algorithm, r.AccuracyDecisions)
+		}
+		if r.HammerMaxInWindow == nil || r.HammerLockedOut {
+			t.Errorf("%s: hammer max %v, locked out %v", r.Algorithm, r.HammerMaxInWindow, r.HammerLockedOut)
+		}
+		if r.Recommendation == "" {
+			t.Errorf("%s: no recommendation", r.Algorithm)
+		}
+	}
+	if got := *res["fixed-window"].BoundaryMaxInWindow; got <= limit {
+		t.Errorf("fixed-window admitted %d in one window across the boundary, want more than %d", got, limit)
+	}
+	for _, name := range []string{"sliding-log", "sliding-counter"} {
+		if got := *res[name].BoundaryMaxInWindow; got > limit {
+			t.Errorf("%s admitted %d in one window across the boundary, want at most %d", name, got, limit)
+		}
+	}
+	log := res["sliding-log"]
+	if *log.FalseAllowRate != 0 || *log.FalseDenyRate != 0 {
+		t.Errorf("sliding-log is exact, yet false allow %v, false deny %v", *log.FalseAllowRate, *log.FalseDenyRate)
+	}
+	if *log.HammerMaxInWindow > limit {
+		t.Errorf("sliding-log admitted %d in a window while hammered", *log.HammerMaxInWindow)
+	}
+	if b := log.BytesPerClient; b["10000"] < 10*b["10"] {
+		t.Errorf("sliding-log memory does not grow with the limit: %v", b)
+	}
+	if b := res["sliding-counter"].BytesPerClient; b["10000"] > b["10"]+64 {
+		t.Errorf("sliding-counter memory grows with the limit: %v", b)
+	}
+	if rep.PingOpsPerSec == nil || *rep.PingOpsPerSec <= 0 {
+		t.Errorf("no PING ceiling")
+	}
+	if keys := c.Keys(context.Background(), "rl:{"+cfg.Consumer+"*").Val(); len(keys) != 0 {
+		t.Errorf("left %d keys behind, e.g. %v", len(keys), keys[0])
+	}
+	for _, r := range rep.Results {
+		t.Logf("%s", r.Recommendation)
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -1,0 +1,470 @@
+package compare
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/roundtrip"
+	"github.com/ratelab/ratelab/race"
+)
+
+// open connects a client with n pooled connections, no retries (a retried
+// decision could count twice) and the round-trip hook, and checks it answers.
+func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
+	opts := *base
+	opts.PoolSize = n + 4
+	opts.MinIdleConns = n
+	opts.MaxRetries = -1
+	opts.PipelinePoolSize = -1
+	c := redis.NewUniversalClient(&opts)
+	c.AddHook(roundtrip.Hook{})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("compare: cannot reach Redis at %s: %w", strings.Join(base.Addrs, ","), err)
+	}
+	return c, nil
+}
+
+// simClock is a caller clock the workload moves. It never runs behind the
+// wall clock since it was made: keys expire in real time, so a simulated
+// moment earlier than the real one could find state gone that should still
+// be there.
+type simClock struct {
+	realStart time.Time
+	simStart  time.Time
+	offset    atomic.Int64 // ns after simStart
+}
+
+func newSimClock(start time.Time) *simClock {
+	return &simClock{realStart: time.Now(), simStart: start}
+}
+
+func (c *simClock) Now() time.Time {
+	off := max(time.Duration(c.offset.Load()), time.Since(c.realStart))
+	return c.simStart.Add(off)
+}
+
+// Set moves the clock to start+d (never backwards past the wall clock).
+func (c *simClock) Set(d time.Duration) { c.offset.Store(int64(d)) }
+
+// nextBoundary is the first window boundary at least one window after now.
+func nextBoundary(w time.Duration) time.Time {
+	ms := w.Milliseconds()
+	now := time.Now().UnixMilli()
+	return time.UnixMilli((now/ms + 2) * ms)
+}
+
+func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, name string, res *Result) error {
+	rep, err := race.Run(ctx, race.Config{
+		Redis:             cfg.Redis,
+		Limiters:          []string{name},
+		Policy:            cfg.Policy,
+		Concurrency:       cfg.BurstConcurrency,
+		RequestsPerWorker: 1,
+		Trials:            cfg.BurstTrials,
+		Consumer:          cfg.Consumer + "-burst",
+	})
+	if err != nil {
+		return err
+	}
+	r := rep.Results[0]
+	if r.Errors > 0 {
+		return fmt.Errorf("%d decisions failed in the burst", r.Errors)
+	}
+	res.BurstOverAdmitted, res.BurstUnderAdmitted = &r.OverAdmitted, &r.UnderAdmitted
+	return nil
+}
+
+// boundary sends a full limit 1 ms before a window boundary and another at
+// it, and finds the most admitted inside one window's span.
+func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+	b := nextBoundary(cfg.Policy.Window)
+	clock := newSimClock(b.Add(-time.Millisecond))
+	lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+	if err != nil {
+		return err
+	}
+	key := algorithms.Key(cfg.Consumer+"-boundary", name)
+	defer cleanup(client, lim, key)
+	var admitted []int64
+	for _, at := range []time.Duration{0, time.Millisecond} {
+		clock.Set(at)
+		for range cfg.Policy.Limit {
+			d, err := lim.Allow(ctx, key)
+			if err != nil {
+				return err
+			}
+			if d.Allowed {
+				admitted = append(admitted, clock.Now().UnixMilli())
+			}
+		}
+	}
+	n := maxInWindow(admitted, cfg.Policy.Window.Milliseconds())
+	res.BoundaryMaxInWindow = &n
+	return nil
+}
+
+// hammer has one client send at three times the limit for three windows,
+// then retry every 100 ms until admitted (for at most ten windows).
+func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+	w := cfg.Policy.Window
+	clock := newSimClock(nextBoundary(w))
+	lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+	if err != nil {
+		return err
+	}
+	key := algorithms.Key(cfg.Consumer+"-hammer", name)
+	defer cleanup(client, lim, key)
+	n := 9 * cfg.Policy.Limit
+	interval := w / time.Duration(3*cfg.Policy.Limit)
+	var admitted []int64
+	for i := range n {
+		clock.Set(time.Duration(i) * interval)
+		d, err := lim.Allow(ctx, key)
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			admitted = append(admitted, clock.Now().UnixMilli())
+		}
+	}
+	stop := 3 * w
+	res.HammerLockedOut = true
+	for t := stop + 100*time.Millisecond; t <= stop+10*w; t += 100 * time.Millisecond {
+		clock.Set(t)
+		d, err := lim.Allow(ctx, key)
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			admitted = append(admitted, clock.Now().UnixMilli())
+			rec := (t - stop).Milliseconds()
+			res.HammerRecoveryMillis = &rec
+			res.HammerLockedOut = false
+			break
+		}
+	}
+	m := maxInWindow(admitted, w.Milliseconds())
+	res.HammerMaxInWindow = &m
+	return nil
+}
+
+// maxInWindow is the most times (sorted, in ms) inside any span (t-w, t].
+func maxInWindow(times []int64, w int64) int64 {
+	best, lo := 0, 0
+	for hi := range times {
+		for times[hi]-times[lo] >= w {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return int64(best)
+}
+
+// accuracy sends each client a Poisson stream at 0.8 to 1.2 times the limit
+// for AccuracyWindows windows and judges every decision against an exact
+// sliding window over what the algorithm admitted.
+func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+	w := cfg.Policy.Window
+	span := time.Duration(cfg.AccuracyWindows) * w
+	// Bound the stream to about 200,000 decisions.
+	clients := cfg.AccuracyClients
+	perClient := int64(cfg.AccuracyWindows) * cfg.Policy.Limit
+	if int64(clients)*perClient > 200_000 {
+		clients = int(max(1, 200_000/perClient))
+	}
+	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x5eed))
+	streams := make([][]time.Duration, clients)
+	for c := range streams {
+		rate := (0.8 + 0.4*rng.Float64()) * float64(cfg.Policy.Limit) / float64(w) // per ns
+		for t := time.Duration(rng.ExpFloat64() / rate); t < span; t += time.Duration(rng.ExpFloat64() / rate) {
+			streams[c] = append(streams[c], t)
+		}
+	}
+	var falseAllow, falseDeny, total atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	next := make(chan int)
+	g.Go(func() error {
+		defer close(next)
+		for c := range streams {
+			select {
+			case next <- c:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for range min(8, clients) {
+		g.Go(func() error {
+			for c := range next {
+				clock := newSimClock(nextBoundary(w))
+				lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+				if err != nil {
+					return err
+				}
+				key := algorithms.Key(cfg.Consumer+"-accuracy-"+strconv.Itoa(c), name)
+				var window []int64 // what the algorithm admitted, oldest first
+				for _, t := range streams[c] {
+					clock.Set(t)
+					now := clock.Now().UnixMilli()
+					d, err := lim.Allow(gctx, key)
+					if err != nil {
+						cleanup(client, lim, key)
+						return err
+					}
+					for len(window) > 0 && window[0] <= now-w.Milliseconds() {
+						window = window[1:]
+					}
+					exact := int64(len(window)) < cfg.Policy.Limit
+					switch {
+					case d.Allowed && !exact:
+						falseAllow.Add(1)
+					case !d.Allowed && exact:
+						falseDeny.Add(1)
+					}
+					if d.Allowed {
+						window = append(window, now)
+					}
+					total.Add(1)
+				}
+				cleanup(client, lim, key)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	n := total.Load()
+	fa, fd := float64(falseAllow.Load())/float64(max(n, 1)), float64(falseDeny.Load())/float64(max(n, 1))
+	res.FalseAllowRate, res.FalseDenyRate, res.AccuracyDecisions = &fa, &fd, n
+	return nil
+}
+
+// memory fills one client to each of MemoryLimits and reads MEMORY USAGE
+// of its keys. On a server without MEMORY USAGE the figures stay null.
+func memory(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+	out := map[string]int64{}
+	for _, limit := range MemoryLimits() {
+		p := algorithms.Policy{Limit: limit, Window: cfg.Policy.Window}
+		clock := newSimClock(nextBoundary(p.Window))
+		lim, err := algorithms.New(name, client, p, algorithms.WithNow(clock.Now))
+		if err != nil {
+			return err
+		}
+		key := algorithms.Key(cfg.Consumer+"-memory-"+strconv.FormatInt(limit, 10), name)
+		if err := fill(ctx, lim, key, limit); err != nil {
+			cleanup(client, lim, key)
+			return err
+		}
+		var bytes int64
+		for _, k := range keysOf(lim, key) {
+			n, err := client.MemoryUsage(ctx, k, 0).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				cleanup(client, lim, key)
+				if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+					return nil // the embedded server has no MEMORY USAGE
+				}
+				return fmt.Errorf("memory usage %s: %w", k, err)
+			}
+			bytes += n
+		}
+		cleanup(client, lim, key)
+		out[strconv.FormatInt(limit, 10)] = bytes
+	}
+	res.BytesPerClient = out
+	return nil
+}
+
+// fill makes decisions for key from 16 goroutines until limit were admitted
+// (or 2 × limit + 100 were made).
+func fill(ctx context.Context, lim algorithms.Limiter, key string, limit int64) error {
+	var admitted, made atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for range 16 {
+		g.Go(func() error {
+			for admitted.Load() < limit && made.Add(1) <= 2*limit+100 {
+				d, err := lim.Allow(gctx, key)
+				if err != nil {
+					return err
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Histogram range for latencies: 1 µs to 60 s.
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
+// throughput runs Connections goroutines of back-to-back decisions over Keys
+// clients for Duration, on the real clock.
+func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+	lim, err := algorithms.New(name, client, cfg.Policy)
+	if err != nil {
+		return err
+	}
+	if l, ok := lim.(algorithms.Loader); ok {
+		if err := l.Load(ctx); err != nil {
+			return err
+		}
+	}
+	keys := make([]string, cfg.Keys)
+	for i := range keys {
+		keys[i] = algorithms.Key(cfg.Consumer+"-tp-"+strconv.Itoa(i), name)
+	}
+	defer cleanup(client, lim, keys...)
+	before, statsErr := commandStats(ctx, client)
+	tctx, counter := roundtrip.With(ctx)
+	ops, hist, err := drive(tctx, cfg, func(ctx context.Context, i int) error {
+		_, err := lim.Allow(ctx, keys[i%len(keys)])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	after, statsErr2 := commandStats(ctx, client)
+	decisions := float64(hist.TotalCount())
+	rt := float64(counter.Trips()) / decisions
+	res.OpsPerSec, res.RoundTrips = &ops, &rt
+	res.LatencyMicros = &Latency{P50: hist.ValueAtPercentile(50), P99: hist.ValueAtPercentile(99)}
+	if statsErr == nil && statsErr2 == nil {
+		var n int64
+		for cmd, calls := range after {
+			switch cmd {
+			case "evalsha", "eval", "evalsha_ro", "eval_ro", "info", "ping", "script", "script|load", "client|setinfo", "hello":
+				continue
+			}
+			n += calls - before[cmd]
+		}
+		per := float64(n) / decisions
+		res.RedisCommands = &per
+	}
+	return nil
+}
+
+// drive runs cfg.Connections goroutines calling op back to back for
+// cfg.Duration and returns operations per second and the merged latencies.
+func drive(ctx context.Context, cfg Config, op func(ctx context.Context, i int) error) (float64, *hdrhistogram.Histogram, error) {
+	hists := make([]*hdrhistogram.Histogram, cfg.Connections)
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	for w := range hists {
+		hists[w] = newHist()
+		g.Go(func() error {
+			rng := mrand.New(mrand.NewPCG(uint64(w), cfg.Seed))
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				if err := op(gctx, rng.IntN(math.MaxInt32)); err != nil {
+					return err
+				}
+				_ = hists[w].RecordValue(max(time.Since(t0).Microseconds(), 1))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, err
+	}
+	elapsed := time.Since(start)
+	total := newHist()
+	for _, h := range hists {
+		total.Merge(h)
+	}
+	return float64(total.TotalCount()) / elapsed.Seconds(), total, nil
+}
+
+// pingCeiling is the server's own ceiling on the same connections: PINGs per second.
+func pingCeiling(ctx context.Context, client redis.UniversalClient, cfg Config) (float64, Latency, error) {
+	ops, hist, err := drive(ctx, cfg, func(ctx context.Context, _ int) error { return client.Ping(ctx).Err() })
+	if err != nil {
+		return 0, Latency{}, err
+	}
+	return ops, Latency{P50: hist.ValueAtPercentile(50), P99: hist.ValueAtPercentile(99)}, nil
+}
+
+// commandStats reads calls per command from INFO commandstats, summed over
+// a Cluster's masters.
+func commandStats(ctx context.Context, client redis.UniversalClient) (map[string]int64, error) {
+	out := map[string]int64{}
+	var mu sync.Mutex
+	read := func(ctx context.Context, c redis.UniversalClient) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			n, err := strconv.ParseInt(calls, 10, 64)
+			if err == nil {
+				out[strings.TrimPrefix(name, "cmdstat_")] += n
+			}
+		}
+		return nil
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return read(ctx, c) })
+		return out, err
+	}
+	return out, read(ctx, client)
+}
+
+// keysOf lists the Redis keys that hold a client's state in lim.
+func keysOf(lim algorithms.Limiter, key string) []string {
+	if k, ok := lim.(interface{ Keys(string) []string }); ok {
+		return k.Keys(key)
+	}
+	return []string{key}
+}
+
+// cleanup deletes the clients' keys, one UNLINK per key so that a Cluster
+// routes each to its slot.
+func cleanup(client redis.UniversalClient, lim algorithms.Limiter, keys ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pipe := client.Pipeline()
+	for _, key := range keys {
+		for _, k := range keysOf(lim, key) {
+			pipe.Unlink(ctx, k)
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
