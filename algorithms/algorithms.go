@@ -145,6 +145,9 @@ type Info struct {
 	RoundTrips string
 	// Clocks reports whether the limiter honours WithClock(ClockRedis).
 	Clocks bool
+	// CallerClock reports whether its windows follow the caller's clock
+	// (WithNow); naive and watch keep theirs in key expiry, on Redis's clock.
+	CallerClock bool
 	// Exact reports whether it never admits more than Limit in any span of
 	// one Window (a sliding window), and never denies below it.
 	Exact bool
@@ -200,7 +203,7 @@ func registry() []entry {
 			Atomic: false, State: StateCounter, RoundTrips: "1-3", KeysPerClient: 1},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return &Naive{client: c, policy: p} }},
 		{Info{Name: "multi", Description: "MULTI/EXEC: log, count, decide after EXEC, ZREM when over",
-			Atomic: true, State: StateLog, RoundTrips: "1-2", KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1-2", KeysPerClient: 1, CallerClock: true},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newMulti(c, p, o) }},
 		{Info{Name: "watch", Description: "WATCH/GET/MULTI/INCR/EXEC optimistic locking, bounded retries",
 			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt", KeysPerClient: 1},
@@ -208,28 +211,28 @@ func registry() []entry {
 				return &Watch{client: c, policy: p, retries: o.WatchRetries}
 			}},
 		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script (sliding-log)",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, Exact: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1},
 			scripted("lua", slidingLogSource, memberUnique, 1)},
 		{Info{Name: "lua-shared-member", Description: "the Lua log with a reused member: ZADD only moves one score",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1},
 			scripted("lua-shared-member", slidingLogSource, memberShared, 1)},
 		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1},
 			scripted("lua-count-denied", countDeniedSource, memberUnique, 1)},
 		{Info{Name: "fixed-window", Description: "one counter per aligned window: exact per window, up to 2x across an edge",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
 			scripted("fixed-window", fixedWindowSource, memberNone, 1)},
 		{Info{Name: "sliding-log", Description: "one sorted-set member per admitted request: exact, memory grows with the limit",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, Exact: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Algorithm: true},
 			scripted("sliding-log", slidingLogSource, memberUnique, 1)},
 		{Info{Name: "sliding-counter", Description: "this window's count plus the last one's, weighted: an estimate in two small keys",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 2, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Algorithm: true},
 			scripted("sliding-counter", slidingCounterSource, memberNone, 2)},
 		{Info{Name: "token-bucket", Description: "limit tokens, refilled at limit per window: smooth rate, bursts up to the limit",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
 			scripted("token-bucket", tokenBucketSource, memberNone, 1)},
 		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
 			scripted("gcra", gcraSource, memberNone, 1)},
 	}
 }

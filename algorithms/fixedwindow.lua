@@ -29,10 +29,12 @@ if tonumber(stored[1]) == w then
   n = tonumber(stored[2])
 end
 if n < limit then
-  -- INCR, and set the expiry on the window's first hit.
+  -- INCR, and set the expiry on the window's first hit. The stored window
+  -- number decides; the expiry only collects the key, a window late, so that
+  -- a caller whose clock runs ahead of Redis's never loses a live count.
   redis.call('HSET', key, 'w', w, 'n', n + 1)
   if n == 0 then
-    redis.call('PEXPIRE', key, ends - now)
+    redis.call('PEXPIRE', key, ends - now + window)
   end
   return {1, limit - n - 1, 0}
 end

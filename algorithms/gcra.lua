@@ -34,7 +34,9 @@ local next_d = d + window    -- the new TAT, scaled, relative to now
 
 if next_d <= burst then
   redis.call('HSET', key, 't', now, 'd', next_d)
-  redis.call('PEXPIRE', key, math.max(math.ceil(next_d / limit), 1))
+  -- Once the TAT has passed the state is the same as none; the expiry only
+  -- collects it, a window late.
+  redis.call('PEXPIRE', key, math.ceil(next_d / limit) + window)
   return {1, math.floor((burst - next_d) / window), 0}
 end
 return {0, 0, math.ceil((next_d - burst) / limit)}

@@ -35,8 +35,10 @@ end
 if units >= window then
   units = units - window
   redis.call('HSET', key, 'u', units, 't', now)
-  -- Once full again the bucket is the same as no bucket.
-  redis.call('PEXPIRE', key, math.max(math.ceil((full - units) / limit), 1))
+  -- Once full again the bucket is the same as no bucket; the expiry only
+  -- collects it, a window late, so a caller's clock ahead of Redis's never
+  -- loses a live bucket.
+  redis.call('PEXPIRE', key, math.ceil((full - units) / limit) + window)
   return {1, math.floor(units / window), 0}
 end
 return {0, 0, math.ceil((window - units) / limit)}

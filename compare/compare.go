@@ -81,8 +81,13 @@ func (cfg Config) Validate() error {
 		return errors.New("--algorithms names no algorithm")
 	}
 	for _, name := range cfg.Algorithms {
-		if _, ok := algorithms.Lookup(name); !ok {
+		info, ok := algorithms.Lookup(name)
+		if !ok {
 			return fmt.Errorf("--algorithms: %w", &algorithms.UnknownError{Name: name})
+		}
+		if !info.CallerClock {
+			return fmt.Errorf("--algorithms: %s keeps its window in the key's expiry, on Redis's clock, "+
+				"so it cannot run on the simulated clock of the accuracy workloads", name)
 		}
 	}
 	for _, w := range cfg.Workloads {

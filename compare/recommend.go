@@ -14,7 +14,7 @@ func role(name string) string {
 	case "fixed-window":
 		return "cheapest, but bursts at window edges"
 	case "sliding-log":
-		return "exact, for low limits: memory grows with the limit"
+		return "for low limits: memory grows with the limit"
 	case "sliding-counter":
 		return "the right default"
 	case "token-bucket":

@@ -32,7 +32,7 @@ func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.Unive
 	opts.MaxRetries = -1
 	opts.PipelinePoolSize = -1
 	c := redis.NewUniversalClient(&opts)
-	c.AddHook(roundtrip.Hook{})
+	roundtrip.Attach(c)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -42,26 +42,20 @@ func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.Unive
 	return c, nil
 }
 
-// simClock is a caller clock the workload moves. It never runs behind the
-// wall clock since it was made: keys expire in real time, so a simulated
-// moment earlier than the real one could find state gone that should still
-// be there.
+// simClock is a caller clock the workload moves. The scripts keep the time
+// in their state and use key expiry only to collect state a window after it
+// stopped mattering, so a simulated clock running ahead of Redis's is safe.
 type simClock struct {
-	realStart time.Time
-	simStart  time.Time
-	offset    atomic.Int64 // ns after simStart
+	start  time.Time
+	offset atomic.Int64 // ns after start
 }
 
-func newSimClock(start time.Time) *simClock {
-	return &simClock{realStart: time.Now(), simStart: start}
-}
+func newSimClock(start time.Time) *simClock { return &simClock{start: start} }
 
-func (c *simClock) Now() time.Time {
-	off := max(time.Duration(c.offset.Load()), time.Since(c.realStart))
-	return c.simStart.Add(off)
-}
+// Now is the simulated time.
+func (c *simClock) Now() time.Time { return c.start.Add(time.Duration(c.offset.Load())) }
 
-// Set moves the clock to start+d (never backwards past the wall clock).
+// Set moves the clock to start+d.
 func (c *simClock) Set(d time.Duration) { c.offset.Store(int64(d)) }
 
 // nextBoundary is the first window boundary at least one window after now.
@@ -71,8 +65,12 @@ func nextBoundary(w time.Duration) time.Time {
 	return time.UnixMilli((now/ms + 2) * ms)
 }
 
+// burst releases BurstConcurrency goroutines at one key at the same
+// simulated instant, so that no algorithm refills during the burst.
 func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, name string, res *Result) error {
+	clock := newSimClock(nextBoundary(cfg.Policy.Window).Add(cfg.Policy.Window / 2))
 	rep, err := race.Run(ctx, race.Config{
+		Now:               clock.Now,
 		Redis:             cfg.Redis,
 		Limiters:          []string{name},
 		Policy:            cfg.Policy,

@@ -43,6 +43,9 @@ type Config struct {
 	Trials int
 	// Clock is where the Lua limiters take the time from.
 	Clock algorithms.Clock
+	// Now is the caller's clock; time.Now by default. A frozen clock makes
+	// every request of a burst arrive at the same instant for the limiters.
+	Now func() time.Time
 	// WatchRetries bounds the watch limiter's attempts; algorithms.DefaultWatchRetries when 0.
 	WatchRetries int
 	// Consumer prefixes the consumer part of every key; a random "race-…" by default.
@@ -302,11 +305,31 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 	opts.MaxIdleConns = 0      // keep them all
 	opts.PipelinePoolSize = -1 // pipelines use the same pre-opened connections
 	client := redis.NewUniversalClient(&opts)
-	client.AddHook(roundtrip.Hook{})
+	roundtrip.Attach(client)
 
-	// Hold n connections at once, so the pool must open n, and check each.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		// Every node has a pool of its own: fill each one.
+		err = cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			return holdConns(ctx, node, n)
+		})
+	} else {
+		err = holdConns(ctx, client, n)
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("race: opening %d connections: %w", n, err)
+	}
+	return client, nil
+}
+
+// holdConns holds n connections of c's pool at once, so the pool must open
+// n, and checks each with a PING.
+func holdConns(ctx context.Context, c interface {
+	Watch(context.Context, func(*redis.Tx) error, ...string) error
+}, n int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	var hold sync.WaitGroup
 	hold.Add(n)
@@ -314,13 +337,15 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 	var opened atomic.Int64
 	for range n {
 		g.Go(func() error {
+			held := false
 			// A Tx pins the connection of its first command until fn
 			// returns; with no keys it sends no WATCH, only the PING.
-			return client.Watch(gctx, func(tx *redis.Tx) error {
+			err := c.Watch(gctx, func(tx *redis.Tx) error {
 				err := tx.Ping(gctx).Err()
 				if err == nil {
 					opened.Add(1)
 				}
+				held = true
 				hold.Done()
 				select {
 				case <-release:
@@ -328,6 +353,10 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 				}
 				return err
 			})
+			if !held {
+				hold.Done()
+			}
+			return err
 		})
 	}
 	waited := make(chan struct{})
@@ -337,17 +366,15 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 	case <-gctx.Done():
 	}
 	close(release)
-	if err := g.Wait(); err != nil {
-		client.Close()
-		<-waited
-		return nil, fmt.Errorf("race: opening %d connections: %w", n, err)
-	}
+	err := g.Wait()
 	<-waited
-	if got := opened.Load(); got < int64(n) {
-		client.Close()
-		return nil, fmt.Errorf("race: opened %d of %d connections", got, n)
+	if err != nil {
+		return err
 	}
-	return client, nil
+	if got := opened.Load(); got < int64(n) {
+		return fmt.Errorf("opened %d of %d", got, n)
+	}
+	return nil
 }
 
 // worker holds one goroutine's measurements over a limiter's trials.
@@ -364,8 +391,11 @@ type worker struct {
 
 func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, name string) (Result, error) {
 	info, _ := algorithms.Lookup(name)
-	lim, err := algorithms.New(name, client, cfg.Policy,
-		algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries))
+	opts := []algorithms.Option{algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries)}
+	if cfg.Now != nil {
+		opts = append(opts, algorithms.WithNow(cfg.Now))
+	}
+	lim, err := algorithms.New(name, client, cfg.Policy, opts...)
 	if err != nil {
 		return Result{}, err
 	}

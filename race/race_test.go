@@ -244,3 +244,22 @@ func TestTrialsOutlastingTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestRaceOnCluster: every limiter keeps its invariants on a three-master
+// Redis Cluster, with no CROSSSLOT error (errors would fail the run).
+func TestRaceOnCluster(t *testing.T) {
+	redistest.Client(t, srv) // skips without redis-server, fails under CI
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	cfg := config(t, cl.Addrs()[0], algorithms.Names()...)
+	cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
+	cfg.Trials = 6
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, rep)
+}

@@ -120,7 +120,7 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 	}
 	var ropts *redis.UniversalOptions
 	if url, source := redisFlag(opts.Redis); url != "" {
-		if ropts, err = parseRedisURL(url, source); err != nil {
+		if ropts, err = parseRedisURL(url, source, false); err != nil {
 			return cfg, "", nil, &usageError{err}
 		}
 	}

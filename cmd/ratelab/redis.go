@@ -31,32 +31,47 @@ func redisFlag(flag string) (url, source string) {
 	return os.Getenv("REDIS_URL"), "REDIS_URL"
 }
 
-// parseRedisURL turns a redis://, rediss:// or unix:// URL into client
-// options with ratelab's timeouts, and no automatic retries: a retried
-// decision could be counted twice.
-func parseRedisURL(raw, source string) (*redis.UniversalOptions, error) {
-	o, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", source, redact(raw), err)
-	}
-	u := &redis.UniversalOptions{
-		Addrs:        []string{o.Addr},
-		Username:     o.Username,
-		Password:     o.Password,
-		DB:           o.DB,
-		TLSConfig:    o.TLSConfig,
-		Protocol:     o.Protocol,
-		ClientName:   o.ClientName,
-		DialTimeout:  or(o.DialTimeout, dialTimeout),
-		ReadTimeout:  or(o.ReadTimeout, ioTimeout),
-		WriteTimeout: or(o.WriteTimeout, ioTimeout),
-		MaxRetries:   -1,
-	}
-	if o.Network == "unix" {
-		u.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", addr)
+// parseRedisURL turns a redis://, rediss:// or unix:// URL, or several
+// comma-separated redis:// URLs of one Redis Cluster, into client options
+// with ratelab's timeouts and no automatic retries: a retried decision could
+// be counted twice. cluster forces Cluster mode for a single seed address.
+func parseRedisURL(raw, source string, cluster bool) (*redis.UniversalOptions, error) {
+	var u *redis.UniversalOptions
+	for _, part := range strings.Split(raw, ",") {
+		o, err := redis.ParseURL(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", source, redact(raw), err)
 		}
+		if u != nil {
+			u.Addrs = append(u.Addrs, o.Addr)
+			continue
+		}
+		u = &redis.UniversalOptions{
+			Addrs:         []string{o.Addr},
+			Username:      o.Username,
+			Password:      o.Password,
+			DB:            o.DB,
+			TLSConfig:     o.TLSConfig,
+			Protocol:      o.Protocol,
+			ClientName:    o.ClientName,
+			DialTimeout:   or(o.DialTimeout, dialTimeout),
+			ReadTimeout:   or(o.ReadTimeout, ioTimeout),
+			WriteTimeout:  or(o.WriteTimeout, ioTimeout),
+			MaxRetries:    -1,
+			IsClusterMode: cluster,
+		}
+		if o.Network == "unix" {
+			u.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", addr)
+			}
+		}
+	}
+	if len(u.Addrs) > 1 {
+		u.IsClusterMode = true
+	}
+	if u.IsClusterMode && u.DB != 0 {
+		return nil, fmt.Errorf("%s %q: a Redis Cluster has only database 0", source, redact(raw))
 	}
 	return u, nil
 }
@@ -112,6 +127,21 @@ func openTarget(ctx context.Context, opts *redis.UniversalOptions, stderr io.Wri
 		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1}
 	return &target{opts: o, close: srv.Stop,
 		info: race.Server{Mode: string(srv.Mode), Version: srv.Version, Addr: srv.Addr}}, nil
+}
+
+// openLocalCluster starts a private three-master Redis Cluster.
+func openLocalCluster(ctx context.Context) (*target, error) {
+	cl, err := redisrun.StartCluster(ctx, 3, redisrun.Options{})
+	if errors.Is(err, redisrun.ErrNotFound) {
+		return nil, fmt.Errorf("--cluster-local needs redis-server on PATH: %w", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, DialTimeout: dialTimeout,
+		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1}
+	return &target{opts: o, close: cl.Stop,
+		info: race.Server{Mode: string(redisrun.Ephemeral), Version: cl.Version(), Addr: strings.Join(cl.Addrs(), ",")}}, nil
 }
 
 // serverVersion PINGs the server and reads redis_version from INFO server.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,33 @@ func TestInCI(t *testing.T) {
 		if got := redistest.InCI(); got != want {
 			t.Errorf("CI=%q: InCI() = %v", v, got)
 		}
+	}
+}
+
+func TestCluster(t *testing.T) {
+	needRedisServer(t)
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	// Keys in many slots land on all three masters.
+	for i := range 100 {
+		if err := c.Set(ctx, "k"+strconv.Itoa(i), i, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	masters := 0
+	err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.DBSize(ctx).Val() > 0 {
+			masters++
+		}
+		return nil
+	})
+	if err != nil || masters != 3 {
+		t.Fatalf("keys on %d of 3 masters (%v)", masters, err)
 	}
 }

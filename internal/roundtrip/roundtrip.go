@@ -63,3 +63,14 @@ func (Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPip
 		return err
 	}
 }
+
+// Attach adds the hook to c. On a Cluster it goes on every node's client
+// (as nodes are found), where transactions run too; call it before the
+// client sends anything.
+func Attach(c redis.UniversalClient) {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(Hook{}) })
+		return
+	}
+	c.AddHook(Hook{})
+}
