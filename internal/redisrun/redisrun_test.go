@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,14 +131,14 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	masters := 0
+	var masters atomic.Int32 // ForEachMaster calls in parallel
 	err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		if n.DBSize(ctx).Val() > 0 {
-			masters++
+			masters.Add(1)
 		}
 		return nil
 	})
-	if err != nil || masters != 3 {
-		t.Fatalf("keys on %d of 3 masters (%v)", masters, err)
+	if err != nil || masters.Load() != 3 {
+		t.Fatalf("keys on %d of 3 masters (%v)", masters.Load(), err)
 	}
 }
