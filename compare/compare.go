@@ -48,6 +48,8 @@ type Config struct {
 	Redis *redis.UniversalOptions
 	// Algorithms are registry names, measured in this order.
 	Algorithms []string
+	// Scripts are users' own Lua limiters, measured after Algorithms.
+	Scripts []algorithms.UserScript
 	// Workloads to run; every workload when empty.
 	Workloads []string
 	// Policy is the limit each algorithm enforces (the memory workload uses its own limits).
@@ -77,8 +79,13 @@ type Config struct {
 // Validate checks cfg before anything is sent. Errors name the flag the
 // command line binds to the field.
 func (cfg Config) Validate() error {
-	if len(cfg.Algorithms) == 0 {
+	if len(cfg.Algorithms) == 0 && len(cfg.Scripts) == 0 {
 		return errors.New("--algorithms names no algorithm")
+	}
+	for _, s := range cfg.Scripts {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("--script-args: %w", err)
+		}
 	}
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
@@ -258,7 +265,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{
 		Command: "compare",
 		Config: Settings{
-			Algorithms: cfg.Algorithms, Workloads: cfg.Workloads,
+			Algorithms: slices.Clone(cfg.Algorithms), Workloads: cfg.Workloads,
 			Limit: cfg.Policy.Limit, WindowMillis: cfg.Policy.Window.Milliseconds(),
 			BurstConcurrency: cfg.BurstConcurrency, BurstTrials: cfg.BurstTrials,
 			AccuracyClients: cfg.AccuracyClients, AccuracyWindows: cfg.AccuracyWindows, Seed: cfg.Seed,
@@ -272,12 +279,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer client.Close()
 
 	run := func(w string) bool { return slices.Contains(cfg.Workloads, w) }
+	var entrants []entrant
 	for _, name := range cfg.Algorithms {
 		info, _ := algorithms.Lookup(name)
-		res := Result{Algorithm: name, Description: info.Description, Exact: info.Exact, KeysPerClient: info.KeysPerClient}
+		entrants = append(entrants, entrant{info: info})
+	}
+	for _, s := range cfg.Scripts {
+		rep.Config.Algorithms = append(rep.Config.Algorithms, s.Name)
+		entrants = append(entrants, entrant{info: s.Info(), script: &s})
+	}
+	for _, e := range entrants {
+		name := e.info.Name
+		res := Result{Algorithm: name, Description: e.info.Description, Exact: e.info.Exact, KeysPerClient: e.info.KeysPerClient}
 		steps := []struct {
 			workload string
-			fn       func(context.Context, redis.UniversalClient, Config, string, *Result) error
+			fn       func(context.Context, redis.UniversalClient, Config, entrant, *Result) error
 		}{
 			{Burst, burst}, {Boundary, boundary}, {Hammer, hammer},
 			{Accuracy, accuracy}, {Memory, memory}, {Throughput, throughput},
@@ -292,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			if cfg.Progress != nil {
 				cfg.Progress(name, s.workload)
 			}
-			if err := s.fn(ctx, client, cfg, name, &res); err != nil {
+			if err := s.fn(ctx, client, cfg, e, &res); err != nil {
 				return rep, fmt.Errorf("compare: %s: %s: %w", name, s.workload, err)
 			}
 		}

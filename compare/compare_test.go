@@ -3,6 +3,7 @@ package compare_test
 import (
 	"context"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,4 +110,37 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// TestCompareOnCluster: every workload runs on a three-master Cluster with
+// no CROSSSLOT error, and leaves no key behind.
+func TestCompareOnCluster(t *testing.T) {
+	redistest.Client(t, srv)
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	cfg := config(t, cl.Addrs()[0])
+	cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
+	cfg.AccuracyClients = 5
+	rep, err := compare.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if *r.BurstOverAdmitted != 0 || r.OpsPerSec == nil || r.BytesPerClient == nil {
+			t.Errorf("%s: burst over %d, ops %v, memory %v", r.Algorithm, *r.BurstOverAdmitted, deref(r.OpsPerSec), r.BytesPerClient)
+		}
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer c.Close()
+	var left atomic.Int64
+	_ = c.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+		left.Add(n.DBSize(ctx).Val())
+		return nil
+	})
+	if left.Load() != 0 {
+		t.Errorf("%d keys left on the cluster", left.Load())
+	}
 }

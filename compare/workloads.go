@@ -67,18 +67,23 @@ func nextBoundary(w time.Duration) time.Time {
 
 // burst releases BurstConcurrency goroutines at one key at the same
 // simulated instant, so that no algorithm refills during the burst.
-func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, name string, res *Result) error {
+func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	clock := newSimClock(nextBoundary(cfg.Policy.Window).Add(cfg.Policy.Window / 2))
-	rep, err := race.Run(ctx, race.Config{
+	rc := race.Config{
 		Now:               clock.Now,
 		Redis:             cfg.Redis,
-		Limiters:          []string{name},
 		Policy:            cfg.Policy,
 		Concurrency:       cfg.BurstConcurrency,
 		RequestsPerWorker: 1,
 		Trials:            cfg.BurstTrials,
 		Consumer:          cfg.Consumer + "-burst",
-	})
+	}
+	if e.script != nil {
+		rc.Scripts = []algorithms.UserScript{*e.script}
+	} else {
+		rc.Limiters = []string{e.info.Name}
+	}
+	rep, err := race.Run(ctx, rc)
 	if err != nil {
 		return err
 	}
@@ -92,14 +97,14 @@ func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, name string
 
 // boundary sends a full limit 1 ms before a window boundary and another at
 // it, and finds the most admitted inside one window's span.
-func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	b := nextBoundary(cfg.Policy.Window)
 	clock := newSimClock(b.Add(-time.Millisecond))
-	lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+	lim, err := e.new(client, cfg.Policy, algorithms.WithNow(clock.Now))
 	if err != nil {
 		return err
 	}
-	key := algorithms.Key(cfg.Consumer+"-boundary", name)
+	key := algorithms.Key(cfg.Consumer+"-boundary", e.info.Name)
 	defer cleanup(client, lim, key)
 	var admitted []int64
 	for _, at := range []time.Duration{0, time.Millisecond} {
@@ -121,14 +126,14 @@ func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, nam
 
 // hammer has one client send at three times the limit for three windows,
 // then retry every 100 ms until admitted (for at most ten windows).
-func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	w := cfg.Policy.Window
 	clock := newSimClock(nextBoundary(w))
-	lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+	lim, err := e.new(client, cfg.Policy, algorithms.WithNow(clock.Now))
 	if err != nil {
 		return err
 	}
-	key := algorithms.Key(cfg.Consumer+"-hammer", name)
+	key := algorithms.Key(cfg.Consumer+"-hammer", e.info.Name)
 	defer cleanup(client, lim, key)
 	n := 9 * cfg.Policy.Limit
 	interval := w / time.Duration(3*cfg.Policy.Limit)
@@ -179,7 +184,7 @@ func maxInWindow(times []int64, w int64) int64 {
 // accuracy sends each client a Poisson stream at 0.8 to 1.2 times the limit
 // for AccuracyWindows windows and judges every decision against an exact
 // sliding window over what the algorithm admitted.
-func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	w := cfg.Policy.Window
 	span := time.Duration(cfg.AccuracyWindows) * w
 	// Bound the stream to about 200,000 decisions.
@@ -214,11 +219,11 @@ func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, nam
 		g.Go(func() error {
 			for c := range next {
 				clock := newSimClock(nextBoundary(w))
-				lim, err := algorithms.New(name, client, cfg.Policy, algorithms.WithNow(clock.Now))
+				lim, err := e.new(client, cfg.Policy, algorithms.WithNow(clock.Now))
 				if err != nil {
 					return err
 				}
-				key := algorithms.Key(cfg.Consumer+"-accuracy-"+strconv.Itoa(c), name)
+				key := algorithms.Key(cfg.Consumer+"-accuracy-"+strconv.Itoa(c), e.info.Name)
 				var window []int64 // what the algorithm admitted, oldest first
 				for _, t := range streams[c] {
 					clock.Set(t)
@@ -259,16 +264,16 @@ func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, nam
 
 // memory fills one client to each of MemoryLimits and reads MEMORY USAGE
 // of its keys. On a server without MEMORY USAGE the figures stay null.
-func memory(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
+func memory(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	out := map[string]int64{}
 	for _, limit := range MemoryLimits() {
 		p := algorithms.Policy{Limit: limit, Window: cfg.Policy.Window}
 		clock := newSimClock(nextBoundary(p.Window))
-		lim, err := algorithms.New(name, client, p, algorithms.WithNow(clock.Now))
+		lim, err := e.new(client, p, algorithms.WithNow(clock.Now))
 		if err != nil {
 			return err
 		}
-		key := algorithms.Key(cfg.Consumer+"-memory-"+strconv.FormatInt(limit, 10), name)
+		key := algorithms.Key(cfg.Consumer+"-memory-"+strconv.FormatInt(limit, 10), e.info.Name)
 		if err := fill(ctx, lim, key, limit); err != nil {
 			cleanup(client, lim, key)
 			return err
@@ -322,8 +327,8 @@ func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 
 
 // throughput runs Connections goroutines of back-to-back decisions over Keys
 // clients for Duration, on the real clock.
-func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, name string, res *Result) error {
-	lim, err := algorithms.New(name, client, cfg.Policy)
+func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
+	lim, err := e.new(client, cfg.Policy)
 	if err != nil {
 		return err
 	}
@@ -334,7 +339,7 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, n
 	}
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
-		keys[i] = algorithms.Key(cfg.Consumer+"-tp-"+strconv.Itoa(i), name)
+		keys[i] = algorithms.Key(cfg.Consumer+"-tp-"+strconv.Itoa(i), e.info.Name)
 	}
 	defer cleanup(client, lim, keys...)
 	before, statsErr := commandStats(ctx, client)
@@ -437,6 +442,19 @@ func commandStats(ctx context.Context, client redis.UniversalClient) (map[string
 		return out, err
 	}
 	return out, read(ctx, client)
+}
+
+// entrant is one algorithm under comparison: a registered one, or a user's script.
+type entrant struct {
+	info   algorithms.Info
+	script *algorithms.UserScript
+}
+
+func (e entrant) new(c redis.UniversalClient, p algorithms.Policy, opts ...algorithms.Option) (algorithms.Limiter, error) {
+	if e.script != nil {
+		return e.script.New(c, p, opts...)
+	}
+	return algorithms.New(e.info.Name, c, p, opts...)
 }
 
 // keysOf lists the Redis keys that hold a client's state in lim.

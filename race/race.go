@@ -33,6 +33,8 @@ type Config struct {
 	Redis *redis.UniversalOptions
 	// Limiters are registry names, raced in this order.
 	Limiters []string
+	// Scripts are users' own Lua limiters, raced after Limiters.
+	Scripts []algorithms.UserScript
 	// Policy is the limit every limiter enforces.
 	Policy algorithms.Policy
 	// Concurrency is the number of goroutines released together; 1 to MaxConcurrency.
@@ -78,7 +80,7 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("--trials must be between 1 and %d (got %d)", MaxTrials, cfg.Trials)
 	case cfg.WatchRetries < 0:
 		return fmt.Errorf("--watch-retries must be at least 1 (got %d)", cfg.WatchRetries)
-	case len(cfg.Limiters) == 0:
+	case len(cfg.Limiters) == 0 && len(cfg.Scripts) == 0:
 		return errors.New("--limiters names no limiter")
 	}
 	if cfg.Policy.Limit < 1 {
@@ -90,6 +92,11 @@ func (cfg Config) Validate() error {
 	for _, name := range cfg.Limiters {
 		if _, ok := algorithms.Lookup(name); !ok {
 			return fmt.Errorf("--limiters: %w", &algorithms.UnknownError{Name: name})
+		}
+	}
+	for _, s := range cfg.Scripts {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("--script-args: %w", err)
 		}
 	}
 	return nil
@@ -269,7 +276,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{
 		Command: "race",
 		Config: Settings{
-			Limiters:          cfg.Limiters,
+			Limiters:          slices.Clone(cfg.Limiters),
 			Concurrency:       cfg.Concurrency,
 			Limit:             cfg.Policy.Limit,
 			WindowMillis:      cfg.Policy.Window.Milliseconds(),
@@ -279,10 +286,35 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			WatchRetries:      cfg.WatchRetries,
 		},
 	}
+	opts := []algorithms.Option{algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries)}
+	if cfg.Now != nil {
+		opts = append(opts, algorithms.WithNow(cfg.Now))
+	}
+	type entrant struct {
+		info algorithms.Info
+		make func() (algorithms.Limiter, error)
+	}
+	var entrants []entrant
 	for _, name := range cfg.Limiters {
-		res, err := runLimiter(ctx, client, cfg, name)
+		info, _ := algorithms.Lookup(name)
+		entrants = append(entrants, entrant{info, func() (algorithms.Limiter, error) {
+			return algorithms.New(name, client, cfg.Policy, opts...)
+		}})
+	}
+	for _, s := range cfg.Scripts {
+		rep.Config.Limiters = append(rep.Config.Limiters, s.Name)
+		entrants = append(entrants, entrant{s.Info(), func() (algorithms.Limiter, error) {
+			return s.New(client, cfg.Policy, opts...)
+		}})
+	}
+	for _, e := range entrants {
+		lim, err := e.make()
 		if err != nil {
-			return rep, fmt.Errorf("race: %s: %w", name, err)
+			return rep, fmt.Errorf("race: %s: %w", e.info.Name, err)
+		}
+		res, err := runLimiter(ctx, client, cfg, e.info, lim)
+		if err != nil {
+			return rep, fmt.Errorf("race: %s: %w", e.info.Name, err)
 		}
 		rep.Results = append(rep.Results, res)
 	}
@@ -389,16 +421,8 @@ type worker struct {
 	err       error
 }
 
-func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, name string) (Result, error) {
-	info, _ := algorithms.Lookup(name)
-	opts := []algorithms.Option{algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries)}
-	if cfg.Now != nil {
-		opts = append(opts, algorithms.WithNow(cfg.Now))
-	}
-	lim, err := algorithms.New(name, client, cfg.Policy, opts...)
-	if err != nil {
-		return Result{}, err
-	}
+func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, info algorithms.Info, lim algorithms.Limiter) (Result, error) {
+	name := info.Name
 	res := Result{
 		Limiter:     name,
 		Atomic:      info.Atomic,

@@ -192,16 +192,11 @@ func raceMarkdown(w io.Writer, rep race.Report) error {
 	b.WriteString("## ratelab race\n\n")
 	b.WriteString(raceSummary(rep) + "\n\n")
 	b.WriteString("**" + RaceVerdict(rep) + "**\n\n")
-	headers := raceHeaders()
-	b.WriteString("| " + strings.Join(headers, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat(" --- |", len(headers)) + "\n")
-	for _, r := range rep.Results {
-		cells := raceRow(r)
-		for i := range cells {
-			cells[i] = escapeMarkdown(cells[i])
+	writeMarkdownTable(&b, raceHeaders(), func(yield func([]string)) {
+		for _, r := range rep.Results {
+			yield(raceRow(r))
 		}
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
-	}
+	})
 	b.WriteString("\n")
 	for _, n := range raceNotes(rep) {
 		b.WriteString("- " + n + "\n")

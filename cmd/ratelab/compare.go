@@ -31,6 +31,7 @@ type compareOptions struct {
 	Duration        time.Duration
 	AccuracyClients int
 	Seed            uint64
+	Script          scriptOptions
 
 	Stdout, Stderr  io.Writer
 	Color, Progress bool
@@ -79,6 +80,7 @@ Workloads (--workloads, comma-separated, all by default):
 	f.DurationVar(&opts.Duration, "duration", 3*time.Second, "length of each throughput measurement")
 	f.IntVar(&opts.AccuracyClients, "accuracy-clients", 50, "clients in the accuracy workload's Poisson stream")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the accuracy workload's stream")
+	opts.Script.bind(f)
 	_ = cmd.RegisterFlagCompletionFunc("algorithms", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return append(algorithms.Names(), "all"), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -113,6 +115,10 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 	if err != nil {
 		return cfg, "", nil, usagef("--algorithms: %w", err)
 	}
+	scripts, err := opts.Script.load()
+	if err != nil {
+		return cfg, "", nil, err
+	}
 	var workloads []string
 	if opts.Workloads != "all" {
 		for _, w := range strings.Split(opts.Workloads, ",") {
@@ -134,6 +140,7 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 	}
 	cfg = compare.Config{
 		Algorithms:      names,
+		Scripts:         scripts,
 		Workloads:       workloads,
 		Policy:          algorithms.Policy{Limit: opts.Limit, Window: opts.Window},
 		Connections:     opts.Connections,

@@ -301,3 +301,110 @@ func privateServers(t *testing.T) []string {
 	}
 	return found
 }
+
+// TestRaceUserScript: a script whose member is the millisecond timestamp is
+// caught; ratelab's own sliding log, raced as a user script, holds.
+func TestRaceUserScript(t *testing.T) {
+	redistest.Client(t, srv)
+	code, stdout, stderr := ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--fail-on-leak", "--output", "json",
+		"--script", "testdata/timestamp_member.lua", "--script-args", "{limit} {window_ms} {now_ms} {now_ms}")
+	if code != exitThreshold || !strings.Contains(stderr, "script:timestamp_member over-admitted") {
+		t.Fatalf("racy script: exit %d, stderr %q; want exit 3 naming it", code, stderr)
+	}
+	var rep struct{ Results []struct{ Limiter string } }
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 2 || rep.Results[0].Limiter != "lua" {
+		t.Fatalf("want lua beside the script: %v %s", err, stdout)
+	}
+	code, _, stderr = ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--fail-on-leak", "--output", "json",
+		"--script", "../../algorithms/slidinglog.lua", "--script-name", "mine")
+	if code != exitOK {
+		t.Fatalf("sliding log as a user script: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--script", "testdata/nope.lua"}, "--script: open testdata/nope.lua"},
+		{[]string{"--script", "testdata/timestamp_member.lua", "--script-args", "{limit} {bogus}"}, "unknown placeholder {bogus}"},
+		{[]string{"--script-name", "x"}, "--script-name needs --script"},
+		{[]string{"--script", "testdata/timestamp_member.lua", "--script-name", "lua"}, `--script-name "lua" is a built-in`},
+	} {
+		code, _, stderr := ratelab(t, append([]string{"race", "--redis", srv.URL()}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+func TestCompareBadInput(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
+		{[]string{"--window", "0s"}, "--window: window must be positive"},
+		{[]string{"--algorithms", "naive"}, "--algorithms: naive keeps its window in the key's expiry"},
+		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown limiter "bogus"`},
+		{[]string{"--workloads", "burst,soak"}, `--workloads: unknown workload "soak"`},
+		{[]string{"--connections", "0"}, "--connections must be at least 1 (got 0)"},
+		{[]string{"--duration", "-1s"}, "--duration must be positive (got -1s)"},
+		{[]string{"--cluster-local"}, "--cluster-local starts its own cluster: it cannot be combined with --redis"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, stdout, stderr := ratelab(t, append([]string{"compare", "--redis", srv.URL()}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections: something was sent")
+			}
+		})
+	}
+	code, _, stderr := ratelab(t, "compare", "--cluster")
+	if code != exitUsage || !strings.Contains(stderr, "--cluster needs --redis") {
+		t.Errorf("--cluster alone: exit %d, %q", code, stderr)
+	}
+}
+
+// TestCompareJSON checks the fields the JSON promises, on a short run.
+func TestCompareJSON(t *testing.T) {
+	redistest.Client(t, srv)
+	code, stdout, stderr := ratelab(t, "compare", "--redis", srv.URL(), "--limit", "10", "--duration", "200ms",
+		"--keys", "100", "--connections", "4", "--accuracy-clients", "5", "--output", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep["command"] != "compare" || rep["ping_ops_per_sec"] == nil {
+		t.Errorf("command %v, ping_ops_per_sec %v", rep["command"], rep["ping_ops_per_sec"])
+	}
+	results := rep["results"].([]any)
+	if len(results) != 5 {
+		t.Fatalf("%d results, want the 5 algorithms", len(results))
+	}
+	for _, r := range results {
+		r := r.(map[string]any)
+		for _, f := range []string{"algorithm", "exact", "keys_per_client", "round_trips", "burst_over_admitted",
+			"boundary_max_in_window", "hammer_max_in_window", "hammer_recovery_ms", "false_allow_rate",
+			"false_deny_rate", "bytes_per_client", "ops_per_sec", "latency_us", "recommendation"} {
+			if v, ok := r[f]; !ok || v == nil {
+				t.Errorf("%v: field %q missing or null", r["algorithm"], f)
+			}
+		}
+		mem, _ := r["bytes_per_client"].(map[string]any)
+		for _, l := range []string{"10", "100", "1000", "10000"} {
+			if _, ok := mem[l]; !ok {
+				t.Errorf("%v: no bytes_per_client[%s]", r["algorithm"], l)
+			}
+		}
+		lat, _ := r["latency_us"].(map[string]any)
+		if lat["p50"] == nil || lat["p99"] == nil {
+			t.Errorf("%v: latency_us = %v", r["algorithm"], lat)
+		}
+	}
+}

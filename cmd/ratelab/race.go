@@ -30,6 +30,9 @@ type raceOptions struct {
 	Redis             string
 	Output            string
 	FailOnLeak        bool
+	Script            scriptOptions
+	// LimitersSet is whether --limiters was given.
+	LimitersSet bool
 
 	Stdout, Stderr io.Writer
 	// Color and Progress are decided from the terminal by the command.
@@ -51,11 +54,13 @@ port and stops it on exit; with no redis-server on PATH it uses an embedded Redi
 		Example: `  ratelab race
   ratelab race --limiters all --trials 50
   ratelab race --redis redis://127.0.0.1:6379/0 --output json
-  ratelab race --fail-on-leak --limiters lua,watch`,
+  ratelab race --fail-on-leak --limiters lua,watch
+  ratelab race --script my_limiter.lua --script-args "{limit} {window_ms} {now_ms} {member}" --fail-on-leak`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
 			opts.Progress = isTerminal(stderr)
+			opts.LimitersSet = cmd.Flags().Changed("limiters")
 			return runRace(cmd.Context(), opts)
 		},
 	}
@@ -71,6 +76,7 @@ port and stops it on exit; with no redis-server on PATH it uses an embedded Redi
 	f.StringVar(&opts.Redis, "redis", "", "Redis URL: redis://, rediss:// or unix:// (default $REDIS_URL, else a private redis-server)")
 	f.StringVarP(&opts.Output, "output", "o", "table", "output format: table, markdown or json")
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when any limiter admitted more than the limit")
+	opts.Script.bind(f)
 	_ = cmd.RegisterFlagCompletionFunc("limiters", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return append(algorithms.Names(), "all"), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -99,7 +105,15 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 	if err != nil {
 		return cfg, "", nil, usagef("--clock: %w", err)
 	}
-	names, err := algorithms.ParseNames(opts.Limiters)
+	scripts, err := opts.Script.load()
+	if err != nil {
+		return cfg, "", nil, err
+	}
+	list := opts.Limiters
+	if len(scripts) > 0 && !opts.LimitersSet {
+		list = "lua" // the reference the script is raced beside
+	}
+	names, err := algorithms.ParseNames(list)
 	if err != nil {
 		return cfg, "", nil, usagef("--limiters: %w", err)
 	}
@@ -108,6 +122,7 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 	}
 	cfg = race.Config{
 		Limiters:          names,
+		Scripts:           scripts,
 		Policy:            algorithms.Policy{Limit: opts.Limit, Window: opts.Window},
 		Concurrency:       opts.Concurrency,
 		RequestsPerWorker: opts.RequestsPerWorker,

@@ -1,0 +1,66 @@
+package reports_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/reports"
+)
+
+func i64(v int64) *int64                  { return &v }
+func f64(v float64) *float64              { return &v }
+func lat(p50, p99 int64) *compare.Latency { return &compare.Latency{P50: p50, P99: p99} }
+
+// fixedCompare is a comparison with fixed numbers, as a run would return it.
+func fixedCompare() compare.Report {
+	mem := func(a, b, c, d int64) map[string]int64 {
+		return map[string]int64{"10": a, "100": b, "1000": c, "10000": d}
+	}
+	return compare.Report{
+		Command: "compare",
+		Redis:   compare.Server{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
+		Config: compare.Settings{Algorithms: []string{"fixed-window", "sliding-log", "sliding-counter"},
+			Workloads: compare.Workloads(), Limit: 100, WindowMillis: 1000, BurstConcurrency: 200, BurstTrials: 5,
+			AccuracyClients: 50, AccuracyWindows: 10, Seed: 1, Connections: 50, Keys: 10000, DurationMillis: 3000},
+		PingOpsPerSec:     f64(50921),
+		PingLatencyMicros: lat(957, 2600),
+		ElapsedMillis:     29670,
+		Results: []compare.Result{
+			{Algorithm: "fixed-window", KeysPerClient: 1, RoundTrips: f64(1), RedisCommands: f64(2.3),
+				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(200), HammerMaxInWindow: i64(100),
+				HammerRecoveryMillis: i64(100), FalseAllowRate: f64(0.2771), FalseDenyRate: f64(0), AccuracyDecisions: 50000,
+				BytesPerClient: mem(120, 136, 136, 136), OpsPerSec: f64(32275), LatencyMicros: lat(1500, 4170),
+				Recommendation: "fixed-window: cheapest, but bursts at window edges"},
+			{Algorithm: "sliding-log", Exact: true, KeysPerClient: 1, RoundTrips: f64(1), RedisCommands: f64(4),
+				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(100), HammerMaxInWindow: i64(100),
+				HammerRecoveryMillis: i64(100), FalseAllowRate: f64(0), FalseDenyRate: f64(0), AccuracyDecisions: 50000,
+				BytesPerClient: mem(408, 3672, 118600, 1291300), OpsPerSec: f64(30286), LatencyMicros: lat(1520, 3990),
+				Recommendation: "sliding-log: for low limits: memory grows with the limit; exact"},
+			{Algorithm: "sliding-counter", KeysPerClient: 2, RoundTrips: f64(1), RedisCommands: f64(4),
+				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(100), HammerMaxInWindow: i64(100),
+				HammerLockedOut: true, FalseAllowRate: f64(0.0000312), FalseDenyRate: f64(0.0485), AccuracyDecisions: 50000,
+				OpsPerSec: f64(30687), LatencyMicros: lat(1390, 4760),
+				Recommendation: "sliding-counter: the right default"},
+		},
+	}
+}
+
+func TestCompareGolden(t *testing.T) {
+	for _, tc := range []struct {
+		format reports.Format
+		file   string
+	}{
+		{reports.Table, "compare.table.golden"},
+		{reports.Markdown, "compare.md.golden"},
+		{reports.JSON, "compare.json.golden"},
+	} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := reports.Compare(&buf, fixedCompare(), tc.format, reports.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.file, buf.Bytes())
+		})
+	}
+}
