@@ -59,7 +59,7 @@ const sharedMember = "request"
 // collapse into one entry.
 type Scripted struct {
 	name    string
-	client  redis.UniversalClient
+	client  redis.Scripter
 	policy  Policy
 	clock   Clock
 	now     func() time.Time
@@ -71,7 +71,7 @@ type Scripted struct {
 
 var _ Limiter = (*Scripted)(nil)
 
-func newScripted(name string, c redis.UniversalClient, p Policy, o Options, src string, mode memberMode, keys int) *Scripted {
+func newScripted(name string, c redis.Scripter, p Policy, o Options, src string, mode memberMode, keys int) *Scripted {
 	return &Scripted{
 		name:    name,
 		client:  c,

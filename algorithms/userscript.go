@@ -60,8 +60,8 @@ func (u UserScript) Info() Info {
 		RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1}
 }
 
-// New builds the limiter.
-func (u UserScript) New(client redis.UniversalClient, p Policy, opts ...Option) (Limiter, error) {
+// New builds the limiter on any client that runs scripts.
+func (u UserScript) New(client redis.Scripter, p Policy, opts ...Option) (Limiter, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (u UserScript) New(client redis.UniversalClient, p Policy, opts ...Option) 
 
 type userLimiter struct {
 	spec    UserScript
-	client  redis.UniversalClient
+	client  redis.Scripter
 	policy  Policy
 	clock   Clock
 	now     func() time.Time

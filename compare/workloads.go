@@ -342,12 +342,17 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e
 		keys[i] = algorithms.Key(cfg.Consumer+"-tp-"+strconv.Itoa(i), e.info.Name)
 	}
 	defer cleanup(client, lim, keys...)
-	before, statsErr := commandStats(ctx, client)
-	tctx, counter := roundtrip.With(ctx)
-	ops, hist, err := drive(tctx, cfg, func(ctx context.Context, i int) error {
+	decide := func(ctx context.Context, i int) error {
 		_, err := lim.Allow(ctx, keys[i%len(keys)])
 		return err
-	})
+	}
+	// A short unmeasured run first, so that no algorithm pays for warming up.
+	if _, _, err := drive(ctx, cfg, cfg.Duration/10, decide); err != nil {
+		return err
+	}
+	before, statsErr := commandStats(ctx, client)
+	tctx, counter := roundtrip.With(ctx)
+	ops, hist, err := drive(tctx, cfg, cfg.Duration, decide)
 	if err != nil {
 		return err
 	}
@@ -371,25 +376,27 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e
 	return nil
 }
 
-// drive runs cfg.Connections goroutines calling op back to back for
-// cfg.Duration and returns operations per second and the merged latencies.
-func drive(ctx context.Context, cfg Config, op func(ctx context.Context, i int) error) (float64, *hdrhistogram.Histogram, error) {
+// drive runs cfg.Connections goroutines calling op back to back for d and
+// returns operations per second and the merged latencies.
+func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context.Context, i int) error) (float64, *hdrhistogram.Histogram, error) {
 	hists := make([]*hdrhistogram.Histogram, cfg.Connections)
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
-	deadline := start.Add(cfg.Duration)
+	deadline := start.Add(d)
 	for w := range hists {
 		hists[w] = newHist()
 		g.Go(func() error {
 			rng := mrand.New(mrand.NewPCG(uint64(w), cfg.Seed))
-			for time.Now().Before(deadline) {
+			for {
 				t0 := time.Now()
+				if !t0.Before(deadline) {
+					return nil
+				}
 				if err := op(gctx, rng.IntN(math.MaxInt32)); err != nil {
 					return err
 				}
 				_ = hists[w].RecordValue(max(time.Since(t0).Microseconds(), 1))
 			}
-			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -405,7 +412,11 @@ func drive(ctx context.Context, cfg Config, op func(ctx context.Context, i int) 
 
 // pingCeiling is the server's own ceiling on the same connections: PINGs per second.
 func pingCeiling(ctx context.Context, client redis.UniversalClient, cfg Config) (float64, Latency, error) {
-	ops, hist, err := drive(ctx, cfg, func(ctx context.Context, _ int) error { return client.Ping(ctx).Err() })
+	ping := func(ctx context.Context, _ int) error { return client.Ping(ctx).Err() }
+	if _, _, err := drive(ctx, cfg, cfg.Duration/10, ping); err != nil {
+		return 0, Latency{}, err
+	}
+	ops, hist, err := drive(ctx, cfg, cfg.Duration, ping)
 	if err != nil {
 		return 0, Latency{}, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,10 @@ const (
 	dialTimeout = 3 * time.Second
 	ioTimeout   = 3 * time.Second
 )
+
+// protocol is RESP2 unless the URL asks otherwise: ratelab uses no push
+// messages, and go-redis checks for them on every RESP3 reply.
+const protocol = 2
 
 // redisFlag resolves --redis: the flag, else REDIS_URL, else "" (start a
 // private server), with the name of where it came from for messages.
@@ -52,7 +57,7 @@ func parseRedisURL(raw, source string, cluster bool) (*redis.UniversalOptions, e
 			Password:      o.Password,
 			DB:            o.DB,
 			TLSConfig:     o.TLSConfig,
-			Protocol:      o.Protocol,
+			Protocol:      cmp.Or(o.Protocol, protocol),
 			ClientName:    o.ClientName,
 			DialTimeout:   or(o.DialTimeout, dialTimeout),
 			ReadTimeout:   or(o.ReadTimeout, ioTimeout),
@@ -124,7 +129,7 @@ func openTarget(ctx context.Context, opts *redis.UniversalOptions, stderr io.Wri
 		return nil, err
 	}
 	o := &redis.UniversalOptions{Addrs: []string{srv.Addr}, DialTimeout: dialTimeout,
-		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1}
+		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1, Protocol: protocol}
 	return &target{opts: o, close: srv.Stop,
 		info: race.Server{Mode: string(srv.Mode), Version: srv.Version, Addr: srv.Addr}}, nil
 }
@@ -139,7 +144,7 @@ func openLocalCluster(ctx context.Context) (*target, error) {
 		return nil, err
 	}
 	o := &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, DialTimeout: dialTimeout,
-		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1}
+		ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MaxRetries: -1, Protocol: protocol}
 	return &target{opts: o, close: cl.Stop,
 		info: race.Server{Mode: string(redisrun.Ephemeral), Version: cl.Version(), Addr: strings.Join(cl.Addrs(), ",")}}, nil
 }
