@@ -42,6 +42,10 @@ func (p Policy) Validate() error {
 	if p.Window%time.Millisecond != 0 {
 		return fmt.Errorf("window must be a whole number of milliseconds (got %s)", p.Window)
 	}
+	// The scripts multiply the two; Lua's numbers are exact below 2^53.
+	if p.Limit > (1<<53)/p.windowMillis() {
+		return fmt.Errorf("limit × window in ms must be below 2^53 (got %d × %d)", p.Limit, p.windowMillis())
+	}
 	return nil
 }
 

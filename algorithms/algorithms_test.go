@@ -371,6 +371,39 @@ func TestRedisClock(t *testing.T) {
 	}
 }
 
+// TestClockGoingBack: callers whose clocks disagree by a second, taking
+// turns, get no more than the limit between them: no algorithm lets a
+// stale time reopen a window or refill a bucket twice.
+func TestClockGoingBack(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 2, Window: time.Second}
+	for _, name := range algorithms.Algorithms() {
+		t.Run(name, func(t *testing.T) {
+			clock := &fakeClock{now: time.UnixMilli(1_700_000_002_500)}
+			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), name)
+			admitted := 0
+			for i := range 12 { // the clock that is ahead goes first
+				switch {
+				case i%2 == 1:
+					clock.Add(-time.Second)
+				case i > 0:
+					clock.Add(time.Second)
+				}
+				d := allow(t, l, key)
+				if d.Allowed {
+					admitted++
+				} else if d.RetryAfter <= 0 {
+					t.Fatalf("denied with retry-after %s", d.RetryAfter)
+				}
+			}
+			if admitted != int(p.Limit) {
+				t.Fatalf("admitted %d of 12 from two clocks a second apart, want %d", admitted, p.Limit)
+			}
+		})
+	}
+}
+
 // TestAlgorithmsOnRedisClock: every production algorithm holds its limit
 // with the time read inside Redis.
 func TestAlgorithmsOnRedisClock(t *testing.T) {

@@ -20,12 +20,20 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local asked = now -- the retry-after is told from the caller's own time
 
 local w = math.floor(now / window)
-local ends = (w + 1) * window
 local stored = redis.call('HMGET', key, 'w', 'n')
+local sw = tonumber(stored[1])
+if sw and sw > w then
+  -- A caller whose clock is behind counts in the newest window seen, at its
+  -- start; time never goes back to an older window with a fresh count.
+  w = sw
+  now = w * window
+end
+local ends = (w + 1) * window
 local n = 0
-if tonumber(stored[1]) == w then
+if sw == w then
   n = tonumber(stored[2])
 end
 if n < limit then
@@ -38,4 +46,4 @@ if n < limit then
   end
   return {1, limit - n - 1, 0}
 end
-return {0, 0, ends - now}
+return {0, 0, ends - asked}

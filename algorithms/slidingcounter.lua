@@ -20,19 +20,29 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local asked = now -- the retry-after is told from the caller's own time
 
 local w = math.floor(now / window)
+local a = redis.call('HMGET', KEYS[1], 'w', 'n')
+local b = redis.call('HMGET', KEYS[2], 'w', 'n')
+local newest = math.max(tonumber(a[1]) or -1, tonumber(b[1]) or -1)
+if newest > w then
+  -- A caller whose clock is behind counts in the newest window seen, at its
+  -- start; time never goes back to windows whose counts were overwritten.
+  w = newest
+  now = w * window
+end
 local cur_key = KEYS[1 + w % 2]
 local prev_key = KEYS[1 + (w + 1) % 2]
-local function count(key, want)
-  local v = redis.call('HMGET', key, 'w', 'n')
+local function count(v, want)
   if tonumber(v[1]) == want then
     return tonumber(v[2])
   end
   return 0
 end
-local cur = count(cur_key, w)
-local prev = count(prev_key, w - 1)
+local stored = {a, b}
+local cur = count(stored[1 + w % 2], w)
+local prev = count(stored[1 + (w + 1) % 2], w - 1)
 local elapsed = now - w * window
 
 -- Admit when prev * (window - elapsed) / window + cur + 1 <= limit, in integers.
@@ -56,6 +66,7 @@ else
   -- In the next window, where this window's count weighs as the previous one.
   retry = (w + 1) * window + window - math.floor((limit - 1) * window / cur) - now
 end
+retry = retry + now - asked
 if retry < 1 then
   retry = 1
 end

@@ -20,6 +20,15 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local asked = now -- the retry-after is told from the caller's own time
+
+-- A caller whose clock is behind the newest logged request is taken to
+-- arrive with it: a stale time must not count against a window that a later
+-- request already pruned.
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) > now then
+  now = tonumber(newest[2])
+end
 
 -- A request at time s counts while now - window < s <= now.
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
@@ -33,7 +42,7 @@ end
 -- Denied: a slot frees when the member that would have to leave for the
 -- count to drop below the limit falls out of the window.
 local due = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
-local retry = tonumber(due[2]) + window - now
+local retry = tonumber(due[2]) + window - asked
 if retry < 1 then
   retry = 1
 end

@@ -20,6 +20,7 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local asked = now -- the retry-after is told from the caller's own time
 
 local full = limit * window
 local stored = redis.call('HMGET', key, 'u', 't')
@@ -29,6 +30,10 @@ if stored[1] then
   units = tonumber(stored[1])
   if now > last then
     units = math.min(full, units + (now - last) * limit)
+  else
+    -- A caller whose clock is behind the last update refills nothing, and
+    -- never moves the update time back (which would refill it twice).
+    now = last
   end
 end
 
@@ -41,4 +46,4 @@ if units >= window then
   redis.call('PEXPIRE', key, math.ceil((full - units) / limit) + window)
   return {1, math.floor(units / window), 0}
 end
-return {0, 0, math.ceil((window - units) / limit)}
+return {0, 0, math.ceil((window - units) / limit) + now - asked}

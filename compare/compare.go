@@ -39,6 +39,9 @@ func Workloads() []string {
 	return []string{Burst, Boundary, Hammer, Accuracy, Memory, Throughput}
 }
 
+// MaxLimit bounds --limit, so that every workload stays bounded in time.
+const MaxLimit = 10_000
+
 // MemoryLimits are the limits at which memory per client is measured.
 func MemoryLimits() []int64 { return []int64{10, 100, 1000, 10000} }
 
@@ -86,6 +89,10 @@ func (cfg Config) Validate() error {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("--script-args: %w", err)
 		}
+		if !slices.Contains(strings.Fields(s.Args), "{now_ms}") {
+			return fmt.Errorf("--script-args: compare runs scripts on a simulated caller clock, " +
+				"so the script must take its time from {now_ms}")
+		}
 	}
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
@@ -105,8 +112,9 @@ func (cfg Config) Validate() error {
 	if cfg.Policy.Limit < 1 {
 		return fmt.Errorf("--limit must be at least 1 (got %d)", cfg.Policy.Limit)
 	}
-	if cfg.Policy.Limit > 1_000_000 {
-		return fmt.Errorf("--limit must be at most 1000000 (got %d)", cfg.Policy.Limit)
+	if cfg.Policy.Limit > MaxLimit {
+		return fmt.Errorf("--limit must be at most %d for compare (got %d): the hammer sends 9 × the limit "+
+			"decisions one after another", MaxLimit, cfg.Policy.Limit)
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return fmt.Errorf("--window: %w", err)
@@ -241,6 +249,9 @@ type Result struct {
 	FalseDenyRate  *float64 `json:"false_deny_rate"`
 	// AccuracyDecisions is the number of decisions judged.
 	AccuracyDecisions int64 `json:"accuracy_decisions"`
+	// AccuracyClients is the number of clients in the stream (fewer than
+	// asked when the limit is high: the stream is kept to about 200,000 decisions).
+	AccuracyClients int `json:"accuracy_clients"`
 	// BytesPerClient is MEMORY USAGE of one client's keys after it filled
 	// its limit, by limit.
 	BytesPerClient map[string]int64 `json:"bytes_per_client"`

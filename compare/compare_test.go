@@ -3,6 +3,7 @@ package compare_test
 import (
 	"context"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,5 +143,40 @@ func TestCompareOnCluster(t *testing.T) {
 	})
 	if left.Load() != 0 {
 		t.Errorf("%d keys left on the cluster", left.Load())
+	}
+}
+
+// TestHammerFindsLockOut: a client retrying every 100 ms after hammering is
+// let back in by the sliding log, and never by the log that counts denials.
+func TestHammerFindsLockOut(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr)
+	cfg.Algorithms = []string{"sliding-log", "lua-count-denied"}
+	cfg.Workloads = []string{compare.Hammer}
+	cfg.Policy = algorithms.Policy{Limit: 5, Window: time.Second}
+	rep, err := compare.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := byName(rep)
+	if r := res["sliding-log"]; r.HammerLockedOut || r.HammerRecoveryMillis == nil {
+		t.Errorf("sliding-log: locked out %v, recovery %v", r.HammerLockedOut, deref(r.HammerRecoveryMillis))
+	}
+	if r := res["lua-count-denied"]; !r.HammerLockedOut || r.HammerRecoveryMillis != nil {
+		t.Errorf("lua-count-denied: locked out %v, recovery %v; want a lock-out", r.HammerLockedOut, deref(r.HammerRecoveryMillis))
+	}
+}
+
+// TestSimulatedClockOutrun: when decisions take longer than the simulated
+// window allows, the workload says so instead of measuring expired keys.
+func TestSimulatedClockOutrun(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr)
+	cfg.Algorithms = []string{"sliding-log"}
+	cfg.Workloads = []string{compare.Boundary}
+	cfg.Policy = algorithms.Policy{Limit: 5000, Window: 10 * time.Millisecond}
+	_, err := compare.Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "use a longer --window or a lower --limit") {
+		t.Fatalf("err = %v, want the workload to refuse", err)
 	}
 }

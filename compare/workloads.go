@@ -58,6 +58,27 @@ func (c *simClock) Now() time.Time { return c.start.Add(time.Duration(c.offset.L
 // Set moves the clock to start+d.
 func (c *simClock) Set(d time.Duration) { c.offset.Store(int64(d)) }
 
+// pacer guards a simulated-clock workload: keys expire on Redis's real
+// clock, so the workload is only sound while real time does not run ahead of
+// the simulated time by a good part of a window.
+type pacer struct {
+	start  time.Time
+	window time.Duration
+}
+
+func newPacer(w time.Duration) pacer { return pacer{start: time.Now(), window: w} }
+
+// check fails when real time has run more than half a window ahead of the
+// simulated time sim (both since the workload began).
+func (p pacer) check(sim time.Duration) error {
+	if real := time.Since(p.start); real-sim > p.window/2 {
+		return fmt.Errorf("decisions took %s of real time for %s of simulated time, so keys could expire "+
+			"before the simulated window ends: use a longer --window or a lower --limit",
+			real.Round(time.Millisecond), sim.Round(time.Millisecond))
+	}
+	return nil
+}
+
 // nextBoundary is the first window boundary at least one window after now.
 func nextBoundary(w time.Duration) time.Time {
 	ms := w.Milliseconds()
@@ -91,7 +112,18 @@ func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, e entrant, 
 	if r.Errors > 0 {
 		return fmt.Errorf("%d decisions failed in the burst", r.Errors)
 	}
-	res.BurstOverAdmitted, res.BurstUnderAdmitted = &r.OverAdmitted, &r.UnderAdmitted
+	// Every request arrived at the same simulated instant: exactly the limit
+	// may be admitted, however long the trial took for real.
+	var over, under int64
+	for _, t := range r.TrialResults {
+		if real := time.Duration(t.ElapsedMicros) * time.Microsecond; real > cfg.Policy.Window/2 {
+			return fmt.Errorf("a burst trial took %s, so keys could expire during it: use a longer --window", real)
+		}
+		want := min(int64(cfg.BurstConcurrency), cfg.Policy.Limit)
+		over += max(t.Admitted-want, 0)
+		under += max(want-t.Admitted, 0)
+	}
+	res.BurstOverAdmitted, res.BurstUnderAdmitted = &over, &under
 	return nil
 }
 
@@ -107,6 +139,7 @@ func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 	key := algorithms.Key(cfg.Consumer+"-boundary", e.info.Name)
 	defer cleanup(client, lim, key)
 	var admitted []int64
+	pace := newPacer(cfg.Policy.Window)
 	for _, at := range []time.Duration{0, time.Millisecond} {
 		clock.Set(at)
 		for range cfg.Policy.Limit {
@@ -117,6 +150,9 @@ func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 			if d.Allowed {
 				admitted = append(admitted, clock.Now().UnixMilli())
 			}
+			if err := pace.check(at); err != nil {
+				return err
+			}
 		}
 	}
 	n := maxInWindow(admitted, cfg.Policy.Window.Milliseconds())
@@ -125,10 +161,13 @@ func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 }
 
 // hammer has one client send at three times the limit for three windows,
-// then retry every 100 ms until admitted (for at most ten windows).
+// starting half-way through a window, then retry every 100 ms (or every
+// tenth of the window, if that is shorter) until admitted, for at most ten
+// windows.
 func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	w := cfg.Policy.Window
-	clock := newSimClock(nextBoundary(w))
+	clock := newSimClock(nextBoundary(w).Add(-w / 2))
+	pace := newPacer(w)
 	lim, err := e.new(client, cfg.Policy, algorithms.WithNow(clock.Now))
 	if err != nil {
 		return err
@@ -139,7 +178,8 @@ func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e ent
 	interval := w / time.Duration(3*cfg.Policy.Limit)
 	var admitted []int64
 	for i := range n {
-		clock.Set(time.Duration(i) * interval)
+		at := time.Duration(i) * interval
+		clock.Set(at)
 		d, err := lim.Allow(ctx, key)
 		if err != nil {
 			return err
@@ -147,10 +187,14 @@ func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e ent
 		if d.Allowed {
 			admitted = append(admitted, clock.Now().UnixMilli())
 		}
+		if err := pace.check(at); err != nil {
+			return err
+		}
 	}
 	stop := 3 * w
 	res.HammerLockedOut = true
-	for t := stop + 100*time.Millisecond; t <= stop+10*w; t += 100 * time.Millisecond {
+	every := max(min(100*time.Millisecond, w/10), time.Millisecond)
+	for t := stop + every; t <= stop+10*w; t += every {
 		clock.Set(t)
 		d, err := lim.Allow(ctx, key)
 		if err != nil {
@@ -225,7 +269,12 @@ func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 				}
 				key := algorithms.Key(cfg.Consumer+"-accuracy-"+strconv.Itoa(c), e.info.Name)
 				var window []int64 // what the algorithm admitted, oldest first
+				pace := newPacer(w)
 				for _, t := range streams[c] {
+					if err := pace.check(t); err != nil {
+						cleanup(client, lim, key)
+						return err
+					}
 					clock.Set(t)
 					now := clock.Now().UnixMilli()
 					d, err := lim.Allow(gctx, key)
@@ -259,6 +308,7 @@ func accuracy(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 	n := total.Load()
 	fa, fd := float64(falseAllow.Load())/float64(max(n, 1)), float64(falseDeny.Load())/float64(max(n, 1))
 	res.FalseAllowRate, res.FalseDenyRate, res.AccuracyDecisions = &fa, &fd, n
+	res.AccuracyClients = clients
 	return nil
 }
 

@@ -216,14 +216,12 @@ func TestUnreachableRedis(t *testing.T) {
 
 // TestTrialsOutlastingTheWindow: when a trial spans many windows, the atomic
 // limiters may admit a limit in each, and that is not reported as a leak.
-// The Lua log reads Redis's clock here: with the caller's, a goroutine
-// delayed between reading the time and reaching Redis logs a stale timestamp
-// behind requests that already pruned the window, and a multi-window trial
-// can rightly be reported as over-admitting.
+// On the caller's clock a goroutine delayed between reading the time and
+// reaching Redis brings a stale time; the Lua log takes it as the newest
+// logged time, so it cannot count against a window already pruned.
 func TestTrialsOutlastingTheWindow(t *testing.T) {
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "lua", "watch")
-	cfg.Clock = algorithms.ClockRedis
 	cfg.Policy = algorithms.Policy{Limit: 5, Window: 5 * time.Millisecond}
 	cfg.Concurrency = 20
 	cfg.RequestsPerWorker = 50

@@ -146,16 +146,22 @@ func memoryRows(rep compare.Report) [][]string {
 
 func compareNotes(rep compare.Report) []string {
 	c := rep.Config
+	clients := c.AccuracyClients
+	for _, r := range rep.Results {
+		if r.AccuracyClients > 0 {
+			clients = r.AccuracyClients // fewer, for high limits
+		}
+	}
 	notes := []string{
 		"trips: Redis round trips per decision, counted on the client. cmds: commands Redis ran per decision (INFO commandstats, the EVALSHA itself not counted; other clients of the server add to it).",
 		fmt.Sprintf("burst over: admitted beyond the limit when %d goroutines hit one key at once, over %d trials. "+
 			"edge max: most admitted in one window's span when a full limit arrives 1 ms before a window boundary and another at it.",
 			c.BurstConcurrency, c.BurstTrials),
 		"hammer max: most admitted in one window's span while one client sends 3× the limit for 3 windows; recovery: " +
-			"from when it stops until a retry every 100 ms is admitted (never: not within 10 windows).",
+			"from when it stops until a retry every 100 ms (a tenth of the window, if shorter) is admitted (never: not within 10 windows).",
 		fmt.Sprintf("false allow/deny: share of %d Poisson clients' decisions (0.8–1.2× the limit, %d windows, seed %d) "+
 			"that an exact sliding window over what the algorithm admitted would have denied/allowed; "+
-			"the simulated caller clock makes these figures repeatable.", c.AccuracyClients, c.AccuracyWindows, c.Seed),
+			"the simulated caller clock makes these figures repeatable.", clients, c.AccuracyWindows, c.Seed),
 		fmt.Sprintf("ops/s, p50, p99: decisions over %d clients on %d connections for %s, on the real clock.",
 			c.Keys, c.Connections, time.Duration(c.DurationMillis)*time.Millisecond),
 	}

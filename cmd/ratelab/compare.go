@@ -46,7 +46,8 @@ func newCompareCmd(stdout, stderr io.Writer) *cobra.Command {
 how exact each is, how much memory a client costs, how many Redis commands and round trips a
 decision takes, its latency and throughput, and a recommendation line per algorithm.
 
-Algorithms (--algorithms, comma-separated; all = the five below; any race limiter works too):
+Algorithms (--algorithms, comma-separated; all = the five below, beside which any race limiter
+whose window follows the caller's clock can be measured, such as lua-count-denied):
 ` + algorithmHelp() + `
 Workloads (--workloads, comma-separated, all by default):
   burst       many goroutines at one key at once: over- and under-admission
@@ -110,8 +111,15 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 		return cfg, "", nil, usagef("--output: %w", err)
 	}
 	// "all" here is every production algorithm, not every race limiter.
-	list := strings.ReplaceAll(","+opts.Algorithms+",", ",all,", ","+strings.Join(algorithms.Algorithms(), ",")+",")
-	names, err := algorithms.ParseNames(list)
+	var words []string
+	for _, w := range strings.Split(opts.Algorithms, ",") {
+		if w = strings.TrimSpace(w); w == "all" {
+			words = append(words, algorithms.Algorithms()...)
+		} else {
+			words = append(words, w)
+		}
+	}
+	names, err := algorithms.ParseNames(strings.Join(words, ","))
 	if err != nil {
 		return cfg, "", nil, usagef("--algorithms: %w", err)
 	}
@@ -154,8 +162,12 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 	}
 	url, source := redisFlag(opts.Redis)
 	switch {
-	case opts.ClusterLocal && url != "":
-		return cfg, "", nil, usagef("--cluster-local starts its own cluster: it cannot be combined with %s", source)
+	case opts.ClusterLocal && opts.Redis != "":
+		return cfg, "", nil, usagef("--cluster-local starts its own cluster: it cannot be combined with --redis")
+	case opts.ClusterLocal && opts.Cluster:
+		return cfg, "", nil, usagef("--cluster-local starts its own cluster: --cluster names one of yours")
+	case opts.ClusterLocal:
+		return cfg, format, nil, nil // the flag wins over REDIS_URL
 	case opts.Cluster && url == "":
 		return cfg, "", nil, usagef("--cluster needs --redis (or REDIS_URL): the address of a cluster node")
 	case url == "":

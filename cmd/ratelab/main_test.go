@@ -350,6 +350,9 @@ func TestCompareBadInput(t *testing.T) {
 		{[]string{"--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"--duration", "-1s"}, "--duration must be positive (got -1s)"},
 		{[]string{"--cluster-local"}, "--cluster-local starts its own cluster: it cannot be combined with --redis"},
+		{[]string{"--limit", "20000"}, "--limit must be at most 10000 for compare (got 20000)"},
+		{[]string{"--script", "testdata/timestamp_member.lua", "--script-args", "{limit} {window_ms}"},
+			"--script-args: compare runs scripts on a simulated caller clock"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
@@ -362,9 +365,11 @@ func TestCompareBadInput(t *testing.T) {
 			}
 		})
 	}
-	code, _, stderr := ratelab(t, "compare", "--cluster")
-	if code != exitUsage || !strings.Contains(stderr, "--cluster needs --redis") {
-		t.Errorf("--cluster alone: exit %d, %q", code, stderr)
+	for _, cmd := range []string{"compare", "race"} {
+		code, _, stderr := ratelab(t, cmd, "--cluster")
+		if code != exitUsage || !strings.Contains(stderr, "--cluster needs --redis") {
+			t.Errorf("%s --cluster alone: exit %d, %q", cmd, code, stderr)
+		}
 	}
 }
 

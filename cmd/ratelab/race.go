@@ -28,6 +28,7 @@ type raceOptions struct {
 	WatchRetries      int
 	Clock             string
 	Redis             string
+	Cluster           bool
 	Output            string
 	FailOnLeak        bool
 	Script            scriptOptions
@@ -73,7 +74,9 @@ port and stops it on exit; with no redis-server on PATH it uses an embedded Redi
 	f.IntVar(&opts.RequestsPerWorker, "requests-per-worker", 1, "decisions each goroutine makes back to back")
 	f.IntVar(&opts.WatchRetries, "watch-retries", algorithms.DefaultWatchRetries, "attempts the watch limiter makes before it denies")
 	f.StringVar(&opts.Clock, "clock", "caller", "where the Lua limiters take the time from: caller or redis")
-	f.StringVar(&opts.Redis, "redis", "", "Redis URL: redis://, rediss:// or unix:// (default $REDIS_URL, else a private redis-server)")
+	f.StringVar(&opts.Redis, "redis", "", "Redis URL: redis://, rediss:// or unix://, or comma-separated URLs of a Cluster "+
+		"(default $REDIS_URL, else a private redis-server)")
+	f.BoolVar(&opts.Cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
 	f.StringVarP(&opts.Output, "output", "o", "table", "output format: table, markdown or json")
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when any limiter admitted more than the limit")
 	opts.Script.bind(f)
@@ -134,8 +137,12 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 		return cfg, "", nil, &usageError{err}
 	}
 	var ropts *redis.UniversalOptions
-	if url, source := redisFlag(opts.Redis); url != "" {
-		if ropts, err = parseRedisURL(url, source, false); err != nil {
+	url, source := redisFlag(opts.Redis)
+	if opts.Cluster && url == "" {
+		return cfg, "", nil, usagef("--cluster needs --redis (or REDIS_URL): the address of a cluster node")
+	}
+	if url != "" {
+		if ropts, err = parseRedisURL(url, source, opts.Cluster); err != nil {
 			return cfg, "", nil, &usageError{err}
 		}
 	}

@@ -46,6 +46,7 @@ func StartCluster(ctx context.Context, masters int, opts Options) (*Cluster, err
 	c := &Cluster{}
 	opts.Args = append(opts.Args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000")
+	opts.MaxPort = 65535 - 10000 // the cluster bus listens on port + 10000
 	for range masters {
 		s, err := Start(ctx, opts)
 		if err != nil {
@@ -72,8 +73,16 @@ func (c *Cluster) form(ctx context.Context) error {
 	const slots = 16384
 	for i, cl := range clients {
 		lo, hi := i*slots/len(clients), (i+1)*slots/len(clients)-1
-		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return fmt.Errorf("addslotsrange on %s: %w", c.Servers[i].Addr, err)
+		err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+		if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
+			slots := make([]int, 0, hi-lo+1) // Redis before 7 has only ADDSLOTS
+			for s := lo; s <= hi; s++ {
+				slots = append(slots, s)
+			}
+			err = cl.ClusterAddSlots(ctx, slots...).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("addslots on %s: %w", c.Servers[i].Addr, err)
 		}
 	}
 	for _, s := range c.Servers[1:] {

@@ -47,6 +47,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Args are extra redis-server arguments, as "--name value" pairs.
 	Args []string
+	// MaxPort is the highest port to listen on; any by default. A Cluster
+	// node needs port + 10000 free for its bus.
+	MaxPort int
 }
 
 // Server is a running private Redis.
@@ -89,7 +92,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	defer cancel()
 	var lastErr error
 	for range 5 {
-		srv, err := startOnce(ctx, path, opts.Args)
+		srv, err := startOnce(ctx, path, opts.Args, opts.MaxPort)
 		if err == nil {
 			return srv, nil
 		}
@@ -103,8 +106,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 var errAddrInUse = errors.New("address already in use")
 
-func startOnce(ctx context.Context, path string, extra []string) (*Server, error) {
+func startOnce(ctx context.Context, path string, extra []string, maxPort int) (*Server, error) {
 	port, err := freePort()
+	for tries := 0; err == nil && maxPort > 0 && port > maxPort; tries++ {
+		if tries == 100 {
+			return nil, fmt.Errorf("no free loopback port at or below %d in 100 tries", maxPort)
+		}
+		port, err = freePort()
+	}
 	if err != nil {
 		return nil, err
 	}
