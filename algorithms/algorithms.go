@@ -340,6 +340,15 @@ func New(name string, client redis.UniversalClient, p Policy, opts ...Option) (L
 	return nil, &UnknownError{Name: name}
 }
 
+// KeysOf lists the Redis keys that hold the state of the client behind key
+// in l: key itself, or, for a limiter with several keys, each of them.
+func KeysOf(l Limiter, key string) []string {
+	if k, ok := l.(interface{ Keys(string) []string }); ok {
+		return k.Keys(key)
+	}
+	return []string{key}
+}
+
 // Key is the Redis key of consumer's state in limiter: rl:{consumer}:limiter.
 // The braces make the consumer a hash tag, so all of one consumer's keys share
 // a Cluster slot.

@@ -124,11 +124,8 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 	if member != "" {
 		args = append(args, member)
 	}
-	reply, err := s.script.EvalSha(ctx, s.client, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		d.Attempts++
-		reply, err = s.script.Eval(ctx, s.client, keys, args...).Result()
-	}
+	reply, trips, err := eval(ctx, s.script, s.client, keys, args...)
+	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", s.name, err)
 	}
@@ -143,6 +140,18 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 		d.Member = member
 	}
 	return d, nil
+}
+
+// eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT,
+// and says how many round trips that took. A call that failed otherwise is
+// never sent again: it may have run.
+func eval(ctx context.Context, script *redis.Script, c redis.Scripter, keys []string, args ...any) (any, int, error) {
+	reply, err := script.EvalSha(ctx, c, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		reply, err = script.Eval(ctx, c, keys, args...).Result()
+		return reply, 2, err
+	}
+	return reply, 1, err
 }
 
 // parseReply checks a {allowed, remaining, retry_after_ms} script reply.

@@ -115,11 +115,8 @@ func (l *userLimiter) Allow(ctx context.Context, key string) (Decision, error) {
 		}
 	}
 	keys := []string{key}
-	reply, err := l.script.EvalSha(ctx, l.client, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		d.Attempts++
-		reply, err = l.script.Eval(ctx, l.client, keys, args...).Result()
-	}
+	reply, trips, err := eval(ctx, l.script, l.client, keys, args...)
+	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", l.spec.Name, err)
 	}

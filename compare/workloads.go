@@ -329,7 +329,7 @@ func memory(ctx context.Context, client redis.UniversalClient, cfg Config, e ent
 			return err
 		}
 		var bytes int64
-		for _, k := range keysOf(lim, key) {
+		for _, k := range algorithms.KeysOf(lim, key) {
 			n, err := client.MemoryUsage(ctx, k, 0).Result()
 			if errors.Is(err, redis.Nil) {
 				continue
@@ -518,14 +518,6 @@ func (e entrant) new(c redis.UniversalClient, p algorithms.Policy, opts ...algor
 	return algorithms.New(e.info.Name, c, p, opts...)
 }
 
-// keysOf lists the Redis keys that hold a client's state in lim.
-func keysOf(lim algorithms.Limiter, key string) []string {
-	if k, ok := lim.(interface{ Keys(string) []string }); ok {
-		return k.Keys(key)
-	}
-	return []string{key}
-}
-
 // cleanup deletes the clients' keys, one UNLINK per key so that a Cluster
 // routes each to its slot.
 func cleanup(client redis.UniversalClient, lim algorithms.Limiter, keys ...string) {
@@ -533,7 +525,7 @@ func cleanup(client redis.UniversalClient, lim algorithms.Limiter, keys ...strin
 	defer cancel()
 	pipe := client.Pipeline()
 	for _, key := range keys {
-		for _, k := range keysOf(lim, key) {
+		for _, k := range algorithms.KeysOf(lim, key) {
 			pipe.Unlink(ctx, k)
 		}
 	}

@@ -591,18 +591,10 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 		}
 		t.State = state.count
 	}
-	if err := client.Del(ctx, keysOf(lim, key)...).Err(); err != nil {
+	if err := client.Del(ctx, algorithms.KeysOf(lim, key)...).Err(); err != nil {
 		return t, fmt.Errorf("del %s: %w", key, err)
 	}
 	return t, nil
-}
-
-// keysOf lists the Redis keys that hold a client's state in lim.
-func keysOf(lim algorithms.Limiter, key string) []string {
-	if k, ok := lim.(interface{ Keys(string) []string }); ok {
-		return k.Keys(key)
-	}
-	return []string{key}
 }
 
 // expected is the most a correct limiter may admit in a trial that lasted

@@ -160,7 +160,6 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 	if err := cfg.Validate(); err != nil {
 		return cfg, "", nil, &usageError{err}
 	}
-	url, source := redisFlag(opts.Redis)
 	switch {
 	case opts.ClusterLocal && opts.Redis != "":
 		return cfg, "", nil, usagef("--cluster-local starts its own cluster: it cannot be combined with --redis")
@@ -168,14 +167,10 @@ func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.
 		return cfg, "", nil, usagef("--cluster-local starts its own cluster: --cluster names one of yours")
 	case opts.ClusterLocal:
 		return cfg, format, nil, nil // the flag wins over REDIS_URL
-	case opts.Cluster && url == "":
-		return cfg, "", nil, usagef("--cluster needs --redis (or REDIS_URL): the address of a cluster node")
-	case url == "":
-		return cfg, format, nil, nil
 	}
-	ropts, err := parseRedisURL(url, source, opts.Cluster)
+	ropts, err := redisOptions(opts.Redis, opts.Cluster)
 	if err != nil {
-		return cfg, "", nil, &usageError{err}
+		return cfg, "", nil, err
 	}
 	return cfg, format, ropts, nil
 }

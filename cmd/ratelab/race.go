@@ -136,15 +136,9 @@ func raceConfig(opts raceOptions) (race.Config, reports.Format, *redis.Universal
 	if err := cfg.Validate(); err != nil {
 		return cfg, "", nil, &usageError{err}
 	}
-	var ropts *redis.UniversalOptions
-	url, source := redisFlag(opts.Redis)
-	if opts.Cluster && url == "" {
-		return cfg, "", nil, usagef("--cluster needs --redis (or REDIS_URL): the address of a cluster node")
-	}
-	if url != "" {
-		if ropts, err = parseRedisURL(url, source, opts.Cluster); err != nil {
-			return cfg, "", nil, &usageError{err}
-		}
+	ropts, err := redisOptions(opts.Redis, opts.Cluster)
+	if err != nil {
+		return cfg, "", nil, err
 	}
 	return cfg, format, ropts, nil
 }

@@ -36,6 +36,23 @@ func redisFlag(flag string) (url, source string) {
 	return os.Getenv("REDIS_URL"), "REDIS_URL"
 }
 
+// redisOptions resolves --redis (or REDIS_URL) and --cluster into client
+// options; nil means no server was named. Errors are usage errors.
+func redisOptions(flag string, cluster bool) (*redis.UniversalOptions, error) {
+	url, source := redisFlag(flag)
+	if url == "" {
+		if cluster {
+			return nil, usagef("--cluster needs --redis (or REDIS_URL): the address of a cluster node")
+		}
+		return nil, nil
+	}
+	o, err := parseRedisURL(url, source, cluster)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	return o, nil
+}
+
 // parseRedisURL turns a redis://, rediss:// or unix:// URL, or several
 // comma-separated redis:// URLs of one Redis Cluster, into client options
 // with ratelab's timeouts and no automatic retries: a retried decision could
