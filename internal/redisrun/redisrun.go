@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -50,6 +51,9 @@ type Options struct {
 	// MaxPort is the highest port to listen on; any by default. A Cluster
 	// node needs port + 10000 free for its bus.
 	MaxPort int
+	// Port, when set, is the port to listen on (to restart a server where
+	// its clients expect it); a free one by default.
+	Port int
 }
 
 // Server is a running private Redis.
@@ -92,12 +96,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	defer cancel()
 	var lastErr error
 	for range 5 {
-		srv, err := startOnce(ctx, path, opts.Args, opts.MaxPort)
+		srv, err := startOnce(ctx, path, opts.Args, opts.MaxPort, opts.Port)
 		if err == nil {
 			return srv, nil
 		}
 		lastErr = err
-		if !errors.Is(err, errAddrInUse) || ctx.Err() != nil {
+		if !errors.Is(err, errAddrInUse) || ctx.Err() != nil || opts.Port > 0 {
 			break
 		}
 	}
@@ -106,8 +110,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 var errAddrInUse = errors.New("address already in use")
 
-func startOnce(ctx context.Context, path string, extra []string, maxPort int) (*Server, error) {
+func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed int) (*Server, error) {
 	port, err := freePort()
+	if fixed > 0 {
+		port, maxPort = fixed, 0
+	}
 	for tries := 0; err == nil && maxPort > 0 && port > maxPort; tries++ {
 		if tries == 100 {
 			return nil, fmt.Errorf("no free loopback port at or below %d in 100 tries", maxPort)
@@ -257,6 +264,27 @@ func embeddedVersion() string {
 	return "miniredis"
 }
 
+// Pause stops the server's process (SIGSTOP) without closing its sockets:
+// clients connect and then hear nothing, as from a hung server.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return errors.New("the embedded server cannot be paused")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// Port is the server's port.
+func (s *Server) Port() int {
+	_, p, _ := net.SplitHostPort(s.Addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
 // Stop ends the server and removes its directory. It waits at most five
 // seconds for a clean exit before it kills the process. Safe to call twice.
 func (s *Server) Stop() {
@@ -265,6 +293,7 @@ func (s *Server) Stop() {
 			s.mini.Close()
 			return
 		}
+		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on the interrupt
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-s.done:

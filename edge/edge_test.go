@@ -1,0 +1,348 @@
+package edge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// client is how the gateway talks to Redis: a bounded pool, the decision's
+// deadline on every socket operation, and no retries.
+func client(t *testing.T, addr string, timeout time.Duration) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: timeout,
+		ContextTimeoutEnabled: true, PoolSize: 64, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type setup struct {
+	limit     int64
+	window    time.Duration
+	keyBy     edge.KeyBy
+	onError   edge.OnError
+	timeout   time.Duration
+	denyCache bool
+	shadow    bool
+}
+
+// startGateway serves a gateway with the built-in upstream on loopback until the test ends.
+func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, *redis.Client) {
+	t.Helper()
+	if s.window == 0 {
+		s.window = time.Minute
+	}
+	if s.timeout == 0 {
+		s.timeout = 200 * time.Millisecond
+	}
+	if s.keyBy.Header == "" && s.keyBy.TrustedProxies == nil {
+		s.keyBy.Header = "X-Consumer-Id"
+	}
+	c := client(t, addr, s.timeout)
+	p := algorithms.Policy{Limit: s.limit, Window: s.window}
+	lim, err := algorithms.New("sliding-log", c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := edge.NewGateway(edge.GatewayConfig{
+		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
+		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, KeyBy: s.keyBy,
+			OnError: s.onError, Timeout: s.timeout, DenyCache: s.denyCache, Shadow: s.shadow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return g, c
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+
+func get(t *testing.T, url string, header map[string]string) (*http.Response, time.Duration) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	start := time.Now()
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, time.Since(start)
+}
+
+func forwarded(t *testing.T, g *edge.Gateway) edge.Forwarded {
+	t.Helper()
+	resp, err := httpClient.Get("http://" + g.AdminAddr() + "/__ratelab/forwarded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var f edge.Forwarded
+	if err := json.NewDecoder(resp.Body).Decode(&f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestConcurrentBurst: 200 concurrent requests from one consumer with limit
+// 10: exactly 10 reach the upstream, 190 get 429 with Retry-After and both
+// header forms, and the consumer's log in Redis holds exactly 10 members.
+func TestConcurrentBurst(t *testing.T) {
+	redistest.Client(t, srv)
+	for _, denyCache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("deny cache %v", denyCache), func(t *testing.T) {
+			// A timeout that a 2-core machine running the race detector meets
+			// while it opens 200 connections at once: this test is about counts.
+			g, c := startGateway(t, srv.Addr, setup{limit: 10, denyCache: denyCache, timeout: 5 * time.Second})
+			consumer := redistest.Prefix(t)
+			var mu sync.Mutex
+			codes := map[int]int{}
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, _ := get(t, "http://"+g.Addr()+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+					mu.Lock()
+					defer mu.Unlock()
+					codes[resp.StatusCode]++
+					h := resp.Header
+					if h.Get("RateLimit-Policy") != `"default";q=10;w=60` || h.Get("RateLimit") == "" ||
+						h.Get("RateLimit-Limit") != "10" || h.Get("RateLimit-Remaining") == "" || h.Get("RateLimit-Reset") == "" {
+						t.Errorf("%d without both header forms: %v", resp.StatusCode, h)
+					}
+					if resp.StatusCode == http.StatusTooManyRequests {
+						if ra := h.Get("Retry-After"); ra == "" || ra == "0" {
+							t.Errorf("429 with Retry-After %q", ra)
+						}
+						if !strings.HasPrefix(h.Get("RateLimit"), `"default";r=0;t=`) {
+							t.Errorf("429 with RateLimit %q", h.Get("RateLimit"))
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if codes[200] != 10 || codes[429] != 190 {
+				t.Fatalf("statuses %v, want 10 × 200 and 190 × 429", codes)
+			}
+			if f := forwarded(t, g); f.Consumers[consumer] != 10 {
+				t.Fatalf("the upstream received %d, want 10", f.Consumers[consumer])
+			}
+			id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+			if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 10 {
+				t.Fatalf("the log holds %d members, want 10", n)
+			}
+		})
+	}
+}
+
+// TestRedisDown: with Redis hung (SIGSTOP), fail-open passes every request
+// within the timeout plus a margin and fail-closed answers 503; once Redis
+// is back, limiting resumes without a restart.
+func TestRedisDown(t *testing.T) {
+	redistest.Client(t, srv)
+	for _, mode := range []edge.OnError{edge.FailOpen, edge.FailClosed} {
+		t.Run(string(mode), func(t *testing.T) {
+			r, err := redisrun.Start(context.Background(), redisrun.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Stop()
+			timeout := 200 * time.Millisecond
+			g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: mode, timeout: timeout})
+			url := "http://" + g.Addr() + "/"
+			hdr := map[string]string{"X-Consumer-Id": "down-" + string(mode)}
+			if resp, _ := get(t, url, hdr); resp.StatusCode != 200 {
+				t.Fatalf("first request: %d", resp.StatusCode)
+			}
+			if err := r.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[edge.OnError]int{edge.FailOpen: 200, edge.FailClosed: 503}[mode]
+			var slowest time.Duration
+			for range 10 {
+				resp, took := get(t, url, hdr)
+				slowest = max(slowest, took)
+				if resp.StatusCode != want {
+					t.Fatalf("with Redis hung: %d, want %d", resp.StatusCode, want)
+				}
+				if mode == edge.FailClosed && resp.Header.Get("Retry-After") == "" {
+					t.Fatalf("503 without Retry-After")
+				}
+			}
+			// The bound the operator chose, plus a margin for a loaded CI machine.
+			if slowest > timeout+time.Second {
+				t.Fatalf("slowest response %s with a %s timeout", slowest, timeout)
+			}
+			if g.Metrics().RedisErrors("timeout") < 10 {
+				t.Fatalf("%d Redis timeouts counted, want 10", g.Metrics().RedisErrors("timeout"))
+			}
+			if err := r.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			// The consumer already used its one request: once Redis answers, 429.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				resp, _ := get(t, url, hdr)
+				if resp.StatusCode == http.StatusTooManyRequests {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("still %d 10 s after Redis came back", resp.StatusCode)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("slowest response while Redis was hung: %s", slowest)
+		})
+	}
+}
+
+// TestScriptFlush: SCRIPT FLUSH in the middle of a run: decisions go on
+// through EVAL, nothing fails, and no request is counted twice.
+func TestScriptFlush(t *testing.T) {
+	redistest.Client(t, srv)
+	g, c := startGateway(t, srv.Addr, setup{limit: 50})
+	consumer := redistest.Prefix(t)
+	hdr := map[string]string{"X-Consumer-Id": consumer}
+	codes := map[int]int{}
+	for i := range 100 {
+		if i == 30 || i == 60 {
+			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, _ := get(t, "http://"+g.Addr()+"/", hdr)
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 50 || codes[429] != 50 {
+		t.Fatalf("statuses %v, want 50 × 200 and 50 × 429", codes)
+	}
+	if e := g.Metrics().RedisErrors("other") + g.Metrics().RedisErrors("timeout"); e != 0 {
+		t.Fatalf("%d Redis errors", e)
+	}
+	if f := forwarded(t, g); f.Consumers[consumer] != 50 {
+		t.Fatalf("the upstream received %d, want 50", f.Consumers[consumer])
+	}
+}
+
+// TestIdentity: a spoofed X-Forwarded-For from an untrusted peer does not
+// change the key; from a trusted proxy it does; hostile header values make
+// bounded keys with one hash tag.
+func TestIdentity(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 1, Window: time.Minute}
+	lim, err := algorithms.New("sliding-log", c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
+	algorithm := "sliding-log-" + redistest.Prefix(t) // keys of this test alone
+	serve := func(k edge.KeyBy, peer string, header http.Header) int {
+		h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: algorithm, Policy: p, KeyBy: k}, ok)
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		for name, v := range header {
+			r.Header[name] = v
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	peer := "127.0.0.9:5555"
+	untrusted := edge.KeyBy{}
+	for i, xff := range []string{"1.1.1.1", "2.2.2.2", "3.3.3.3"} {
+		code := serve(untrusted, peer, http.Header{"X-Forwarded-For": {xff}})
+		if want := map[bool]int{true: 200, false: 429}[i == 0]; code != want {
+			t.Fatalf("untrusted peer, X-Forwarded-For %s: %d, want %d (the header must not change the key)", xff, code, want)
+		}
+	}
+	trusted := edge.KeyBy{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	for _, xff := range []string{"4.4.4.4", "5.5.5.5, 127.0.0.2"} {
+		if code := serve(trusted, "127.0.0.10:1", http.Header{"X-Forwarded-For": {xff}}); code != 200 {
+			t.Fatalf("trusted proxy, X-Forwarded-For %q: %d, want 200 (a client of its own)", xff, code)
+		}
+	}
+	hostile := edge.KeyBy{Header: "X-Consumer-Id"}
+	for _, v := range []string{strings.Repeat("x", 10<<10), "{a}}{", "line\nbreak", "ümlaut\x00"} {
+		serve(hostile, peer, http.Header{"X-Consumer-Id": {v}})
+		id := hostile.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {v}}})
+		key := algorithms.Key(id.Key, "sliding-log")
+		if len(key) > 64 || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.ContainsAny(id.Key, "\n\x00") {
+			t.Fatalf("identity %q makes key %q", v[:min(len(v), 20)], key)
+		}
+		if len(id.Label) > 64 || strings.ContainsAny(id.Label, "{}\n\x00") {
+			t.Fatalf("label %q", id.Label)
+		}
+	}
+}
+
+// TestShadowAndDenyCache: shadow mode never blocks but counts what it
+// would have; the deny cache answers a denied consumer without Redis.
+func TestShadowAndDenyCache(t *testing.T) {
+	redistest.Client(t, srv)
+	g, _ := startGateway(t, srv.Addr, setup{limit: 1, shadow: true})
+	shadowed := map[string]string{"X-Consumer-Id": redistest.Prefix(t)}
+	for range 5 {
+		if resp, _ := get(t, "http://"+g.Addr()+"/", shadowed); resp.StatusCode != 200 {
+			t.Fatalf("shadow mode answered %d", resp.StatusCode)
+		}
+	}
+	if n := g.Metrics().Decisions(edge.OutcomeShadowDenied); n != 4 {
+		t.Fatalf("%d shadow denials counted, want 4", n)
+	}
+
+	g, _ = startGateway(t, srv.Addr, setup{limit: 1, denyCache: true})
+	hdr := map[string]string{"X-Consumer-Id": redistest.Prefix(t) + "-cache"}
+	for range 10 {
+		get(t, "http://"+g.Addr()+"/", hdr)
+	}
+	m := g.Metrics()
+	if m.Decisions(edge.OutcomeAllowed) != 1 || m.Decisions(edge.OutcomeDenied) != 1 || m.DenyCacheHits() != 8 {
+		t.Fatalf("allowed %d, denied by Redis %d, from the cache %d; want 1, 1, 8",
+			m.Decisions(edge.OutcomeAllowed), m.Decisions(edge.OutcomeDenied), m.DenyCacheHits())
+	}
+	resp, err := httpClient.Get("http://" + g.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`ratelab_edge_decisions_total{outcome="denied_from_cache"} 8`,
+		"ratelab_edge_deny_cache_hits_total 8", `ratelab_edge_decision_seconds_bucket{le="+Inf"} 2`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}

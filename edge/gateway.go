@@ -1,0 +1,228 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// GatewayConfig configures a gateway.
+type GatewayConfig struct {
+	// Listen is the address clients connect to, such as ":8080".
+	Listen string
+	// Admin is the address of /metrics and /__ratelab/forwarded; none when empty.
+	Admin string
+	// Upstream is the URL requests are proxied to, or "builtin" for a fast
+	// 200 responder that counts what it received per consumer.
+	Upstream string
+	// UpstreamTimeout bounds a proxied request's wait for response headers; 30s by default.
+	UpstreamTimeout time.Duration
+	// Limit configures the middleware in front of the upstream.
+	Limit Config
+	// Log receives the start-up and shutdown lines; none when nil.
+	Log io.Writer
+}
+
+// Gateway serves the middleware in front of an upstream.
+type Gateway struct {
+	cfg     GatewayConfig
+	main    *http.Server
+	admin   *http.Server
+	lnMain  net.Listener
+	lnAdmin net.Listener
+	builtin *Builtin
+	metrics *Metrics
+}
+
+// NewGateway binds the listeners (so that their addresses are known) and
+// builds the handlers; Serve starts serving.
+func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, metrics: cfg.Limit.Metrics}
+	if g.metrics == nil {
+		g.metrics = NewMetrics()
+		g.cfg.Limit.Metrics = g.metrics
+	}
+	var upstream http.Handler
+	if cfg.Upstream == "builtin" {
+		g.builtin = &Builtin{KeyBy: cfg.Limit.KeyBy}
+		upstream = g.builtin
+	} else {
+		u, err := url.Parse(cfg.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL, or builtin", cfg.Upstream)
+		}
+		proxy := httputil.NewSingleHostReverseProxy(u)
+		timeout := cfg.UpstreamTimeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		proxy.Transport = &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: timeout,
+		}
+		upstream = proxy
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	g.lnMain = ln
+	g.main = &http.Server{
+		Handler:           Middleware(g.cfg.Limit, upstream),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	if cfg.Admin != "" {
+		aln, err := net.Listen("tcp", cfg.Admin)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("admin listen %s: %w", cfg.Admin, err)
+		}
+		g.lnAdmin = aln
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = g.metrics.WriteTo(w)
+		})
+		mux.HandleFunc("GET /__ratelab/forwarded", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if g.builtin == nil {
+				w.WriteHeader(http.StatusNotFound)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "the upstream is not builtin"})
+				return
+			}
+			_ = json.NewEncoder(w).Encode(g.builtin.Snapshot())
+		})
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		g.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return g, nil
+}
+
+// Addr is the address clients connect to.
+func (g *Gateway) Addr() string { return g.lnMain.Addr().String() }
+
+// AdminAddr is the admin listener's address; empty without one.
+func (g *Gateway) AdminAddr() string {
+	if g.lnAdmin == nil {
+		return ""
+	}
+	return g.lnAdmin.Addr().String()
+}
+
+// Metrics are the gateway's counters.
+func (g *Gateway) Metrics() *Metrics { return g.metrics }
+
+// Builtin is the built-in upstream; nil when proxying.
+func (g *Gateway) Builtin() *Builtin { return g.builtin }
+
+// Serve serves until ctx is done, then shuts down gracefully: it stops
+// accepting and waits up to 10 seconds for requests in flight.
+func (g *Gateway) Serve(ctx context.Context) error {
+	l := g.cfg.Limit
+	if g.cfg.Log != nil {
+		fmt.Fprintf(g.cfg.Log, "ratelab edge: listening on %s, upstream %s, admin %s\n", g.Addr(), g.cfg.Upstream, orNone(g.AdminAddr()))
+		fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; Redis timeout %s; on a Redis error: fail %s%s%s\n",
+			l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), l.Timeout, l.OnError,
+			map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
+			map[bool]string{true: "; deny cache on"}[l.DenyCache])
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- g.main.Serve(g.lnMain) }()
+	if g.admin != nil {
+		go func() { errs <- g.admin.Serve(g.lnAdmin) }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	serr := g.main.Shutdown(sctx)
+	if g.admin != nil {
+		serr = errors.Join(serr, g.admin.Shutdown(sctx))
+	}
+	if g.cfg.Log != nil {
+		fmt.Fprintln(g.cfg.Log, "ratelab edge: stopped")
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, serr)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func keyByText(k KeyBy) string {
+	if k.Header != "" {
+		return "header " + k.Header + " (trusted as sent: put the gateway behind what authenticates it)"
+	}
+	if len(k.TrustedProxies) > 0 {
+		return fmt.Sprintf("client address (X-Forwarded-For from %v)", k.TrustedProxies)
+	}
+	return "client address"
+}
+
+// Builtin is a fast upstream that answers 200 and counts the requests it
+// received per consumer, for benchmarks and tests.
+type Builtin struct {
+	// KeyBy names the consumer of each request.
+	KeyBy KeyBy
+
+	mu    sync.Mutex
+	per   map[string]*atomic.Int64
+	total atomic.Int64
+}
+
+// Forwarded is what the built-in upstream received.
+type Forwarded struct {
+	Total     int64            `json:"total"`
+	Consumers map[string]int64 `json:"consumers"`
+}
+
+func (b *Builtin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	label := b.KeyBy.Identify(r).Label
+	b.mu.Lock()
+	if b.per == nil {
+		b.per = map[string]*atomic.Int64{}
+	}
+	c, ok := b.per[label]
+	if !ok {
+		c = &atomic.Int64{}
+		b.per[label] = c
+	}
+	b.mu.Unlock()
+	c.Add(1)
+	b.total.Add(1)
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// Snapshot returns the counts so far.
+func (b *Builtin) Snapshot() Forwarded {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := Forwarded{Total: b.total.Load(), Consumers: map[string]int64{}}
+	for k, v := range b.per {
+		f.Consumers[k] = v.Load()
+	}
+	return f
+}

@@ -1,0 +1,248 @@
+// Package edge is ratelab's production limiter: net/http middleware that
+// decides every request through one of the algorithms (the sliding-window
+// log by default) before it reaches the upstream, and a gateway that serves
+// it. Clients over the limit get 429 with an honest Retry-After; every
+// response carries the limit state in the IETF draft's RateLimit and
+// RateLimit-Policy fields and the older RateLimit-Limit/Remaining/Reset trio.
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+// OnError is what the middleware does when Redis fails.
+type OnError string
+
+const (
+	// FailOpen lets the request through, counted as a Redis error.
+	FailOpen OnError = "open"
+	// FailClosed answers 503 with a Retry-After.
+	FailClosed OnError = "closed"
+)
+
+// Headers selects the rate-limit header fields sent.
+type Headers string
+
+const (
+	// HeadersDraft sends RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers).
+	HeadersDraft Headers = "draft"
+	// HeadersLegacy sends RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+	HeadersLegacy Headers = "legacy"
+	// HeadersBoth sends both.
+	HeadersBoth Headers = "both"
+)
+
+// Config configures the middleware.
+type Config struct {
+	// Limiter decides; Algorithm is its registry name, used in keys.
+	Limiter   algorithms.Limiter
+	Algorithm string
+	// Policy is what Limiter enforces, for the headers.
+	Policy algorithms.Policy
+	// PolicyName names the policy in the draft headers; "default" when empty.
+	PolicyName string
+	// KeyBy identifies requests.
+	KeyBy KeyBy
+	// OnError is what to do when Redis fails; FailOpen when empty.
+	OnError OnError
+	// Timeout bounds one decision; 200ms when zero.
+	Timeout time.Duration
+	// Headers selects the header fields; HeadersBoth when empty.
+	Headers Headers
+	// DenyCache answers a denied consumer from memory until its retry-after
+	// has passed. A limiter's retry-after is the earliest a request can be
+	// admitted, so the cache never denies what Redis would admit.
+	DenyCache bool
+	// Shadow decides and sets headers but never blocks; what would have been
+	// blocked is counted.
+	Shadow bool
+	// Metrics, when set, counts decisions.
+	Metrics *Metrics
+	// Now is the clock of the deny cache; time.Now by default.
+	Now func() time.Time
+}
+
+// Middleware limits next.
+func Middleware(cfg Config, next http.Handler) http.Handler {
+	if cfg.PolicyName == "" {
+		cfg.PolicyName = "default"
+	}
+	if cfg.OnError == "" {
+		cfg.OnError = FailOpen
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 200 * time.Millisecond
+	}
+	if cfg.Headers == "" {
+		cfg.Headers = HeadersBoth
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	return &limiter{cfg: cfg, next: next, denied: map[string]time.Time{}}
+}
+
+type limiter struct {
+	cfg  Config
+	next http.Handler
+
+	mu     sync.Mutex
+	denied map[string]time.Time // key -> when its retry-after passes
+	sweep  time.Time
+}
+
+func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := l.cfg.KeyBy.Identify(r)
+	key := algorithms.Key(id.Key, l.cfg.Algorithm)
+	now := l.cfg.Now()
+	if until, ok := l.cachedDenial(key, now); ok && !l.cfg.Shadow {
+		l.cfg.Metrics.cacheHits.Add(1)
+		l.cfg.Metrics.decision(OutcomeDenyCache)
+		l.tooMany(w, until.Sub(now))
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
+	start := time.Now()
+	d, err := l.cfg.Limiter.Allow(ctx, key)
+	cancel()
+	l.cfg.Metrics.latency.observe(time.Since(start))
+
+	switch {
+	case errors.Is(err, algorithms.ErrRetriesExhausted):
+		l.cfg.Metrics.decision(OutcomeContended)
+		d.RetryAfter = time.Second
+		if !l.cfg.Shadow {
+			l.setHeaders(w.Header(), d)
+			l.tooMany(w, d.RetryAfter)
+			return
+		}
+	case err != nil:
+		if isTimeout(err) {
+			l.cfg.Metrics.redisErr["timeout"].Add(1)
+		} else {
+			l.cfg.Metrics.redisErr["other"].Add(1)
+		}
+		if l.cfg.OnError == FailClosed {
+			l.cfg.Metrics.decision(OutcomeErrorClosed)
+			w.Header().Set("Retry-After", "1")
+			problem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter cannot reach its store", 1000)
+			return
+		}
+		l.cfg.Metrics.decision(OutcomeErrorOpen)
+		l.next.ServeHTTP(w, r)
+		return
+	case d.Allowed:
+		l.cfg.Metrics.decision(OutcomeAllowed)
+	case l.cfg.Shadow:
+		l.cfg.Metrics.decision(OutcomeShadowDenied)
+	default:
+		l.cfg.Metrics.decision(OutcomeDenied)
+		if l.cfg.DenyCache && d.RetryAfter > 0 {
+			l.cacheDenial(key, now.Add(d.RetryAfter), now)
+		}
+		l.setHeaders(w.Header(), d)
+		l.tooMany(w, d.RetryAfter)
+		return
+	}
+	l.setHeaders(w.Header(), d)
+	l.next.ServeHTTP(w, r)
+}
+
+// setHeaders writes the limit state of d.
+func (l *limiter) setHeaders(h http.Header, d algorithms.Decision) {
+	window := ceilSeconds(l.cfg.Policy.Window)
+	reset := window // after at most one window every request has left it
+	if !d.Allowed && d.RetryAfter > 0 {
+		reset = ceilSeconds(d.RetryAfter)
+	}
+	remaining := max(d.Remaining, 0)
+	if l.cfg.Headers != HeadersLegacy {
+		h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", l.cfg.PolicyName, l.cfg.Policy.Limit, window))
+		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", l.cfg.PolicyName, remaining, reset))
+	}
+	if l.cfg.Headers != HeadersDraft {
+		h.Set("RateLimit-Limit", strconv.FormatInt(l.cfg.Policy.Limit, 10))
+		h.Set("RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+		h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+}
+
+// tooMany answers 429 with Retry-After in whole seconds, rounded up.
+func (l *limiter) tooMany(w http.ResponseWriter, retry time.Duration) {
+	h := w.Header()
+	if h.Get("RateLimit-Policy") == "" && h.Get("RateLimit-Limit") == "" {
+		l.setHeaders(h, algorithms.Decision{Limit: l.cfg.Policy.Limit, RetryAfter: retry})
+	}
+	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
+	problem(w, http.StatusTooManyRequests, "Too Many Requests",
+		fmt.Sprintf("rate limit of %d per %s exceeded", l.cfg.Policy.Limit, l.cfg.Policy.Window), retry.Milliseconds())
+}
+
+// problem writes an RFC 9457 problem+json body.
+func problem(w http.ResponseWriter, status int, title, detail string, retryMillis int64) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"type": "about:blank", "title": title, "status": status, "detail": detail, "retry_after_ms": retryMillis,
+	})
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// cachedDenial reports whether key is denied until a time after now.
+func (l *limiter) cachedDenial(key string, now time.Time) (time.Time, bool) {
+	if !l.cfg.DenyCache {
+		return time.Time{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.denied[key]
+	if ok && !now.Before(until) {
+		delete(l.denied, key)
+		return time.Time{}, false
+	}
+	return until, ok
+}
+
+// cacheDenial remembers a denial; it sweeps expired entries at most once a
+// second, so the cache holds only consumers denied within their retry-after.
+func (l *limiter) cacheDenial(key string, until, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.denied[key] = until
+	if now.Sub(l.sweep) < time.Second {
+		return
+	}
+	l.sweep = now
+	for k, u := range l.denied {
+		if !now.Before(u) {
+			delete(l.denied, k)
+		}
+	}
+}
