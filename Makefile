@@ -11,11 +11,13 @@ build:
 
 # The default race: naive, multi, watch and lua, 100 goroutines, limit 5, 20 trials,
 # on a private redis-server that ratelab starts and stops.
-demo: deps build
+demo: build
+	@scripts/deps.sh redis
 	./$(BIN) race
 
-# Installs redis-server when missing (apt-get, as root), then vets and runs
-# every test with the race detector. The tests start their own servers.
+# Installs redis-server, nginx and its lua module when missing (apt-get, as
+# root), then vets and runs every test with the race detector. The tests
+# start their own servers.
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race ./...

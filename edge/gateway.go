@@ -192,6 +192,9 @@ type Builtin struct {
 	total atomic.Int64
 }
 
+// maxConsumers bounds the built-in upstream's table of counts.
+const maxConsumers = 100_000
+
 // Forwarded is what the built-in upstream received.
 type Forwarded struct {
 	Total     int64            `json:"total"`
@@ -206,8 +209,13 @@ func (b *Builtin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c, ok := b.per[label]
 	if !ok {
-		c = &atomic.Int64{}
-		b.per[label] = c
+		if len(b.per) >= maxConsumers {
+			label = "(others)" // hostile or countless identities stay bounded
+		}
+		if c, ok = b.per[label]; !ok {
+			c = &atomic.Int64{}
+			b.per[label] = c
+		}
 	}
 	b.mu.Unlock()
 	c.Add(1)

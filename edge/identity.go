@@ -1,7 +1,7 @@
 package edge
 
 import (
-	"crypto/sha256"
+	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -96,7 +96,7 @@ func (k KeyBy) trusted(a netip.Addr) bool {
 
 // identity hashes raw into a bounded key, and keeps a short printable label.
 func identity(kind, raw string) Identity {
-	sum := sha256.Sum256([]byte(raw))
+	sum := sha1.Sum([]byte(raw)) // the OpenResty module has only SHA-1: the same keys from both engines
 	label := strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f || r == '{' || r == '}' {
 			return '_'

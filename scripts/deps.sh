@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Installs what ratelab's tests need when it is missing: redis-server.
+# Installs what ratelab's tests need when it is missing: redis-server, and
+# nginx with the lua module and lua-resty-redis for the OpenResty module.
 # As root on Debian or Ubuntu it uses apt-get; otherwise it says what to
-# install. Without redis-server the tests that need one are skipped, except
-# under CI (CI=true), where they fail.
+# install. Without them the tests that need them are skipped, except under
+# CI (CI=true), where they fail.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# `deps.sh redis` checks redis-server alone (for make demo).
+if [ "${1:-all}" != redis ] && ! command -v openresty >/dev/null 2>&1; then
+  command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+  [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || missing+=(libnginx-mod-http-lua)
+  [ -e /usr/share/lua/5.1/nginx/redis.lua ] || [ -e /usr/share/lua/5.1/resty/redis.lua ] || missing+=(lua-nginx-redis)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

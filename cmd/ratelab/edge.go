@@ -171,7 +171,7 @@ func runEdge(ctx context.Context, opts edgeOptions) error {
 	o.DialTimeout = opts.RedisTimeout
 	o.PoolTimeout = opts.RedisTimeout
 	o.ContextTimeoutEnabled = true // the decision's deadline bounds every socket operation
-	o.MaxRetries = -1               // a timed-out decision is never replayed
+	o.MaxRetries = -1              // a timed-out decision is never replayed
 	client := redis.NewUniversalClient(&o)
 	defer client.Close()
 	lim, err := algorithms.New(opts.Algorithm, client, cfg.Limit.Policy)

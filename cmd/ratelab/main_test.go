@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -412,4 +415,86 @@ func TestCompareJSON(t *testing.T) {
 			t.Errorf("%v: latency_us = %v", r["algorithm"], lat)
 		}
 	}
+}
+
+func TestEdgeBadInput(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "builtin", "--limit", "100"}, `--limit "100": want requests/window`},
+		{[]string{"--upstream", "builtin", "--limit", "0/1m"}, "limit must be at least 1"},
+		{[]string{"--upstream", "builtin", "--limit", "10/soon"}, `--limit "10/soon": window`},
+		{[]string{"--upstream", "builtin", "--algorithm", "naive"}, `--algorithm "naive": want one of`},
+		{[]string{"--upstream", "builtin", "--key-by", "cookie:x"}, `unknown key "cookie:x"`},
+		{[]string{"--upstream", "builtin", "--trusted-proxies", "10.0.0.0/33"}, `trusted proxy "10.0.0.0/33"`},
+		{[]string{"--upstream", "builtin", "--on-redis-error", "maybe"}, `--on-redis-error "maybe": want open or closed`},
+		{[]string{"--upstream", "builtin", "--headers", "x"}, `--headers "x": want draft, legacy or both`},
+		{[]string{"--upstream", "builtin", "--redis-timeout", "0s"}, "--redis-timeout must be between 1ms and 1m"},
+		{[]string{}, "--upstream is required"},
+		{[]string{"--upstream", "builtin", "--engine", "envoy"}, `--engine "envoy": want go or openresty`},
+		{[]string{"--upstream", "builtin", "--engine", "openresty", "--shadow"}, "--engine openresty has no --shadow"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, _, stderr := ratelab(t, append([]string{"edge", "--redis", srv.URL(), "--listen", "127.0.0.1:0", "--admin", ""}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections: something was sent")
+			}
+		})
+	}
+}
+
+// TestEdgeServes: ratelab edge answers, limits, and stops on cancel.
+func TestEdgeServes(t *testing.T) {
+	redistest.Client(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := freeAddr(t)
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+			"--limit", "2/1m", "--key-by", "header:X-Consumer-Id"}, io.Discard, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var codes []int
+	consumer := redistest.Prefix(t)
+	for len(codes) < 3 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set("X-Consumer-Id", consumer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("edge not serving after 10s: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != exitError && code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("statuses %v, want [200 200 429]", codes)
+	}
+	if !strings.Contains(stderr.String(), "on a Redis error: fail open") {
+		t.Fatalf("the start-up log does not state the failure mode: %s", stderr.String())
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

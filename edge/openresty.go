@@ -1,0 +1,204 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+//go:embed openresty/nginx.conf
+var nginxConf string
+
+//go:embed openresty/ratelimit.lua
+var ratelimitLua string
+
+// NginxConfig fills edge/openresty/nginx.conf.
+type NginxConfig struct {
+	// Listen and Admin are host:port; Admin may be empty.
+	Listen, Admin string
+	// Upstream is a URL for proxy_pass, or "builtin".
+	Upstream string
+	// RedisHost, RedisPort and RedisPassword reach Redis (a single server).
+	RedisHost     string
+	RedisPort     int
+	RedisPassword string
+	// Policy is the limit; Timeout bounds one decision.
+	Policy  algorithms.Policy
+	Timeout time.Duration
+	// KeyBy is "ip" or "header:NAME"; OnError "open" or "closed";
+	// Headers "draft", "legacy" or "both".
+	KeyBy, OnError, Headers string
+	// DenyCache answers denied consumers from a shared dict.
+	DenyCache bool
+	// Workers is the number of nginx worker processes; 1 by default.
+	Workers int
+	// Dir holds the rendered files, the pid and the error log.
+	Dir string
+	// LoadModules loads ndk and the lua module from ModulesDir (Debian's
+	// nginx); OpenResty has them built in.
+	LoadModules bool
+	ModulesDir  string
+}
+
+// Render returns the nginx.conf for c. The Lua module and the sliding-log
+// script it reads are in c.Dir (see WriteFiles).
+func (c NginxConfig) Render() (string, error) {
+	t, err := template.New("nginx.conf").Funcs(template.FuncMap{"lua": strconv.Quote}).Parse(nginxConf)
+	if err != nil {
+		return "", err
+	}
+	if c.Workers < 1 {
+		c.Workers = 1
+	}
+	data := struct {
+		NginxConfig
+		ModuleDir, ScriptPath       string
+		TimeoutMillis, WindowMillis int64
+		Limit                       int64
+	}{c, c.Dir, filepath.Join(c.Dir, "slidinglog.lua"), c.Timeout.Milliseconds(), c.Policy.Window.Milliseconds(), c.Policy.Limit}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// WriteFiles writes nginx.conf, the Lua module and the sliding-log script
+// (the very bytes of algorithms/slidinglog.lua built into ratelab) into c.Dir.
+func (c NginxConfig) WriteFiles() error {
+	conf, err := c.Render()
+	if err != nil {
+		return err
+	}
+	for name, body := range map[string]string{
+		"nginx.conf":     conf,
+		"ratelimit.lua":  ratelimitLua,
+		"slidinglog.lua": algorithms.SlidingLogSource(),
+	} {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FindNginx looks for an nginx that can run the module: OpenResty's, or
+// nginx with Debian's lua module. It returns the binary and, for the latter,
+// the modules' directory.
+func FindNginx() (bin, modulesDir string, err error) {
+	if p, err := exec.LookPath("openresty"); err == nil {
+		return p, "", nil
+	}
+	p, err := exec.LookPath("nginx")
+	if err != nil {
+		return "", "", errors.New("neither openresty nor nginx on PATH (on Debian: apt-get install nginx libnginx-mod-http-lua lua-nginx-redis)")
+	}
+	for _, dir := range []string{"/usr/lib/nginx/modules", "/usr/share/nginx/modules"} {
+		if _, err := os.Stat(filepath.Join(dir, "ngx_http_lua_module.so")); err == nil {
+			return p, dir, nil
+		}
+	}
+	return "", "", errors.New("nginx has no lua module (on Debian: apt-get install libnginx-mod-http-lua lua-nginx-redis)")
+}
+
+// Nginx is a running nginx.
+type Nginx struct {
+	cmd    *exec.Cmd
+	dir    string
+	exited chan struct{} // closed when nginx has exited; err is then set
+	err    error
+}
+
+// StartNginx writes c's files into a new temporary directory, starts nginx
+// with them, and returns once it accepts connections on c.Listen.
+func StartNginx(ctx context.Context, c NginxConfig) (*Nginx, error) {
+	bin, modules, err := FindNginx()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "ratelab-nginx-")
+	if err != nil {
+		return nil, err
+	}
+	c.Dir, c.ModulesDir, c.LoadModules = dir, modules, modules != ""
+	if err := c.WriteFiles(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("nginx: %w", err)
+	}
+	n := &Nginx{cmd: cmd, dir: dir, exited: make(chan struct{})}
+	go func() { n.err = cmd.Wait(); close(n.exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", c.Listen, 100*time.Millisecond)
+		if err == nil {
+			conn.Close()
+			return n, nil
+		}
+		select {
+		case <-n.exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("nginx exited (%v): %s %s", n.err, strings.TrimSpace(out.String()), lastLines(string(log), 5))
+		case <-ctx.Done():
+			n.Stop()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			n.Stop()
+			return nil, fmt.Errorf("nginx not accepting on %s after 10s", c.Listen)
+		}
+	}
+}
+
+// Dir is where the rendered files and the error log are.
+func (n *Nginx) Dir() string { return n.dir }
+
+// Exited is closed when nginx exits.
+func (n *Nginx) Exited() <-chan struct{} { return n.exited }
+
+// Stop asks nginx to quit gracefully (SIGQUIT), which lets requests in
+// flight finish; after 2 seconds (idle Redis connections in the module's
+// pool hold a graceful quit until they expire) it asks for a fast stop
+// (SIGTERM), and kills it 5 seconds later. It removes nginx's directory.
+func (n *Nginx) Stop() {
+	for _, step := range []struct {
+		sig  os.Signal
+		wait time.Duration
+	}{{syscallQuit, 2 * time.Second}, {syscallTerm, 5 * time.Second}, {os.Kill, time.Minute}} {
+		_ = n.cmd.Process.Signal(step.sig)
+		select {
+		case <-n.exited:
+			os.RemoveAll(n.dir)
+			return
+		case <-time.After(step.wait):
+		}
+	}
+}
+
+func lastLines(s string, k int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > k {
+		lines = lines[len(lines)-k:]
+	}
+	return strings.Join(lines, " | ")
+}

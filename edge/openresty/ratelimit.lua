@@ -1,0 +1,210 @@
+-- ratelab's rate limiter for OpenResty (or nginx with the lua module): the
+-- same sliding-window log, the same keys, headers and 429 as `ratelab edge`.
+--
+--   init_by_lua_block   { require("ratelimit").configure({ ... }) }
+--   access_by_lua_block { require("ratelimit").access() }
+--
+-- configure() takes:
+--   script_path   the sliding-log script: ratelab's algorithms/slidinglog.lua,
+--                 read once, never copied
+--   redis_host, redis_port, redis_password (optional)
+--   timeout_ms    bound on one decision (connect, send, read); 200
+--   pool_size     connections kept alive per worker; 100
+--   limit, window_ms, policy_name ("default")
+--   key_by        "ip" (ngx.var.remote_addr: use the realip module for
+--                 proxies) or "header:NAME" (safe only behind what
+--                 authenticates it)
+--   on_error      "open" (let through) or "closed" (503)
+--   headers       "draft", "legacy" or "both"
+--   deny_cache    a lua_shared_dict name to answer denied consumers from
+--                 memory until their retry-after has passed; none when nil
+local M = {}
+
+local ok, redis = pcall(require, "resty.redis")
+if not ok then
+  redis = require "nginx.redis" -- Debian's lua-nginx-redis
+end
+
+local cfg
+local script, sha
+
+local function hex(s)
+  return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+function M.configure(opts)
+  local f = assert(io.open(opts.script_path, "rb"), "cannot read " .. tostring(opts.script_path))
+  script = f:read("*a")
+  f:close()
+  sha = hex(ngx.sha1_bin(script))
+  cfg = {
+    host = opts.redis_host or "127.0.0.1",
+    port = tonumber(opts.redis_port) or 6379,
+    password = opts.redis_password,
+    timeout = tonumber(opts.timeout_ms) or 200,
+    pool_size = tonumber(opts.pool_size) or 100,
+    limit = assert(tonumber(opts.limit), "limit"),
+    window = assert(tonumber(opts.window_ms), "window_ms"),
+    policy = opts.policy_name or "default",
+    on_error = opts.on_error or "open",
+    headers = opts.headers or "both",
+    deny = opts.deny_cache and ngx.shared[opts.deny_cache],
+    algorithm = opts.algorithm or "sliding-log",
+  }
+  local kb = opts.key_by or "ip"
+  if kb:sub(1, 7) == "header:" then
+    cfg.header = kb:sub(8)
+  end
+end
+
+-- identity hashes who a request is from into a bounded key part, as the Go
+-- gateway does: kind, colon, the first 16 bytes of SHA-1 in hex.
+local function identity()
+  if cfg.header then
+    local v = ngx.req.get_headers()[cfg.header]
+    if type(v) == "table" then
+      v = v[1]
+    end
+    if v and v ~= "" then
+      return "h:" .. hex(ngx.sha1_bin(v):sub(1, 16)), v
+    end
+  end
+  local ip = ngx.var.remote_addr
+  return "ip:" .. hex(ngx.sha1_bin(ip):sub(1, 16)), ip
+end
+
+local function ceil_seconds(ms)
+  if ms <= 0 then
+    return 0
+  end
+  return math.ceil(ms / 1000)
+end
+
+local function set_headers(remaining, reset)
+  local window = ceil_seconds(cfg.window)
+  if cfg.headers ~= "legacy" then
+    ngx.header["RateLimit-Policy"] = string.format('"%s";q=%d;w=%d', cfg.policy, cfg.limit, window)
+    ngx.header["RateLimit"] = string.format('"%s";r=%d;t=%d', cfg.policy, remaining, reset)
+  end
+  if cfg.headers ~= "draft" then
+    ngx.header["RateLimit-Limit"] = cfg.limit
+    ngx.header["RateLimit-Remaining"] = remaining
+    ngx.header["RateLimit-Reset"] = reset
+  end
+end
+
+local function problem(status, title, detail, retry_ms)
+  ngx.status = status
+  ngx.header["Content-Type"] = "application/problem+json"
+  ngx.header["Cache-Control"] = "no-store"
+  ngx.say(string.format('{"detail":"%s","retry_after_ms":%d,"status":%d,"title":"%s","type":"about:blank"}',
+    detail, retry_ms, status, title))
+  return ngx.exit(status)
+end
+
+local function too_many(retry_ms)
+  set_headers(0, ceil_seconds(retry_ms))
+  ngx.header["Retry-After"] = ceil_seconds(retry_ms)
+  return problem(429, "Too Many Requests",
+    string.format("rate limit of %d per %dms exceeded", cfg.limit, cfg.window), retry_ms)
+end
+
+-- decide runs the script: EVALSHA, and EVAL only on NOSCRIPT; a call that
+-- failed otherwise (a timeout) is never sent again, so nothing counts twice.
+local function decide(key, member)
+  local red = redis:new()
+  if rawget(redis, "set_timeouts") then
+    red:set_timeouts(cfg.timeout, cfg.timeout, cfg.timeout)
+  else
+    red:set_timeout(cfg.timeout) -- lua-resty-redis before 0.28
+  end
+  local okc, err = red:connect(cfg.host, cfg.port)
+  if not okc then
+    return nil, "connect: " .. tostring(err)
+  end
+  if cfg.password and red:get_reused_times() == 0 then
+    local oka, aerr = red:auth(cfg.password)
+    if not oka then
+      red:close()
+      return nil, "auth: " .. tostring(aerr)
+    end
+  end
+  local res
+  res, err = red:evalsha(sha, 1, key, cfg.limit, cfg.window, "", member)
+  if not res and err and err:find("NOSCRIPT", 1, true) then
+    res, err = red:eval(script, 1, key, cfg.limit, cfg.window, "", member)
+  end
+  if not res then
+    red:close() -- a broken or timed-out connection is not kept
+    return nil, err
+  end
+  red:set_keepalive(10000, cfg.pool_size) -- never close on the hot path
+  return res
+end
+
+function M.access()
+  local id = identity()
+  local key = "rl:{" .. id .. "}:" .. cfg.algorithm
+  if cfg.deny then
+    local until_ms = cfg.deny:get(key)
+    local now_ms = ngx.now() * 1000
+    if until_ms and until_ms > now_ms then
+      return too_many(math.floor(until_ms - now_ms))
+    end
+  end
+  -- Unique per request: nginx's request id, and this worker's pid.
+  local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
+  local res, err = decide(key, member)
+  if not res then
+    ngx.log(ngx.WARN, "ratelab: redis: ", err)
+    if cfg.on_error == "closed" then
+      ngx.header["Retry-After"] = 1
+      return problem(503, "Service Unavailable", "the rate limiter cannot reach its store", 1000)
+    end
+    return -- fail open
+  end
+  local allowed, remaining, retry_ms = tonumber(res[1]), tonumber(res[2]), tonumber(res[3])
+  if allowed == 1 then
+    set_headers(remaining, ceil_seconds(cfg.window))
+    return
+  end
+  if cfg.deny and retry_ms > 0 then
+    cfg.deny:set(key, ngx.now() * 1000 + retry_ms, retry_ms / 1000)
+  end
+  return too_many(retry_ms)
+end
+
+-- builtin is a content handler that answers 200 and counts what it
+-- received per consumer in the shared dict ratelab_forwarded, as the Go
+-- gateway's built-in upstream does.
+function M.builtin()
+  local _, label = identity()
+  label = label:gsub("[%c{}]", "_"):sub(1, 64)
+  local dict = ngx.shared.ratelab_forwarded
+  dict:incr("c:" .. label, 1, 0)
+  dict:incr("total", 1, 0)
+  ngx.header["Content-Type"] = "text/plain"
+  ngx.say("ok")
+end
+
+local function json_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+-- forwarded writes the built-in upstream's counts as JSON:
+-- {"total": n, "consumers": {"label": n}}.
+function M.forwarded()
+  local dict = ngx.shared.ratelab_forwarded
+  local parts = {}
+  for _, k in ipairs(dict:get_keys(0)) do
+    if k:sub(1, 2) == "c:" then
+      parts[#parts + 1] = json_string(k:sub(3)) .. ":" .. tostring(dict:get(k))
+    end
+  end
+  ngx.header["Content-Type"] = "application/json"
+  ngx.say('{"total":', dict:get("total") or 0, ',"consumers":{', table.concat(parts, ","), "}}")
+end
+
+return M

@@ -1,0 +1,204 @@
+package edge_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startNginx runs nginx with the module in front of the built-in upstream.
+func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.NginxConfig {
+	t.Helper()
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	c.Listen, c.Admin, c.Upstream = freeAddr(t), freeAddr(t), "builtin"
+	c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
+	if c.Timeout == 0 {
+		c.Timeout = 200 * time.Millisecond
+	}
+	c.KeyBy, c.Headers = "header:X-Consumer-Id", "both"
+	if c.OnError == "" {
+		c.OnError = "open"
+	}
+	c.Workers = 2
+	n, err := edge.StartNginx(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(n.Dir() + "/error.log")
+			t.Logf("nginx error.log:\n%s", log)
+		}
+		n.Stop()
+	})
+	return c
+}
+
+func nginxForwarded(t *testing.T, c edge.NginxConfig) edge.Forwarded {
+	t.Helper()
+	resp, err := httpClient.Get("http://" + c.Admin + "/__ratelab/forwarded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var f edge.Forwarded
+	if err := json.NewDecoder(resp.Body).Decode(&f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestOpenRestyBurst: through nginx with the module, 200 concurrent requests
+// from one consumer with limit 10: exactly 10 reach the upstream and 190 get
+// 429 with Retry-After and both header forms; the Go gateway's key holds them.
+func TestOpenRestyBurst(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, denyCache := range []bool{true, false} {
+		nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 10, Window: time.Minute},
+			DenyCache: denyCache, Timeout: 5 * time.Second})
+		consumer := redistest.Prefix(t)
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		began := time.Now()
+		for range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, _ := get(t, "http://"+nc.Listen+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+				h := resp.Header
+				mu.Lock()
+				defer mu.Unlock()
+				codes[resp.StatusCode]++
+				if h.Get("RateLimit-Policy") != `"default";q=10;w=60` || h.Get("RateLimit") == "" ||
+					h.Get("RateLimit-Limit") != "10" || h.Get("RateLimit-Remaining") == "" || h.Get("RateLimit-Reset") == "" {
+					t.Errorf("%d without both header forms: %v", resp.StatusCode, h)
+				}
+				if resp.StatusCode == http.StatusTooManyRequests && (h.Get("Retry-After") == "" || h.Get("Retry-After") == "0") {
+					t.Errorf("429 with Retry-After %q", h.Get("Retry-After"))
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("burst took %s", time.Since(began))
+		if codes[200] != 10 || codes[429] != 190 {
+			t.Fatalf("deny cache %v: statuses %v, want 10 × 200 and 190 × 429", denyCache, codes)
+		}
+		if f := nginxForwarded(t, nc); f.Consumers[consumer] != 10 {
+			t.Fatalf("the upstream received %d, want 10 (%v)", f.Consumers[consumer], f)
+		}
+		// The same key as the Go gateway's: both engines can share Redis.
+		id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+		if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 10 {
+			t.Fatalf("the Go gateway's key for %s holds %d members, want 10", consumer, n)
+		}
+	}
+}
+
+// TestOpenRestyRedisDown: with Redis hung, the module fails open within its
+// timeout or closed with 503; SCRIPT FLUSH mid-run counts nothing twice.
+func TestOpenRestyRedisDown(t *testing.T) {
+	redistest.Client(t, srv)
+	for _, mode := range []string{"open", "closed"} {
+		r, err := redisrun.Start(context.Background(), redisrun.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Stop()
+		nc := startNginx(t, r, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}, OnError: mode})
+		hdr := map[string]string{"X-Consumer-Id": "down-" + mode}
+		if resp, _ := get(t, "http://"+nc.Listen+"/", hdr); resp.StatusCode != 200 {
+			t.Fatalf("first request: %d", resp.StatusCode)
+		}
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"open": 200, "closed": 503}[mode]
+		var slowest time.Duration
+		for range 5 {
+			resp, took := get(t, "http://"+nc.Listen+"/", hdr)
+			slowest = max(slowest, took)
+			if resp.StatusCode != want {
+				t.Fatalf("%s, Redis hung: %d, want %d", mode, resp.StatusCode, want)
+			}
+		}
+		if slowest > nc.Timeout+time.Second {
+			t.Fatalf("slowest response %s with a %s timeout", slowest, nc.Timeout)
+		}
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, _ := get(t, "http://"+nc.Listen+"/", hdr)
+			if resp.StatusCode == http.StatusTooManyRequests {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still %d 10 s after Redis came back", mode, resp.StatusCode)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestOpenRestyScriptFlush(t *testing.T) {
+	c := redistest.Client(t, srv)
+	nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 30, Window: time.Minute}})
+	consumer := redistest.Prefix(t)
+	codes := map[int]int{}
+	for i := range 60 {
+		if i == 10 || i == 40 {
+			c.ScriptFlush(context.Background())
+		}
+		resp, _ := get(t, "http://"+nc.Listen+"/", map[string]string{"X-Consumer-Id": consumer})
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 30 || codes[429] != 30 {
+		t.Fatalf("statuses %v, want 30 × 200 and 30 × 429", codes)
+	}
+	if f := nginxForwarded(t, nc); f.Consumers[consumer] != 30 {
+		t.Fatalf("the upstream received %d, want 30", f.Consumers[consumer])
+	}
+}
+
+func TestNginxConfRenders(t *testing.T) {
+	conf, err := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
+		RedisPort: 6379, Policy: algorithms.Policy{Limit: 100, Window: time.Minute}, Timeout: 200 * time.Millisecond,
+		KeyBy: "ip", OnError: "closed", Headers: "both", Dir: "/tmp/x"}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"listen 127.0.0.1:8080;", "proxy_pass http://127.0.0.1:9000;", `on_error = "closed"`,
+		"limit = 100,", "window_ms = 60000,", `script_path = "/tmp/x/slidinglog.lua"`} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("nginx.conf lacks %q:\n%s", want, conf)
+		}
+	}
+}

@@ -1,0 +1,9 @@
+package edge
+
+import "syscall"
+
+// Signals that stop nginx: gracefully, and fast.
+const (
+	syscallQuit = syscall.SIGQUIT
+	syscallTerm = syscall.SIGTERM
+)
