@@ -23,11 +23,12 @@ test: deps
 	$(GO) test -race ./...
 
 # Per-decision cost of each limiter, the release spread against the machine's
-# floor (raw PINGs), then a race of every limiter.
+# floor (raw PINGs), a race of every limiter, and the two edge engines under wrk.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
+	scripts/bench-edge.sh
 
 deps:
 	@scripts/deps.sh

@@ -255,6 +255,27 @@ func TestScriptFlush(t *testing.T) {
 	if f := forwarded(t, g); f.Consumers[consumer] != 50 {
 		t.Fatalf("the upstream received %d, want 50", f.Consumers[consumer])
 	}
+	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+	if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 50 {
+		t.Fatalf("the log holds %d members, want the 50 admitted", n)
+	}
+}
+
+// scriptCalls counts EVALSHA and EVAL calls the server has run.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	var n int64
+	for _, line := range strings.Split(c.Info(context.Background(), "commandstats").Val(), "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				var v int64
+				fmt.Sscan(calls, &v)
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 // TestIdentity: a spoofed X-Forwarded-For from an untrusted peer does not
@@ -323,10 +344,14 @@ func TestShadowAndDenyCache(t *testing.T) {
 		t.Fatalf("%d shadow denials counted, want 4", n)
 	}
 
-	g, _ = startGateway(t, srv.Addr, setup{limit: 1, denyCache: true})
+	g, rc := startGateway(t, srv.Addr, setup{limit: 1, denyCache: true})
 	hdr := map[string]string{"X-Consumer-Id": redistest.Prefix(t) + "-cache"}
+	before := scriptCalls(t, rc)
 	for range 10 {
 		get(t, "http://"+g.Addr()+"/", hdr)
+	}
+	if calls := scriptCalls(t, rc) - before; calls != 2 {
+		t.Fatalf("10 requests, 8 of them while denied, made %d script calls in Redis; want 2", calls)
 	}
 	m := g.Metrics()
 	if m.Decisions(edge.OutcomeAllowed) != 1 || m.Decisions(edge.OutcomeDenied) != 1 || m.DenyCacheHits() != 8 {

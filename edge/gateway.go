@@ -28,6 +28,8 @@ type GatewayConfig struct {
 	UpstreamTimeout time.Duration
 	// Limit configures the middleware in front of the upstream.
 	Limit Config
+	// Off serves the upstream with no limiter, to measure what the limiter adds.
+	Off bool
 	// Log receives the start-up and shutdown lines; none when nil.
 	Log io.Writer
 }
@@ -79,8 +81,12 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	g.lnMain = ln
+	handler := upstream
+	if !cfg.Off {
+		handler = Middleware(g.cfg.Limit, upstream)
+	}
 	g.main = &http.Server{
-		Handler:           Middleware(g.cfg.Limit, upstream),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
@@ -134,10 +140,16 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	l := g.cfg.Limit
 	if g.cfg.Log != nil {
 		fmt.Fprintf(g.cfg.Log, "ratelab edge: listening on %s, upstream %s, admin %s\n", g.Addr(), g.cfg.Upstream, orNone(g.AdminAddr()))
-		fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; Redis timeout %s; on a Redis error: fail %s%s%s\n",
+		if g.cfg.Off {
+			fmt.Fprintln(g.cfg.Log, "ratelab edge: --limit off: no limiter, every request goes to the upstream")
+			l.Algorithm = "" // nothing more to say
+		}
+		if l.Algorithm != "" {
+			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; Redis timeout %s; on a Redis error: fail %s%s%s\n",
 			l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), l.Timeout, l.OnError,
 			map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 			map[bool]string{true: "; deny cache on"}[l.DenyCache])
+		}
 	}
 	errs := make(chan error, 2)
 	go func() { errs <- g.main.Serve(g.lnMain) }()

@@ -42,6 +42,8 @@ type NginxConfig struct {
 	KeyBy, OnError, Headers string
 	// DenyCache answers denied consumers from a shared dict.
 	DenyCache bool
+	// Off leaves the limiter out, to measure what it adds.
+	Off bool
 	// Workers is the number of nginx worker processes; 1 by default.
 	Workers int
 	// Dir holds the rendered files, the pid and the error log.

@@ -62,7 +62,7 @@ authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only 
 	f.StringVar(&opts.Listen, "listen", ":8080", "address clients connect to")
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics and /__ratelab/forwarded (empty: none)")
 	f.StringVar(&opts.Upstream, "upstream", "", "URL to proxy to, or builtin (a 200 responder that counts per consumer)")
-	f.StringVar(&opts.Limit, "limit", "100/1m", "the policy: requests/window, such as 100/1m or 10/1s")
+	f.StringVar(&opts.Limit, "limit", "100/1m", "the policy: requests/window, such as 100/1m or 10/1s; off serves with no limiter")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
 	f.StringVar(&opts.KeyBy, "key-by", "ip", "who a request is from: ip, or header:NAME")
 	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "CIDRs whose X-Forwarded-For is believed (with --key-by ip)")
@@ -102,7 +102,12 @@ func parseLimit(s string) (algorithms.Policy, error) {
 // edgeConfig checks every flag; nothing is listened on or sent before it succeeds.
 func edgeConfig(opts edgeOptions) (edge.GatewayConfig, *redis.UniversalOptions, error) {
 	var cfg edge.GatewayConfig
-	p, err := parseLimit(opts.Limit)
+	off := opts.Limit == "off"
+	limit := opts.Limit
+	if off {
+		limit = "1/1s" // unused: nothing is decided
+	}
+	p, err := parseLimit(limit)
 	if err != nil {
 		return cfg, nil, &usageError{err}
 	}
@@ -139,6 +144,7 @@ func edgeConfig(opts edgeOptions) (edge.GatewayConfig, *redis.UniversalOptions, 
 		return cfg, nil, err
 	}
 	cfg = edge.GatewayConfig{
+		Off:      off,
 		Listen:   opts.Listen,
 		Admin:    opts.Admin,
 		Upstream: opts.Upstream,
@@ -156,6 +162,13 @@ func runEdge(ctx context.Context, opts edgeOptions) error {
 	}
 	if opts.Engine == "openresty" {
 		return runOpenResty(ctx, opts, cfg, ropts)
+	}
+	if cfg.Off {
+		g, err := edge.NewGateway(cfg)
+		if err != nil {
+			return err
+		}
+		return g.Serve(ctx)
 	}
 	tgt, err := openTarget(ctx, ropts, opts.Stderr)
 	if err != nil {

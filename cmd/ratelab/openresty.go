@@ -49,7 +49,7 @@ func runOpenResty(ctx context.Context, opts edgeOptions, cfg edge.GatewayConfig,
 		RedisHost: host, RedisPort: port, RedisPassword: tgt.opts.Password,
 		Policy: cfg.Limit.Policy, Timeout: cfg.Limit.Timeout,
 		KeyBy: opts.KeyBy, OnError: string(cfg.Limit.OnError), Headers: string(cfg.Limit.Headers),
-		DenyCache: cfg.Limit.DenyCache, Workers: 2,
+		DenyCache: cfg.Limit.DenyCache, Workers: 2, Off: cfg.Off,
 	}
 	n, err := edge.StartNginx(ctx, nc)
 	if err != nil {
