@@ -146,9 +146,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		}
 		if l.Algorithm != "" {
 			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; Redis timeout %s; on a Redis error: fail %s%s%s\n",
-			l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), l.Timeout, l.OnError,
-			map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
-			map[bool]string{true: "; deny cache on"}[l.DenyCache])
+				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), l.Timeout, l.OnError,
+				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
+				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
 	}
 	errs := make(chan error, 2)
