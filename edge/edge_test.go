@@ -28,10 +28,9 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
 // client is how the gateway talks to Redis: a bounded pool, the decision's
 // deadline on every socket operation, and no retries.
-func client(t *testing.T, addr string, timeout time.Duration) *redis.Client {
+func client(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: timeout,
-		ContextTimeoutEnabled: true, PoolSize: 64, Protocol: 2})
+	c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{addr}, Protocol: 2}, timeout, 256))
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -47,7 +46,7 @@ type setup struct {
 }
 
 // startGateway serves a gateway with the built-in upstream on loopback until the test ends.
-func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, *redis.Client) {
+func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.UniversalClient) {
 	t.Helper()
 	if s.window == 0 {
 		s.window = time.Minute
@@ -262,7 +261,7 @@ func TestScriptFlush(t *testing.T) {
 }
 
 // scriptCalls counts EVALSHA and EVAL calls the server has run.
-func scriptCalls(t *testing.T, c *redis.Client) int64 {
+func scriptCalls(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
 	var n int64
 	for _, line := range strings.Split(c.Info(context.Background(), "commandstats").Val(), "\n") {
@@ -327,6 +326,82 @@ func TestIdentity(t *testing.T) {
 			t.Fatalf("label %q", id.Label)
 		}
 	}
+}
+
+// TestRedisRestart: Redis killed mid-run fails open at once (a refused
+// connection is no wait), and a new Redis on the same port is used without
+// a restart of the gateway.
+func TestRedisRestart(t *testing.T) {
+	redistest.Client(t, srv)
+	r, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := r.Port()
+	g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: edge.FailOpen})
+	url := "http://" + g.Addr() + "/"
+	hdr := map[string]string{"X-Consumer-Id": "restart"}
+	get(t, url, hdr)
+	r.Stop()
+	for range 5 {
+		if resp, _ := get(t, url, hdr); resp.StatusCode != 200 {
+			t.Fatalf("Redis gone, fail open: %d", resp.StatusCode)
+		}
+	}
+	if g.Metrics().RedisErrors("other") == 0 {
+		t.Fatalf("no Redis error counted with Redis gone")
+	}
+	r, err = redisrun.Start(context.Background(), redisrun.Options{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	// The new server is empty: the consumer's first request there is
+	// admitted, the second denied.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, _ := get(t, url, hdr)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d 10 s after Redis came back on port %d", resp.StatusCode, port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHeaderForms: --headers selects the fields; Retry-After rounds the
+// script's milliseconds up to whole seconds.
+func TestHeaderForms(t *testing.T) {
+	deny := limiterFunc(func(context.Context, string) (algorithms.Decision, error) {
+		return algorithms.Decision{Limit: 5, RetryAfter: 1500 * time.Millisecond}, nil
+	})
+	p := algorithms.Policy{Limit: 5, Window: time.Minute}
+	for _, tc := range []struct {
+		headers     edge.Headers
+		draft, lgcy bool
+	}{{edge.HeadersDraft, true, false}, {edge.HeadersLegacy, false, true}, {edge.HeadersBoth, true, true}} {
+		h := edge.Middleware(edge.Config{Limiter: deny, Algorithm: "x", Policy: p, Headers: tc.headers}, http.NotFoundHandler())
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		got := w.Result().Header
+		if w.Code != 429 || got.Get("Retry-After") != "2" {
+			t.Fatalf("%s: %d with Retry-After %q, want 429 and 2 (1.5 s rounded up)", tc.headers, w.Code, got.Get("Retry-After"))
+		}
+		if (got.Get("RateLimit") == `"default";r=0;t=2`) != tc.draft || (got.Get("RateLimit-Reset") == "2") != tc.lgcy {
+			t.Fatalf("%s: headers %v", tc.headers, got)
+		}
+		if (got.Get("RateLimit-Policy") != "") != tc.draft || (got.Get("RateLimit-Limit") != "") != tc.lgcy {
+			t.Fatalf("%s: headers %v", tc.headers, got)
+		}
+	}
+}
+
+type limiterFunc func(context.Context, string) (algorithms.Decision, error)
+
+func (f limiterFunc) Allow(ctx context.Context, key string) (algorithms.Decision, error) {
+	return f(ctx, key)
 }
 
 // TestShadowAndDenyCache: shadow mode never blocks but counts what it

@@ -13,7 +13,24 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// RedisOptions adapts base for a gateway: pool connections at most, the
+// decision's deadline on every socket operation, no replay of a failed
+// call (it may have been counted), and one dial attempt, so that a refused
+// connection fails the decision at once instead of after five tries.
+func RedisOptions(base redis.UniversalOptions, timeout time.Duration, pool int) *redis.UniversalOptions {
+	o := base
+	o.PoolSize = pool
+	o.DialTimeout = timeout
+	o.PoolTimeout = timeout
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	return &o
+}
 
 // GatewayConfig configures a gateway.
 type GatewayConfig struct {

@@ -68,12 +68,15 @@ func (k KeyBy) clientIP(r *http.Request) string {
 		host = r.RemoteAddr
 	}
 	peer, err := netip.ParseAddr(host)
-	if err != nil || !k.trusted(peer) {
+	if err != nil {
 		return host
+	}
+	if !k.trusted(peer) {
+		return peer.Unmap().String()
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		a, err := parseHop(hops[i])
 		if err != nil {
 			break // a malformed hop: stop at the last address we can trust
 		}
@@ -82,6 +85,16 @@ func (k KeyBy) clientIP(r *http.Request) string {
 		}
 	}
 	return peer.Unmap().String()
+}
+
+// parseHop parses one X-Forwarded-For hop: an address, with or without a
+// port, IPv6 with or without brackets.
+func parseHop(s string) (netip.Addr, error) {
+	s = strings.TrimSpace(s)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), nil
+	}
+	return netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
 }
 
 func (k KeyBy) trusted(a netip.Addr) bool {

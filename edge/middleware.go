@@ -108,7 +108,9 @@ type limiter struct {
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := l.cfg.KeyBy.Identify(r)
 	key := algorithms.Key(id.Key, l.cfg.Algorithm)
-	now := l.cfg.Now()
+	// The scripts keep time in whole milliseconds: so does the cache, so that
+	// it never holds a denial longer than Redis would.
+	now := l.cfg.Now().Truncate(time.Millisecond)
 	if until, ok := l.cachedDenial(key, now); ok && !l.cfg.Shadow {
 		l.cfg.Metrics.cacheHits.Add(1)
 		l.cfg.Metrics.decision(OutcomeDenyCache)
@@ -131,6 +133,8 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			l.tooMany(w, d.RetryAfter)
 			return
 		}
+	case err != nil && r.Context().Err() != nil:
+		return // the client went away: nothing to answer, and not Redis's fault
 	case err != nil:
 		if isTimeout(err) {
 			l.cfg.Metrics.redisErr["timeout"].Add(1)
@@ -190,7 +194,7 @@ func (l *limiter) tooMany(w http.ResponseWriter, retry time.Duration) {
 	}
 	h.Set("Retry-After", strconv.FormatInt(ceilSeconds(retry), 10))
 	problem(w, http.StatusTooManyRequests, "Too Many Requests",
-		fmt.Sprintf("rate limit of %d per %s exceeded", l.cfg.Policy.Limit, l.cfg.Policy.Window), retry.Milliseconds())
+		fmt.Sprintf("rate limit of %d per %dms exceeded", l.cfg.Policy.Limit, l.cfg.Policy.Window.Milliseconds()), retry.Milliseconds())
 }
 
 // problem writes an RFC 9457 problem+json body.
@@ -230,12 +234,19 @@ func (l *limiter) cachedDenial(key string, now time.Time) (time.Time, bool) {
 	return until, ok
 }
 
+// maxDenied bounds the deny cache. When it is full a denial is simply not
+// cached: Redis still decides, so the cache only ever saves work.
+const maxDenied = 100_000
+
 // cacheDenial remembers a denial; it sweeps expired entries at most once a
-// second, so the cache holds only consumers denied within their retry-after.
+// second, so the cache holds only consumers denied within their retry-after,
+// and at most maxDenied of them.
 func (l *limiter) cacheDenial(key string, until, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.denied[key] = until
+	if len(l.denied) < maxDenied {
+		l.denied[key] = until
+	}
 	if now.Sub(l.sweep) < time.Second {
 		return
 	}

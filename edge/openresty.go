@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,10 +67,23 @@ func (c NginxConfig) Render() (string, error) {
 	}
 	data := struct {
 		NginxConfig
-		ModuleDir, ScriptPath       string
-		TimeoutMillis, WindowMillis int64
-		Limit                       int64
-	}{c, c.Dir, filepath.Join(c.Dir, "slidinglog.lua"), c.Timeout.Milliseconds(), c.Policy.Window.Milliseconds(), c.Policy.Limit}
+		ModuleDir, ScriptPath                      string
+		TimeoutMillis, WindowMillis                int64
+		Limit                                      int64
+		UpstreamScheme, UpstreamHost, UpstreamPath string
+	}{NginxConfig: c, ModuleDir: c.Dir, ScriptPath: filepath.Join(c.Dir, "slidinglog.lua"),
+		TimeoutMillis: c.Timeout.Milliseconds(), WindowMillis: c.Policy.Window.Milliseconds(), Limit: c.Policy.Limit}
+	if c.Upstream != "builtin" {
+		u, err := url.Parse(c.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("upstream %q: want an http:// or https:// URL, or builtin", c.Upstream)
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		data.UpstreamScheme, data.UpstreamHost, data.UpstreamPath = u.Scheme, net.JoinHostPort(u.Hostname(), port), strings.TrimSuffix(u.Path, "/")
+	}
 	var b bytes.Buffer
 	if err := t.Execute(&b, data); err != nil {
 		return "", err

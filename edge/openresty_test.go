@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -30,13 +31,19 @@ func freeAddr(t *testing.T) string {
 // startNginx runs nginx with the module in front of the built-in upstream.
 func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.NginxConfig {
 	t.Helper()
+	return startNginxUpstream(t, r, c, "builtin")
+}
+
+// startNginxUpstream runs nginx with the module in front of upstream.
+func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, upstream string) edge.NginxConfig {
+	t.Helper()
 	if _, _, err := edge.FindNginx(); err != nil {
 		if redistest.InCI() {
 			t.Fatalf("under CI: %v", err)
 		}
 		t.Skip(err)
 	}
-	c.Listen, c.Admin, c.Upstream = freeAddr(t), freeAddr(t), "builtin"
+	c.Listen, c.Admin, c.Upstream = freeAddr(t), freeAddr(t), upstream
 	c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
 	if c.Timeout == 0 {
 		c.Timeout = 200 * time.Millisecond
@@ -186,6 +193,45 @@ func TestOpenRestyScriptFlush(t *testing.T) {
 	if f := nginxForwarded(t, nc); f.Consumers[consumer] != 30 {
 		t.Fatalf("the upstream received %d, want 30", f.Consumers[consumer])
 	}
+	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+	if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 30 {
+		t.Fatalf("the log holds %d members, want the 30 admitted", n)
+	}
+}
+
+// TestOpenRestyProxy: in front of a real upstream, nginx passes only what
+// the limit allows, adds X-Forwarded-For, and keeps the path; its deny cache
+// answers a denied consumer without Redis.
+func TestOpenRestyProxy(t *testing.T) {
+	c := redistest.Client(t, srv)
+	var mu sync.Mutex
+	var seen []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+" "+r.Header.Get("X-Forwarded-For"))
+		mu.Unlock()
+	}))
+	defer up.Close()
+	nc := edge.NginxConfig{Policy: algorithms.Policy{Limit: 3, Window: time.Minute}, DenyCache: true}
+	nc = startNginxUpstream(t, srv, nc, up.URL)
+	hdr := map[string]string{"X-Consumer-Id": redistest.Prefix(t)}
+	before := scriptCalls(t, c)
+	codes := map[int]int{}
+	for range 10 {
+		resp, _ := get(t, "http://"+nc.Listen+"/v1/items", hdr)
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 3 || codes[429] != 7 {
+		t.Fatalf("statuses %v, want 3 × 200 and 7 × 429", codes)
+	}
+	if calls := scriptCalls(t, c) - before; calls != 4 {
+		t.Fatalf("%d script calls in Redis for 3 admitted and 7 denied requests; want 4 (the rest from the deny cache)", calls)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 || seen[0] != "/v1/items 127.0.0.1" {
+		t.Fatalf("the upstream saw %q", seen)
+	}
 }
 
 func TestNginxConfRenders(t *testing.T) {
@@ -195,7 +241,8 @@ func TestNginxConfRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"listen 127.0.0.1:8080;", "proxy_pass http://127.0.0.1:9000;", `on_error = "closed"`,
+	for _, want := range []string{"listen 127.0.0.1:8080;", "server 127.0.0.1:9000;", "keepalive 64;",
+		"proxy_pass http://ratelab_upstream;", `on_error = "closed"`,
 		"limit = 100,", "window_ms = 60000,", `script_path = "/tmp/x/slidinglog.lua"`} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nginx.conf lacks %q:\n%s", want, conf)

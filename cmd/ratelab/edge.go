@@ -179,13 +179,7 @@ func runEdge(ctx context.Context, opts edgeOptions) error {
 		fmt.Fprintf(opts.Stderr, "ratelab edge: limiting in a private Redis (%s at %s): its counts are lost when ratelab stops; "+
 			"pass --redis to share them\n", tgt.info.Mode, tgt.info.Addr)
 	}
-	o := *tgt.opts
-	o.PoolSize = opts.RedisPool
-	o.DialTimeout = opts.RedisTimeout
-	o.PoolTimeout = opts.RedisTimeout
-	o.ContextTimeoutEnabled = true // the decision's deadline bounds every socket operation
-	o.MaxRetries = -1              // a timed-out decision is never replayed
-	client := redis.NewUniversalClient(&o)
+	client := redis.NewUniversalClient(edge.RedisOptions(*tgt.opts, opts.RedisTimeout, opts.RedisPool))
 	defer client.Close()
 	lim, err := algorithms.New(opts.Algorithm, client, cfg.Limit.Policy)
 	if err != nil {

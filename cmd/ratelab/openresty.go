@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,9 @@ func runOpenResty(ctx context.Context, opts edgeOptions, cfg edge.GatewayConfig,
 	case ropts != nil && (ropts.IsClusterMode || len(ropts.Addrs) > 1 || ropts.Dialer != nil || ropts.TLSConfig != nil):
 		return usagef("--engine openresty reaches one Redis over plain TCP: no Cluster, unix socket or TLS")
 	}
+	if ropts != nil && (ropts.DB != 0 || ropts.Username != "") {
+		return usagef("--engine openresty uses database 0 and password-only AUTH: drop the database and user from --redis")
+	}
 	if _, _, err := edge.FindNginx(); err != nil {
 		return err
 	}
@@ -40,6 +44,14 @@ func runOpenResty(ctx context.Context, opts edgeOptions, cfg edge.GatewayConfig,
 		return err
 	}
 	port, _ := strconv.Atoi(portText)
+	// nginx resolves nothing without a resolver line: give it an address.
+	if _, err := netip.ParseAddr(host); err != nil {
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil || len(addrs) == 0 {
+			return fmt.Errorf("--redis host %s: %v", host, err)
+		}
+		host = addrs[0]
+	}
 	listen, admin := hostPort(opts.Listen), ""
 	if opts.Admin != "" {
 		admin = hostPort(opts.Admin)

@@ -111,16 +111,34 @@ end
 
 -- decide runs the script: EVALSHA, and EVAL only on NOSCRIPT; a call that
 -- failed otherwise (a timeout) is never sent again, so nothing counts twice.
-local function decide(key, member)
-  local red = redis:new()
-  if rawget(redis, "set_timeouts") then
-    red:set_timeouts(cfg.timeout, cfg.timeout, cfg.timeout)
-  else
-    red:set_timeout(cfg.timeout) -- lua-resty-redis before 0.28
+-- One budget bounds the whole decision, as the Go gateway's context does:
+-- each step gets what is left of it.
+local function budget(red, deadline)
+  ngx.update_time()
+  local left = math.floor((deadline - ngx.now()) * 1000)
+  if left < 1 then
+    return false
   end
+  if rawget(redis, "set_timeouts") then
+    red:set_timeouts(left, left, left)
+  else
+    red:set_timeout(left) -- lua-resty-redis before 0.28
+  end
+  return true
+end
+
+local function decide(key, member)
+  ngx.update_time()
+  local deadline = ngx.now() + cfg.timeout / 1000
+  local red = redis:new()
+  budget(red, deadline)
   local okc, err = red:connect(cfg.host, cfg.port)
   if not okc then
     return nil, "connect: " .. tostring(err)
+  end
+  if not budget(red, deadline) then
+    red:close()
+    return nil, "timeout"
   end
   if cfg.password and red:get_reused_times() == 0 then
     local oka, aerr = red:auth(cfg.password)
@@ -132,6 +150,10 @@ local function decide(key, member)
   local res
   res, err = red:evalsha(sha, 1, key, cfg.limit, cfg.window, "", member)
   if not res and err and err:find("NOSCRIPT", 1, true) then
+    if not budget(red, deadline) then
+      red:close()
+      return nil, "timeout"
+    end
     res, err = red:eval(script, 1, key, cfg.limit, cfg.window, "", member)
   end
   if not res then
@@ -139,7 +161,21 @@ local function decide(key, member)
     return nil, err
   end
   red:set_keepalive(10000, cfg.pool_size) -- never close on the hot path
+  if type(res) ~= "table" or not tonumber(res[1]) or not tonumber(res[2]) or not tonumber(res[3]) then
+    return nil, "bad reply from the script"
+  end
   return res
+end
+
+-- warn logs a Redis failure at most once a second per worker, so an outage
+-- does not flood the error log.
+local last_warn = 0
+local function warn(err)
+  local now = ngx.now()
+  if now - last_warn >= 1 then
+    last_warn = now
+    ngx.log(ngx.WARN, "ratelab: redis: ", err)
+  end
 end
 
 function M.access()
@@ -147,16 +183,21 @@ function M.access()
   local key = "rl:{" .. id .. "}:" .. cfg.algorithm
   if cfg.deny then
     local until_ms = cfg.deny:get(key)
+    ngx.update_time()
     local now_ms = ngx.now() * 1000
     if until_ms and until_ms > now_ms then
-      return too_many(math.floor(until_ms - now_ms))
+      return too_many(math.max(math.ceil(until_ms - now_ms), 1))
     end
   end
+  -- The script measures the retry-after from when it runs, which is after
+  -- this: a denial cached from here never outlasts Redis's.
+  ngx.update_time()
+  local t0_ms = ngx.now() * 1000
   -- Unique per request: nginx's request id, and this worker's pid.
   local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
   local res, err = decide(key, member)
   if not res then
-    ngx.log(ngx.WARN, "ratelab: redis: ", err)
+    warn(err)
     if cfg.on_error == "closed" then
       ngx.header["Retry-After"] = 1
       return problem(503, "Service Unavailable", "the rate limiter cannot reach its store", 1000)
@@ -169,7 +210,7 @@ function M.access()
     return
   end
   if cfg.deny and retry_ms > 0 then
-    cfg.deny:set(key, ngx.now() * 1000 + retry_ms, retry_ms / 1000)
+    cfg.deny:set(key, t0_ms + retry_ms, retry_ms / 1000)
   end
   return too_many(retry_ms)
 end
@@ -179,7 +220,24 @@ end
 -- gateway's built-in upstream does.
 function M.builtin()
   local _, label = identity()
-  label = label:gsub("[%c{}]", "_"):sub(1, 64)
+  label = label:gsub("[%c{}]", "_")
+  if #label > 64 then
+    -- Cut at 64 bytes, then drop a character the cut left incomplete, as
+    -- the Go gateway's labels do.
+    label = label:sub(1, 64)
+    for i = #label, math.max(#label - 3, 1), -1 do
+      local b = label:byte(i)
+      if b >= 0xC0 then
+        local need = b >= 0xF0 and 4 or b >= 0xE0 and 3 or 2
+        if #label - i + 1 < need then
+          label = label:sub(1, i - 1)
+        end
+        break
+      elseif b < 0x80 then
+        break
+      end
+    end
+  end
   local dict = ngx.shared.ratelab_forwarded
   dict:incr("c:" .. label, 1, 0)
   dict:incr("total", 1, 0)

@@ -32,6 +32,8 @@ func InCI() bool {
 //
 //	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 func Main(m *testing.M, srv **redisrun.Server) int {
+	// go-redis logs its own dial retries; the tests check errors themselves.
+	redis.SetLogger(quiet{})
 	s, err := redisrun.Start(context.Background(), redisrun.Options{})
 	switch {
 	case errors.Is(err, redisrun.ErrNotFound) && !InCI():
@@ -57,6 +59,10 @@ func Main(m *testing.M, srv **redisrun.Server) int {
 	}
 	return code
 }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // Client returns a client to srv, closed when the test ends. The test is
 // skipped when srv is nil (no redis-server outside CI).
