@@ -48,7 +48,7 @@ decision takes, its latency and throughput, and a recommendation line per algori
 
 Algorithms (--algorithms, comma-separated; all = the five below, beside which any race limiter
 whose window follows the caller's clock can be measured, such as lua-count-denied):
-` + algorithmHelp() + `
+` + limiterHelp(true) + `
 Workloads (--workloads, comma-separated, all by default):
   burst       many goroutines at one key at once: over- and under-admission
   boundary    a full limit 1 ms before a window boundary and one at it: most admitted in one window
@@ -90,16 +90,6 @@ Workloads (--workloads, comma-separated, all by default):
 	})
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "markdown", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
-}
-
-func algorithmHelp() string {
-	var b strings.Builder
-	for _, in := range algorithms.Registered() {
-		if in.Algorithm {
-			fmt.Fprintf(&b, "  %-16s %s\n", in.Name, in.Description)
-		}
-	}
-	return b.String()
 }
 
 // compareConfig checks every flag and builds the comparison. Nothing is

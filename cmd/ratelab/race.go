@@ -49,7 +49,7 @@ func newRaceCmd(stdout, stderr io.Writer) *cobra.Command {
 per limiter, and counts how many requests each limiter admitted against --limit.
 
 Limiters (--limiters, comma-separated, or all):
-` + limiterHelp() + `
+` + limiterHelp(false) + `
 With no --redis (or REDIS_URL) ratelab starts a private redis-server on a free loopback
 port and stops it on exit; with no redis-server on PATH it uses an embedded Redis and says so.`,
 		Example: `  ratelab race
@@ -88,10 +88,13 @@ port and stops it on exit; with no redis-server on PATH it uses an embedded Redi
 	return cmd
 }
 
-func limiterHelp() string {
+// limiterHelp lists the registered limiters (or only the algorithms) for --help.
+func limiterHelp(onlyAlgorithms bool) string {
 	var b strings.Builder
 	for _, in := range algorithms.Registered() {
-		fmt.Fprintf(&b, "  %-18s %s\n", in.Name, in.Description)
+		if in.Algorithm || !onlyAlgorithms {
+			fmt.Fprintf(&b, "  %-18s %s\n", in.Name, in.Description)
+		}
 	}
 	return b.String()
 }
