@@ -106,7 +106,9 @@ func (c *HTTPConfig) defaults() {
 }
 
 // Histogram range: 1 µs to 1 hour, three significant digits.
-func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3) }
+func newHist() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+}
 
 // recorder is one worker's measurements.
 type recorder struct {
