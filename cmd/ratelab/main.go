@@ -70,7 +70,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newRaceCmd(stdout, stderr), newCompareCmd(stdout, stderr), newEdgeCmd(stdout, stderr), newVersionCmd(stdout))
+	root.AddCommand(newRaceCmd(stdout, stderr), newCompareCmd(stdout, stderr), newEdgeCmd(stdout, stderr),
+		newBenchCmd(stdout, stderr), newReportCmd(stdout), newVersionCmd(stdout))
 	return root
 }
 

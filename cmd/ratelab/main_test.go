@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -497,4 +499,82 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+func TestBenchHTTP(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1)%10 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	runs := []string{dir + "/a.json", dir + "/b.json"}
+	for _, path := range runs {
+		code, stdout, stderr := ratelab(t, "bench", "http", srv.URL, "--rate", "200", "--duration", "500ms",
+			"--output", "json", "--hgrm", dir+"/run.hgrm")
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if err := os.WriteFile(path, []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var res map[string]any
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"command", "target", "config", "requests", "duration_s", "throughput_rps", "status_counts",
+			"errors", "latency_us", "send_lag_us", "histograms"} {
+			if _, ok := res[f]; !ok {
+				t.Errorf("no field %q", f)
+			}
+		}
+	}
+	if b, err := os.ReadFile(dir + "/run.hgrm"); err != nil || !strings.Contains(string(b), "Percentile") {
+		t.Fatalf("--hgrm wrote %q (%v)", b, err)
+	}
+	// Merged, the counts add up exactly.
+	code, stdout, stderr := ratelab(t, "report", "merge", runs[0], runs[1], "--output", "json")
+	if code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	var merged, a, b struct {
+		Requests     int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+	}
+	json.Unmarshal([]byte(stdout), &merged)
+	ra, _ := os.ReadFile(runs[0])
+	rb, _ := os.ReadFile(runs[1])
+	json.Unmarshal(ra, &a)
+	json.Unmarshal(rb, &b)
+	if merged.Requests != a.Requests+b.Requests || merged.StatusCounts["503"] != a.StatusCounts["503"]+b.StatusCounts["503"] {
+		t.Fatalf("merged %+v from %+v and %+v", merged, a, b)
+	}
+	// One request in ten fails: --max-error-rate 0.05 is crossed, after the report.
+	code, stdout, stderr = ratelab(t, "bench", "http", srv.URL, "--rate", "200", "--duration", "300ms", "--max-error-rate", "0.05")
+	if code != exitThreshold || !strings.Contains(stderr, "--max-error-rate") || !strings.Contains(stdout, "ratelab bench http") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "http"}, "bench http takes one URL"},
+		{[]string{"bench", "http", "ftp://x"}, "want an http:// or https:// URL"},
+		{[]string{"bench", "http", srv.URL, "--rate", "-5"}, "--rate must be between 0"},
+		{[]string{"bench", "http", srv.URL, "-H", "nocolon"}, `--header "nocolon"`},
+		{[]string{"bench", "http", srv.URL, "--body", "@/nonexistent"}, "--body: open /nonexistent"},
+		{[]string{"bench", "http", srv.URL, "--duration", "0s"}, "--duration or --requests must bound the run"},
+		{[]string{"report", "merge", "/nonexistent.json"}, "/nonexistent.json"},
+	} {
+		before := n.Load()
+		code, _, stderr := ratelab(t, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+		if n.Load() != before {
+			t.Errorf("%v: requests were sent", tc.args)
+		}
+	}
 }

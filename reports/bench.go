@@ -1,0 +1,123 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+
+	"github.com/ratelab/ratelab/bench"
+)
+
+// BenchHTTP renders an HTTP load run in the given format.
+func BenchHTTP(w io.Writer, r bench.Result, f Format, opt Options) error {
+	switch f {
+	case JSON:
+		return writeJSON(w, r)
+	case Markdown:
+		return benchMarkdown(w, r)
+	default:
+		return benchTable(w, r, NewStyles(w, opt))
+	}
+}
+
+func benchSummary(r bench.Result) string {
+	c := r.Config
+	load := fmt.Sprintf("closed model, %d connections", c.Connections)
+	if c.Model == "open" {
+		load = fmt.Sprintf("open model at %g/s (at most %d in flight)", c.RatePerSec, c.MaxInFlight)
+	}
+	consumers := ""
+	if c.Consumers > 0 {
+		consumers = fmt.Sprintf(" · %d consumers in %s", c.Consumers, c.ConsumerHeader)
+	}
+	return fmt.Sprintf("%s %s · %s%s · %d requests in %.2fs (%.0f/s) · warm-up %s (%d requests, not counted)",
+		c.Method, r.Target, load, consumers, r.Requests, r.DurationSeconds, r.ThroughputRPS,
+		time.Duration(c.WarmupMillis)*time.Millisecond, r.WarmupRequests)
+}
+
+func benchHeaders() []string {
+	return []string{"responses", "count", "p50", "p90", "p95", "p99", "p99.9", "max"}
+}
+
+func benchRows(r bench.Result) [][]string {
+	row := func(name string, p bench.Percentiles) []string {
+		if p.Count == 0 {
+			return []string{name, "0", "–", "–", "–", "–", "–", "–"}
+		}
+		return []string{name, strconv.FormatInt(p.Count, 10), micros(p.P50), micros(p.P90), micros(p.P95),
+			micros(p.P99), micros(p.P999), micros(p.Max)}
+	}
+	return [][]string{
+		row("all", r.LatencyMicros), row("2xx", r.Latency2xxMicros), row("429", r.Latency429Micros),
+		row("other status", r.LatencyOtherMicros), row("transport errors", r.LatencyErrorMicros),
+	}
+}
+
+func benchNotes(r bench.Result) []string {
+	codes := make([]string, 0, len(r.StatusCounts))
+	for k := range r.StatusCounts {
+		codes = append(codes, k)
+	}
+	sort.Strings(codes)
+	var status []string
+	for _, k := range codes {
+		status = append(status, fmt.Sprintf("%s × %d", k, r.StatusCounts[k]))
+	}
+	notes := []string{
+		"status: " + strings.Join(status, ", ") + fmt.Sprintf("; transport errors: %d; %s received.", r.Errors, bytesText(r.Bytes)),
+	}
+	if r.Config.Model == "open" {
+		notes = append(notes, fmt.Sprintf("Latency is timed from when each request should have been sent (no coordinated omission); "+
+			"send lag p50 %s, p99 %s, max %s; unsent: %d.", micros(r.SendLagMicros.P50), micros(r.SendLagMicros.P99),
+			micros(r.SendLagMicros.Max), r.Unsent))
+		if r.RateShortfall {
+			notes = append(notes, fmt.Sprintf("The achieved rate, %.0f/s, is under 99%% of the %g/s asked for: the client or the "+
+				"server could not keep up, and --max-in-flight may be too low.", r.ThroughputRPS, r.Config.RatePerSec))
+		}
+	} else {
+		notes = append(notes, "Closed model: each worker waits for a response before it sends again, so a stall delays "+
+			"the requests that were never sent, and the percentiles do not show it (use --rate for that).")
+	}
+	return notes
+}
+
+func benchTable(w io.Writer, r bench.Result, s Styles) error {
+	t := table.New().Border(lipgloss.RoundedBorder()).BorderStyle(s.Border).
+		Headers(benchHeaders()...).Rows(benchRows(r)...).
+		StyleFunc(func(row, _ int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return s.Header
+			}
+			return s.Cell
+		})
+	var b strings.Builder
+	b.WriteString(s.Title.Render("ratelab bench http") + "  " + benchSummary(r) + "\n")
+	b.WriteString(t.Render() + "\n")
+	for _, n := range benchNotes(r) {
+		b.WriteString(s.Dim.Render(n) + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func benchMarkdown(w io.Writer, r bench.Result) error {
+	var b strings.Builder
+	b.WriteString("## ratelab bench http\n\n" + benchSummary(r) + "\n\n")
+	writeMarkdownTable(&b, benchHeaders(), func(yield func([]string)) {
+		for _, row := range benchRows(r) {
+			yield(row)
+		}
+	})
+	b.WriteString("\n")
+	for _, n := range benchNotes(r) {
+		b.WriteString("- " + n + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
