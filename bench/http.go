@@ -52,6 +52,13 @@ type HTTPConfig struct {
 	ConsumerHeader string
 	// Timeout bounds one request; 10s by default.
 	Timeout time.Duration
+	// ExpectLimit and ExpectWindow, when set, audit the endpoint: no
+	// consumer may get more than ExpectLimit successes in any ExpectWindow.
+	ExpectLimit  int64
+	ExpectWindow time.Duration
+	// NoProbes skips the audit's Retry-After probes (they can take up to a
+	// Retry-After plus 10 seconds after the run).
+	NoProbes bool
 }
 
 // Limits keep every run bounded.
@@ -86,6 +93,10 @@ func (c HTTPConfig) Validate() error {
 		return errors.New("--consumers needs --consumer-header")
 	case c.Timeout < 0:
 		return fmt.Errorf("--timeout must be positive (got %s)", c.Timeout)
+	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
+		return fmt.Errorf("--expect-limit needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
+	case c.ExpectLimit > 0 && c.Consumers == 0:
+		return errors.New("--expect-limit audits per consumer: it needs --consumer-header")
 	}
 	return nil
 }
@@ -172,6 +183,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	}
 	var seq, issued atomic.Int64
 	recs := make([]*recorder, workers)
+	auditing := cfg.ExpectLimit > 0
+	var samplesMu sync.Mutex
+	var samples []sample
 	var wg sync.WaitGroup
 	for w := range recs {
 		recs[w] = newRecorder()
@@ -209,7 +223,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 					consumer = int(i % int64(cfg.Consumers))
 				}
 				sent := time.Now()
-				status, n, err := do(ctx, client, cfg, consumer)
+				status, header, n, err := do(ctx, client, cfg, consumer)
 				done := time.Now()
 				if intended.Before(measured) { // a warm-up request, by when it was due
 					rec.warmup++
@@ -236,6 +250,14 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 					rec.status[status]++
 					_ = rec.other.RecordValue(lat)
 				}
+				if auditing && err == nil {
+					s := readSample(consumer, sent.Sub(measured), done.Sub(measured), status, header)
+					samplesMu.Lock()
+					if len(samples) < maxSamples {
+						samples = append(samples, s)
+					}
+					samplesMu.Unlock()
+				}
 			}
 		}()
 	}
@@ -246,6 +268,15 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		total.merge(r)
 	}
 	res := newResult(cfg, total, elapsed)
+	if auditing {
+		a := audit(samples, cfg.ExpectLimit, cfg.ExpectWindow, cfg.Consumers)
+		if cfg.NoProbes {
+			a.RetryAfter.Skipped = "probes turned off"
+		} else if ctx.Err() == nil {
+			probeRetryAfter(ctx, client, cfg, samples, measured, &a)
+		}
+		res.Audit = &a
+	}
 	if interval > 0 && !end.IsZero() {
 		// Every request whose time came inside the run should have been sent.
 		due := int64(cfg.Duration / interval)
@@ -255,14 +286,14 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 }
 
 // do sends one request and drains the response.
-func do(ctx context.Context, client *http.Client, cfg HTTPConfig, consumer int) (int, int64, error) {
+func do(ctx context.Context, client *http.Client, cfg HTTPConfig, consumer int) (int, http.Header, int64, error) {
 	var body io.Reader
 	if len(cfg.Body) > 0 {
 		body = bytes.NewReader(cfg.Body)
 	}
 	req, err := http.NewRequestWithContext(ctx, cfg.Method, cfg.Target, body)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	for k, v := range cfg.Header {
 		req.Header[k] = v
@@ -272,9 +303,9 @@ func do(ctx context.Context, client *http.Client, cfg HTTPConfig, consumer int) 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, 0, err
 	}
 	n, err := io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, n, err
+	return resp.StatusCode, resp.Header, n, err
 }

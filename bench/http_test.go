@@ -4,20 +4,23 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
 // stallOnce answers at once, except one request after the first stallAfter,
 // which it holds for stall: the server stops serving for that long.

@@ -78,6 +78,8 @@ type Result struct {
 	// Histograms keeps every histogram, HdrHistogram V2 compressed and base64
 	// encoded, so that runs from several machines can be merged exactly.
 	Histograms map[string]string `json:"histograms"`
+	// Audit is what the admission audit found; null without --expect-limit.
+	Audit *Audit `json:"audit"`
 
 	all *hdrhistogram.Histogram
 }

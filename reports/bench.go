@@ -72,6 +72,28 @@ func benchNotes(r bench.Result) []string {
 	notes := []string{
 		"status: " + strings.Join(status, ", ") + fmt.Sprintf("; transport errors: %d; %s received.", r.Errors, bytesText(r.Bytes)),
 	}
+	if a := r.Audit; a != nil {
+		verdict := "held"
+		if a.OverAdmitted > 0 {
+			verdict = fmt.Sprintf("LEAKED: %d over", a.OverAdmitted)
+		}
+		notes = append(notes, fmt.Sprintf("Audit against %d per %s: the worst consumer, %s, got %d through in one window (%s).",
+			a.Limit, time.Duration(a.WindowMillis)*time.Millisecond, orDash(a.WorstConsumer), a.WorstWindowAdmitted, verdict))
+		ra := a.RetryAfter
+		switch {
+		case ra.Skipped != "":
+			notes = append(notes, "Retry-After: not probed ("+ra.Skipped+").")
+		case ra.Honest:
+			notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
+		default:
+			notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
+		}
+		h := fmt.Sprintf("Headers: %d responses checked, %d violations", a.Headers.Checked, a.Headers.Violations)
+		if a.Headers.Example != "" {
+			h += " (" + a.Headers.Example + ")"
+		}
+		notes = append(notes, h+".")
+	}
 	if r.Config.Model == "open" {
 		notes = append(notes, fmt.Sprintf("Latency is timed from when each request should have been sent (no coordinated omission); "+
 			"send lag p50 %s, p99 %s, max %s; unsent: %d.", micros(r.SendLagMicros.P50), micros(r.SendLagMicros.P99),
@@ -85,6 +107,13 @@ func benchNotes(r bench.Result) []string {
 			"the requests that were never sent, and the percentiles do not show it (use --rate for that).")
 	}
 	return notes
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
 }
 
 func benchTable(w io.Writer, r bench.Result, s Styles) error {

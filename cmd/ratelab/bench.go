@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/reports"
 )
@@ -35,6 +36,9 @@ type benchOptions struct {
 	HGRM           string
 	MaxP99         time.Duration
 	MaxErrorRate   float64
+	ExpectLimit    string
+	FailOnLeak     bool
+	NoProbes       bool
 
 	Stdout, Stderr io.Writer
 	Color          bool
@@ -90,6 +94,9 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.StringVar(&opts.HGRM, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Float64Var(&opts.MaxErrorRate, "max-error-rate", -1, "exit 3 when the share of transport errors and 5xx is above this (0 to 1)")
+	f.StringVar(&opts.ExpectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
+	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when the audit fails: a consumer over the limit, a false Retry-After, or wrong headers")
+	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
 	cmd.AddCommand(http)
 	return cmd
 }
@@ -123,7 +130,16 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 	} else if consumers < 1 {
 		return bench.HTTPConfig{}, "", usagef("--consumers must be at least 1 (got %d)", consumers)
 	}
+	var expect algorithms.Policy
+	if opts.ExpectLimit != "" {
+		if expect, err = parseLimit(opts.ExpectLimit); err != nil {
+			return bench.HTTPConfig{}, "", usagef("--expect-limit: %w", err)
+		}
+	} else if opts.FailOnLeak {
+		return bench.HTTPConfig{}, "", usagef("--fail-on-leak needs --expect-limit")
+	}
 	cfg := bench.HTTPConfig{
+		ExpectLimit: expect.Limit, ExpectWindow: expect.Window, NoProbes: opts.NoProbes,
 		Target: target, Method: opts.Method, Header: header, Body: body,
 		Rate: opts.Rate, Connections: opts.Connections, MaxInFlight: opts.MaxInFlight,
 		Duration: opts.Duration, Requests: opts.Requests, Warmup: opts.Warmup,
@@ -191,6 +207,19 @@ func benchThresholds(res bench.Result, opts benchOptions) error {
 		}
 		if rate := float64(bad) / float64(res.Requests); rate > opts.MaxErrorRate {
 			crossed = append(crossed, fmt.Sprintf("--max-error-rate: %.4f of requests failed, above %g", rate, opts.MaxErrorRate))
+		}
+	}
+	if a := res.Audit; opts.FailOnLeak && a != nil {
+		if a.OverAdmitted > 0 {
+			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: %s got %d through in one window, over the limit of %d",
+				a.WorstConsumer, a.WorstWindowAdmitted, a.Limit))
+		}
+		if !a.RetryAfter.Honest {
+			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: Retry-After was off by up to %d ms", a.RetryAfter.MaxErrorMillis))
+		}
+		if a.Headers.Violations > 0 {
+			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: %d responses with wrong rate-limit headers (%s)",
+				a.Headers.Violations, a.Headers.Example))
 		}
 	}
 	if len(crossed) > 0 {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -576,5 +577,53 @@ func TestBenchHTTP(t *testing.T) {
 		if n.Load() != before {
 			t.Errorf("%v: requests were sent", tc.args)
 		}
+	}
+}
+
+// TestBenchAudit: a server that admits twice what it advertises fails
+// --fail-on-leak with exit 3; ratelab edge in front of redis-server passes.
+func TestBenchAudit(t *testing.T) {
+	redistest.Client(t, srv)
+	var mu sync.Mutex
+	count := map[string]int{}
+	start := time.Now()
+	leaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
+		count[key]++
+		w.Header().Set("RateLimit-Policy", `"default";q=5;w=1`)
+		if count[key] > 10 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer leaky.Close()
+	args := []string{"--rate", "40", "--duration", "2500ms", "--consumers", "2", "--expect-limit", "5/1s", "--fail-on-leak"}
+	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes"}, args...)...)
+	if code != exitThreshold || !strings.Contains(stderr, "over the limit of 5") || !strings.Contains(stdout, "LEAKED") {
+		t.Fatalf("leaky server: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+			"--limit", "5/1s", "--key-by", "header:X-Consumer-Id"}, io.Discard, io.Discard)
+	}()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("edge not listening")
+		}
+	}
+	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/"}, args...)...)
+	if code != exitOK || !strings.Contains(stdout, "(held)") || !strings.Contains(stdout, "Retry-After: honest") {
+		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 }

@@ -1,0 +1,113 @@
+package bench_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+// fixedWindow is a test limiter: per consumer, admit admits per window of
+// real length, advertise advertised per claimed window, and on a denial say
+// Retry-After: sayRetry.
+type fixedWindow struct {
+	admit, advertised int
+	real              time.Duration
+	sayRetry          string
+
+	mu    sync.Mutex
+	start map[string]time.Time
+	count map[string]int
+}
+
+func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := r.Header.Get("X-Consumer-Id")
+	f.mu.Lock()
+	if f.start == nil {
+		f.start, f.count = map[string]time.Time{}, map[string]int{}
+	}
+	if time.Since(f.start[c]) >= f.real {
+		f.start[c], f.count[c] = time.Now(), 0
+	}
+	f.count[c]++
+	n := f.count[c]
+	f.mu.Unlock()
+	w.Header().Set("RateLimit-Policy", `"default";q=`+strconv.Itoa(f.advertised)+";w=1")
+	if n > f.admit {
+		w.Header().Set("Retry-After", f.sayRetry)
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+}
+
+func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.Audit {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 40, Duration: 2500 * time.Millisecond,
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: noProbes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Audit == nil {
+		t.Fatal("no audit")
+	}
+	t.Logf("audit: %+v", *res.Audit)
+	return *res.Audit
+}
+
+// TestAuditCatchesALeak: a server that admits twice the limit it
+// advertises fails the admission audit.
+func TestAuditCatchesALeak(t *testing.T) {
+	a := auditRun(t, &fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"}, true)
+	if a.OverAdmitted == 0 || a.WorstWindowAdmitted < 10 {
+		t.Fatalf("worst window %d, over %d: the leak went unseen", a.WorstWindowAdmitted, a.OverAdmitted)
+	}
+}
+
+// TestAuditCatchesALyingRetryAfter: a server that says 1 s and frees the
+// consumer 8 s after its first request (over 4 s late) is caught.
+func TestAuditCatchesALyingRetryAfter(t *testing.T) {
+	a := auditRun(t, &fixedWindow{admit: 5, advertised: 5, real: 8 * time.Second, sayRetry: "1"}, false)
+	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest || a.RetryAfter.MaxErrorMillis < 1000 {
+		t.Fatalf("retry-after audit %+v: the lie went unseen", a.RetryAfter)
+	}
+	if a.OverAdmitted != 0 {
+		t.Fatalf("over-admitted %d from a server that holds its limit", a.OverAdmitted)
+	}
+}
+
+// TestAuditPassesTheEdgeGateway: ratelab's own limiter, the sliding log
+// over a real redis-server, passes every part of the audit.
+func TestAuditPassesTheEdgeGateway(t *testing.T) {
+	c := redistest.Client(t, srv)
+	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
+	defer uc.Close()
+	p := algorithms.Policy{Limit: 5, Window: time.Second}
+	lim, err := algorithms.New("sliding-log", uc, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "sliding-log-" + redistest.Prefix(t), Policy: p,
+		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	a := auditRun(t, h, false)
+	if a.OverAdmitted != 0 || a.WorstWindowAdmitted != 5 {
+		t.Fatalf("the sliding log admitted %d in one window", a.WorstWindowAdmitted)
+	}
+	if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
+		t.Fatalf("headers: %+v", a.Headers)
+	}
+	if a.RetryAfter.Probes == 0 || !a.RetryAfter.Honest {
+		t.Fatalf("retry-after: %+v", a.RetryAfter)
+	}
+	_ = c
+}
