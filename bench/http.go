@@ -59,6 +59,55 @@ type HTTPConfig struct {
 	// NoProbes skips the audit's Retry-After probes (they can take up to a
 	// Retry-After plus 10 seconds after the run).
 	NoProbes bool
+	// Progress, when set, is called about once a second during the run.
+	Progress func(Progress)
+}
+
+// Progress is the state of a run, for a live line.
+type Progress struct {
+	Elapsed time.Duration
+	// Sent counts requests sent so far, warm-up included.
+	Sent int64
+	// RatePerSec is the completions per second over the last interval.
+	RatePerSec float64
+	// P99Micros is the p99 latency over the last interval, in µs.
+	P99Micros int64
+	// LimitedShare is the share of 429s over the last interval.
+	LimitedShare float64
+}
+
+// live keeps the last interval's figures for Progress.
+type live struct {
+	mu      sync.Mutex
+	hist    *hdrhistogram.Histogram
+	limited int64
+	sent    atomic.Int64
+}
+
+func (l *live) record(lat int64, status int) {
+	l.mu.Lock()
+	_ = l.hist.RecordValue(lat)
+	if status == http.StatusTooManyRequests {
+		l.limited++
+	}
+	l.mu.Unlock()
+}
+
+// report hands the interval's figures to fn and starts a new interval.
+func (l *live) report(fn func(Progress), began time.Time, since time.Duration) {
+	l.mu.Lock()
+	n := l.hist.TotalCount()
+	p := Progress{Elapsed: time.Since(began), Sent: l.sent.Load(), P99Micros: l.hist.ValueAtPercentile(99)}
+	if since > 0 {
+		p.RatePerSec = float64(n) / since.Seconds()
+	}
+	if n > 0 {
+		p.LimitedShare = float64(l.limited) / float64(n)
+	}
+	l.hist.Reset()
+	l.limited = 0
+	l.mu.Unlock()
+	fn(p)
 }
 
 // Limits keep every run bounded.
@@ -184,6 +233,27 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	var seq, issued atomic.Int64
 	recs := make([]*recorder, workers)
 	auditing := cfg.ExpectLimit > 0
+	lv := &live{hist: newHist()}
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if cfg.Progress != nil {
+		progressDone.Add(1)
+		go func() {
+			defer progressDone.Done()
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			last := time.Now()
+			for {
+				select {
+				case <-stopProgress:
+					return
+				case now := <-tick.C:
+					lv.report(cfg.Progress, began, now.Sub(last))
+					last = now
+				}
+			}
+		}()
+	}
 	var samplesMu sync.Mutex
 	var samples []sample
 	var wg sync.WaitGroup
@@ -223,8 +293,12 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 					consumer = int(i % int64(cfg.Consumers))
 				}
 				sent := time.Now()
+				lv.sent.Add(1)
 				status, header, n, err := do(ctx, client, cfg, consumer)
 				done := time.Now()
+				if cfg.Progress != nil {
+					lv.record(max(done.Sub(intended).Microseconds(), 1), status)
+				}
 				if intended.Before(measured) { // a warm-up request, by when it was due
 					rec.warmup++
 					continue
@@ -262,6 +336,8 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		}()
 	}
 	wg.Wait()
+	close(stopProgress)
+	progressDone.Wait()
 	elapsed := time.Since(measured)
 	total := newRecorder()
 	for _, r := range recs {

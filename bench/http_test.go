@@ -141,6 +141,21 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestProgress: a run of 2.5 s reports its progress twice, with what it sent.
+func TestProgress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	var got []bench.Progress
+	_, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 100, Duration: 2500 * time.Millisecond,
+		Progress: func(p bench.Progress) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Sent <= got[0].Sent || got[0].RatePerSec <= 0 || got[0].P99Micros <= 0 {
+		t.Fatalf("progress %+v", got)
+	}
+}
+
 // TestCancel: cancelling stops the run and returns what was measured.
 func TestCancel(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))

@@ -42,6 +42,7 @@ type benchOptions struct {
 
 	Stdout, Stderr io.Writer
 	Color          bool
+	Progress       bool
 }
 
 func newBenchCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -74,6 +75,7 @@ Ctrl-C stops the run and still reports what was measured.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
+			opts.Progress = isTerminal(stderr)
 			return runBench(cmd.Context(), args[0], opts)
 		},
 	}
@@ -159,7 +161,16 @@ func runBench(ctx context.Context, target string, opts benchOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.Progress {
+		cfg.Progress = func(p bench.Progress) {
+			fmt.Fprintf(opts.Stderr, "\r\033[K%s  sent %d  %.0f/s  p99 %s  429 %.1f%%",
+				p.Elapsed.Round(time.Second), p.Sent, p.RatePerSec, time.Duration(p.P99Micros)*time.Microsecond, 100*p.LimitedShare)
+		}
+	}
 	res, runErr := bench.RunHTTP(ctx, cfg)
+	if opts.Progress {
+		fmt.Fprint(opts.Stderr, "\r\033[K")
+	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return runErr
 	}
