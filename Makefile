@@ -24,7 +24,8 @@ test: deps
 
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, and the two edge engines under wrk.
-bench: deps build
+bench: build
+	@scripts/deps.sh bench
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all

@@ -8,7 +8,11 @@ set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-# `deps.sh redis` checks redis-server alone (for make demo).
+# `deps.sh redis` checks redis-server alone (for make demo); `deps.sh bench`
+# also wrk (for make bench).
+if [ "${1:-all}" = bench ]; then
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+fi
 if [ "${1:-all}" != redis ] && ! command -v openresty >/dev/null 2>&1; then
   command -v nginx >/dev/null 2>&1 || missing+=(nginx)
   [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || missing+=(libnginx-mod-http-lua)
