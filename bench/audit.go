@@ -19,6 +19,7 @@ type sample struct {
 	retryAfter time.Duration // -1 when absent
 	limit      int64         // advertised limit; -1 when absent
 	remaining  int64         // advertised remaining; -1 when absent
+	reset      time.Duration // advertised time until the quota resets; -1 when absent
 }
 
 // maxSamples bounds what the audit keeps.
@@ -54,7 +55,9 @@ type Audit struct {
 		// Checked is the number of responses whose rate-limit headers were read.
 		Checked int64 `json:"checked"`
 		// Violations counts advertised limits other than the expected one,
-		// and a remaining count above the limit.
+		// remaining counts above the limit, remaining counts that fall by
+		// more than the admissions in between, and successes right after a
+		// response that said 0 remaining (see remainingChecks).
 		Violations int64 `json:"violations"`
 		// Example describes the first violation.
 		Example string `json:"example,omitempty"`
@@ -63,7 +66,7 @@ type Audit struct {
 
 // readSample pulls the rate-limit headers out of a response.
 func readSample(consumer int, sent, done time.Duration, status int, h http.Header) sample {
-	s := sample{consumer: consumer, sent: sent, done: done, status: status, retryAfter: -1, limit: -1, remaining: -1}
+	s := sample{consumer: consumer, sent: sent, done: done, status: status, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
 	if v := h.Get("Retry-After"); v != "" {
 		if n, err := strconv.ParseFloat(v, 64); err == nil {
 			s.retryAfter = time.Duration(n * float64(time.Second))
@@ -78,6 +81,14 @@ func readSample(consumer int, sent, done time.Duration, status int, h http.Heade
 		s.remaining = r
 	} else if n, err := strconv.ParseInt(firstOf(h, "RateLimit-Remaining", "X-RateLimit-Remaining"), 10, 64); err == nil {
 		s.remaining = n
+	}
+	if t, ok := sfParam(h.Get("RateLimit"), "t"); ok {
+		s.reset = time.Duration(t) * time.Second
+	} else if n, err := strconv.ParseInt(firstOf(h, "RateLimit-Reset", "X-RateLimit-Reset"), 10, 64); err == nil {
+		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
+			n -= time.Now().Unix()
+		}
+		s.reset = time.Duration(max(n, 0)) * time.Second
 	}
 	return s
 }
@@ -151,7 +162,72 @@ func audit(samples []sample, limit int64, window time.Duration, consumers int) A
 		}
 	}
 	a.OverAdmitted = max(a.WorstWindowAdmitted-limit, 0)
+	for _, ss := range per {
+		remainingChecks(ss, window, &a)
+	}
 	return a
+}
+
+// remainingChecks judges a consumer's advertised remaining counts with rules
+// that hold for any honest limiter, whatever its algorithm:
+//
+//   - remaining falls by at most one per request admitted in between: for
+//     two successes a and b, b sent after a came back, remaining(a) -
+//     remaining(b) is at most 1 plus the consumer's other successes whose
+//     flights overlap a's and b's;
+//   - remaining 0 is followed by a 429: a success b sent after a success a
+//     that said 0 remaining breaks it when b came back before any slot could
+//     have freed, both for a sliding window (a window after the earliest
+//     success that could still be in it) and for a's own advertised reset
+//     (less the second it may have been rounded up by).
+func remainingChecks(ss []sample, window time.Duration, a *Audit) {
+	var ok []sample
+	for _, s := range ss {
+		if s.status >= 200 && s.status < 300 && s.remaining >= 0 {
+			ok = append(ok, s)
+		}
+	}
+	sort.Slice(ok, func(i, j int) bool { return ok[i].sent < ok[j].sent })
+	violate := func(s sample, what string) {
+		a.Headers.Violations++
+		if a.Headers.Example == "" {
+			a.Headers.Example = "consumer-" + strconv.Itoa(s.consumer) + " " + what
+		}
+	}
+	for i := 0; i+1 < len(ok); i++ {
+		x := ok[i]
+		// y: the first success sent after x came back.
+		j := i + 1
+		for j < len(ok) && ok[j].sent < x.done {
+			j++
+		}
+		if j == len(ok) {
+			continue
+		}
+		y := ok[j]
+		var between int64
+		for k, s := range ok {
+			if k != i && k != j && s.done > x.sent && s.sent < y.done {
+				between++
+			}
+		}
+		if x.remaining-y.remaining > 1+between {
+			violate(y, "remaining fell from "+strconv.FormatInt(x.remaining, 10)+" to "+strconv.FormatInt(y.remaining, 10)+
+				" with "+strconv.FormatInt(between, 10)+" admissions in between")
+		}
+		if x.remaining == 0 && x.reset >= 0 {
+			earliest := time.Duration(math.MaxInt64)
+			for _, s := range ok {
+				if s.done > x.sent-window && s.sent <= x.done {
+					earliest = min(earliest, s.sent+window-time.Millisecond) // a millisecond for whole-ms clocks
+				}
+			}
+			resetAt := x.sent + x.reset - time.Second
+			if y.done < earliest && y.done < resetAt {
+				violate(y, "was admitted right after a response that said 0 remaining")
+			}
+		}
+	}
 }
 
 // probeRetryAfter asks a few consumers whose last response was a 429 again

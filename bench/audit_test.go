@@ -111,3 +111,27 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 	}
 	_ = c
 }
+
+// TestAuditCatchesFalseRemaining: a server that admits its limit but says
+// 0 remaining from the first request on is caught by the header checks.
+func TestAuditCatchesFalseRemaining(t *testing.T) {
+	var mu sync.Mutex
+	count := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := r.Header.Get("X-Consumer-Id")
+		mu.Lock()
+		count[c]++
+		n := count[c]
+		mu.Unlock()
+		w.Header().Set("RateLimit-Policy", `"default";q=5;w=60`)
+		w.Header().Set("RateLimit", `"default";r=0;t=60`)
+		if n > 5 {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	a := auditRun(t, h, true)
+	if a.Headers.Violations == 0 {
+		t.Fatalf("headers %+v: the false remaining went unseen", a.Headers)
+	}
+}
