@@ -101,9 +101,10 @@ func get(t *testing.T, url string, header map[string]string) (*http.Response, ti
 	return resp, time.Since(start)
 }
 
-func forwarded(t *testing.T, g *edge.Gateway) edge.Forwarded {
+// forwarded reads what the built-in upstream behind adminAddr received.
+func forwarded(t *testing.T, adminAddr string) edge.Forwarded {
 	t.Helper()
-	resp, err := httpClient.Get("http://" + g.AdminAddr() + "/__ratelab/forwarded")
+	resp, err := httpClient.Get("http://" + adminAddr + "/__ratelab/forwarded")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +114,30 @@ func forwarded(t *testing.T, g *edge.Gateway) edge.Forwarded {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// logMembers is the size of the consumer's sliding log, under the key both
+// engines use.
+func logMembers(t *testing.T, c redis.UniversalClient, consumer string) int64 {
+	t.Helper()
+	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+	return c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val()
+}
+
+// waitForStatus asks url until it answers status, for at most 10 seconds.
+func waitForStatus(t *testing.T, url string, hdr map[string]string, status int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, _ := get(t, url, hdr)
+		if resp.StatusCode == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still answers %d after 10 s, want %d", url, resp.StatusCode, status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestConcurrentBurst: 200 concurrent requests from one consumer with limit
@@ -156,11 +181,10 @@ func TestConcurrentBurst(t *testing.T) {
 			if codes[200] != 10 || codes[429] != 190 {
 				t.Fatalf("statuses %v, want 10 × 200 and 190 × 429", codes)
 			}
-			if f := forwarded(t, g); f.Consumers[consumer] != 10 {
+			if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 10 {
 				t.Fatalf("the upstream received %d, want 10", f.Consumers[consumer])
 			}
-			id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-			if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 10 {
+			if n := logMembers(t, c, consumer); n != 10 {
 				t.Fatalf("the log holds %d members, want 10", n)
 			}
 		})
@@ -212,17 +236,7 @@ func TestRedisDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The consumer already used its one request: once Redis answers, 429.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				resp, _ := get(t, url, hdr)
-				if resp.StatusCode == http.StatusTooManyRequests {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still %d 10 s after Redis came back", resp.StatusCode)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitForStatus(t, url, hdr, http.StatusTooManyRequests)
 			t.Logf("slowest response while Redis was hung: %s", slowest)
 		})
 	}
@@ -251,11 +265,10 @@ func TestScriptFlush(t *testing.T) {
 	if e := g.Metrics().RedisErrors("other") + g.Metrics().RedisErrors("timeout"); e != 0 {
 		t.Fatalf("%d Redis errors", e)
 	}
-	if f := forwarded(t, g); f.Consumers[consumer] != 50 {
+	if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 50 {
 		t.Fatalf("the upstream received %d, want 50", f.Consumers[consumer])
 	}
-	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-	if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 50 {
+	if n := logMembers(t, c, consumer); n != 50 {
 		t.Fatalf("the log holds %d members, want the 50 admitted", n)
 	}
 }
@@ -358,17 +371,7 @@ func TestRedisRestart(t *testing.T) {
 	defer r.Stop()
 	// The new server is empty: the consumer's first request there is
 	// admitted, the second denied.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, _ := get(t, url, hdr)
-		if resp.StatusCode == http.StatusTooManyRequests {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %d 10 s after Redis came back on port %d", resp.StatusCode, port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForStatus(t, url, hdr, http.StatusTooManyRequests)
 }
 
 // TestHeaderForms: --headers selects the fields; Retry-After rounds the

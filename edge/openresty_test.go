@@ -2,7 +2,6 @@ package edge_test
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -67,20 +66,6 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 	return c
 }
 
-func nginxForwarded(t *testing.T, c edge.NginxConfig) edge.Forwarded {
-	t.Helper()
-	resp, err := httpClient.Get("http://" + c.Admin + "/__ratelab/forwarded")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var f edge.Forwarded
-	if err := json.NewDecoder(resp.Body).Decode(&f); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // TestOpenRestyBurst: through nginx with the module, 200 concurrent requests
 // from one consumer with limit 10: exactly 10 reach the upstream and 190 get
 // 429 with Retry-After and both header forms; the Go gateway's key holds them.
@@ -117,12 +102,11 @@ func TestOpenRestyBurst(t *testing.T) {
 		if codes[200] != 10 || codes[429] != 190 {
 			t.Fatalf("deny cache %v: statuses %v, want 10 × 200 and 190 × 429", denyCache, codes)
 		}
-		if f := nginxForwarded(t, nc); f.Consumers[consumer] != 10 {
+		if f := forwarded(t, nc.Admin); f.Consumers[consumer] != 10 {
 			t.Fatalf("the upstream received %d, want 10 (%v)", f.Consumers[consumer], f)
 		}
 		// The same key as the Go gateway's: both engines can share Redis.
-		id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-		if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 10 {
+		if n := logMembers(t, c, consumer); n != 10 {
 			t.Fatalf("the Go gateway's key for %s holds %d members, want 10", consumer, n)
 		}
 	}
@@ -161,17 +145,7 @@ func TestOpenRestyRedisDown(t *testing.T) {
 		if err := r.Resume(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, _ := get(t, "http://"+nc.Listen+"/", hdr)
-			if resp.StatusCode == http.StatusTooManyRequests {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: still %d 10 s after Redis came back", mode, resp.StatusCode)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitForStatus(t, "http://"+nc.Listen+"/", hdr, http.StatusTooManyRequests)
 	}
 }
 
@@ -190,11 +164,10 @@ func TestOpenRestyScriptFlush(t *testing.T) {
 	if codes[200] != 30 || codes[429] != 30 {
 		t.Fatalf("statuses %v, want 30 × 200 and 30 × 429", codes)
 	}
-	if f := nginxForwarded(t, nc); f.Consumers[consumer] != 30 {
+	if f := forwarded(t, nc.Admin); f.Consumers[consumer] != 30 {
 		t.Fatalf("the upstream received %d, want 30", f.Consumers[consumer])
 	}
-	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-	if n := c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val(); n != 30 {
+	if n := logMembers(t, c, consumer); n != 30 {
 		t.Fatalf("the log holds %d members, want the 30 admitted", n)
 	}
 }
