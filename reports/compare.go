@@ -27,10 +27,7 @@ func Compare(w io.Writer, rep compare.Report, f Format, opt Options) error {
 
 func compareSummary(rep compare.Report) string {
 	c := rep.Config
-	server := "Redis " + rep.Redis.Version
-	if strings.HasPrefix(rep.Redis.Version, "miniredis") {
-		server = rep.Redis.Version
-	}
+	server := serverName(rep.Redis.Version)
 	mode := rep.Redis.Mode
 	if rep.Redis.Cluster {
 		mode += " cluster"

@@ -67,10 +67,7 @@ func raceSummary(rep race.Report) string {
 	if c.RequestsPerWorker != 1 {
 		requests = "requests"
 	}
-	server := "Redis " + rep.Redis.Version
-	if strings.HasPrefix(rep.Redis.Version, "miniredis") {
-		server = rep.Redis.Version
-	}
+	server := serverName(rep.Redis.Version)
 	clock := "caller clock"
 	if c.Clock == "redis" {
 		clock = "Redis clock (Lua limiters)"

@@ -95,6 +95,15 @@ func trimZeros(s string) string {
 	return s
 }
 
+// serverName names a server by its version: "Redis 7.0.15", or the
+// embedded server's own "miniredis v2.40.0".
+func serverName(version string) string {
+	if strings.HasPrefix(version, "miniredis") {
+		return version
+	}
+	return "Redis " + version
+}
+
 // list joins names as "a, b and c".
 func list(names []string) string {
 	switch len(names) {
