@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,14 +14,16 @@ import (
 
 // sample is one response of a consumer, kept for the audit.
 type sample struct {
-	consumer   int
+	consumer   int32
+	status     int16
 	sent, done time.Duration // since the measured run began
-	status     int
 	retryAfter time.Duration // -1 when absent
 	limit      int64         // advertised limit; -1 when absent
 	remaining  int64         // advertised remaining; -1 when absent
 	reset      time.Duration // advertised time until the quota resets; -1 when absent
 }
+
+func (s sample) ok() bool { return s.status >= 200 && s.status < 300 }
 
 // maxSamples bounds what the audit keeps.
 const maxSamples = 5_000_000
@@ -29,6 +32,12 @@ const maxSamples = 5_000_000
 type Audit struct {
 	Limit        int64 `json:"limit"`
 	WindowMillis int64 `json:"window_ms"`
+	// Samples is the number of responses the audit judged.
+	Samples int64 `json:"samples"`
+	// CappedFromMillis, when not null, is when the audit stopped keeping
+	// responses (it keeps at most 5,000,000), since the measured run began:
+	// what came after was not judged.
+	CappedFromMillis *int64 `json:"capped_from_ms"`
 	// WorstConsumer admitted the most requests inside one window's span;
 	// WorstWindowAdmitted is how many. Only responses whose whole flight
 	// (sent to received) lies inside the span count, so a latency can never
@@ -46,8 +55,9 @@ type Audit struct {
 		// (0 when every probe was admitted at its first try).
 		MaxErrorMillis int64 `json:"max_error_ms"`
 		// Honest is false when a consumer was still denied after its
-		// Retry-After, or admitted a whole second before it.
-		Honest bool `json:"honest"`
+		// Retry-After, or admitted a whole second before it; null when no
+		// probe was made (Skipped says why).
+		Honest *bool `json:"honest"`
 		// Skipped says why probes could not be made, if so.
 		Skipped string `json:"skipped,omitempty"`
 	} `json:"retry_after"`
@@ -64,27 +74,29 @@ type Audit struct {
 	} `json:"headers"`
 }
 
-// readSample pulls the rate-limit headers out of a response.
-func readSample(consumer int, sent, done time.Duration, status int, h http.Header) sample {
-	s := sample{consumer: consumer, sent: sent, done: done, status: status, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
-	if v := h.Get("Retry-After"); v != "" {
-		if n, err := strconv.ParseFloat(v, 64); err == nil {
+// newSample reads the rate-limit fields of a response.
+func newSample(consumer int, sent, done time.Duration, status int, f *limitFields) sample {
+	s := sample{consumer: int32(consumer), sent: sent, done: done, status: int16(status), retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+	if f.retryAfter != "" {
+		if n, err := strconv.ParseFloat(f.retryAfter, 64); err == nil && n >= 0 && n < 1e9 {
 			s.retryAfter = time.Duration(n * float64(time.Second))
+		} else if t, err := http.ParseTime(f.retryAfter); err == nil {
+			s.retryAfter = max(time.Until(t), 0)
 		}
 	}
-	if q, ok := sfParam(h.Get("RateLimit-Policy"), "q"); ok {
+	if q, ok := sfParam(f.policy, "q"); ok {
 		s.limit = q
-	} else if n, err := strconv.ParseInt(firstOf(h, "RateLimit-Limit", "X-RateLimit-Limit"), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmpOr(f.limit, f.xLimit), 10, 64); err == nil {
 		s.limit = n
 	}
-	if r, ok := sfParam(h.Get("RateLimit"), "r"); ok {
+	if r, ok := sfParam(f.rateLimit, "r"); ok {
 		s.remaining = r
-	} else if n, err := strconv.ParseInt(firstOf(h, "RateLimit-Remaining", "X-RateLimit-Remaining"), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmpOr(f.remaining, f.xRemaining), 10, 64); err == nil {
 		s.remaining = n
 	}
-	if t, ok := sfParam(h.Get("RateLimit"), "t"); ok {
+	if t, ok := sfParam(f.rateLimit, "t"); ok {
 		s.reset = time.Duration(t) * time.Second
-	} else if n, err := strconv.ParseInt(firstOf(h, "RateLimit-Reset", "X-RateLimit-Reset"), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmpOr(f.reset, f.xReset), 10, 64); err == nil {
 		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
 			n -= time.Now().Unix()
 		}
@@ -93,13 +105,11 @@ func readSample(consumer int, sent, done time.Duration, status int, h http.Heade
 	return s
 }
 
-func firstOf(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	return ""
+	return b
 }
 
 // sfParam reads an integer parameter of the first item of a structured
@@ -116,10 +126,15 @@ func sfParam(field, name string) (int64, bool) {
 	return 0, false
 }
 
-// audit judges the samples against limit per window.
-func audit(samples []sample, limit int64, window time.Duration, consumers int) Audit {
-	a := Audit{Limit: limit, WindowMillis: window.Milliseconds()}
-	a.RetryAfter.Honest = true
+// audit judges the samples against limit per window. horizon, when not
+// negative, is when samples started to be dropped: checks that need every
+// response up to some time judge only what ended before it.
+func audit(samples []sample, limit int64, window time.Duration, consumers int, horizon time.Duration) Audit {
+	a := Audit{Limit: limit, WindowMillis: window.Milliseconds(), Samples: int64(len(samples))}
+	if horizon >= 0 {
+		ms := horizon.Milliseconds()
+		a.CappedFromMillis = &ms
+	}
 	per := make([][]sample, consumers)
 	for _, s := range samples {
 		per[s.consumer] = append(per[s.consumer], s)
@@ -135,7 +150,7 @@ func audit(samples []sample, limit int64, window time.Duration, consumers int) A
 			if bad != "" {
 				a.Headers.Violations++
 				if a.Headers.Example == "" {
-					a.Headers.Example = "consumer-" + strconv.Itoa(s.consumer) + " " + bad + " (expected limit " + strconv.FormatInt(limit, 10) + ")"
+					a.Headers.Example = consumerName(s.consumer) + " " + bad + " (expected limit " + strconv.FormatInt(limit, 10) + ")"
 				}
 			}
 		}
@@ -143,29 +158,76 @@ func audit(samples []sample, limit int64, window time.Duration, consumers int) A
 	for c, ss := range per {
 		var ok []sample
 		for _, s := range ss {
-			if s.status >= 200 && s.status < 300 {
+			if s.ok() {
 				ok = append(ok, s)
 			}
 		}
-		sort.Slice(ok, func(i, j int) bool { return ok[i].sent < ok[j].sent })
-		for i := range ok {
-			var n int64
-			end := ok[i].sent + window - time.Millisecond
-			for j := i; j < len(ok) && ok[j].sent < end; j++ {
-				if ok[j].done < end {
-					n++
-				}
-			}
-			if n > a.WorstWindowAdmitted {
-				a.WorstWindowAdmitted, a.WorstConsumer = n, "consumer-"+strconv.Itoa(c)
-			}
+		if n := worstWindow(ok, window-time.Millisecond); n > a.WorstWindowAdmitted {
+			a.WorstWindowAdmitted, a.WorstConsumer = n, consumerName(int32(c))
 		}
+		remainingChecks(ok, window, horizon, &a)
 	}
 	a.OverAdmitted = max(a.WorstWindowAdmitted-limit, 0)
-	for _, ss := range per {
-		remainingChecks(ss, window, &a)
-	}
 	return a
+}
+
+func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }
+
+// worstWindow is the most successes whose whole flight lies inside one span
+// [s, s+span) that starts at a success's send, in O(n log n): a sweep over
+// the starts in send order, with the flights not yet passed counted by when
+// they ended in a Fenwick tree.
+func worstWindow(ok []sample, span time.Duration) int64 {
+	if len(ok) == 0 {
+		return 0
+	}
+	slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	// Each flight's place among the flights ordered by end.
+	byEnd := make([]int, len(ok))
+	for i := range byEnd {
+		byEnd[i] = i
+	}
+	slices.SortFunc(byEnd, func(i, j int) int { return cmpDur(ok[i].done, ok[j].done) })
+	dones := make([]time.Duration, len(ok))
+	ranks := make([]int, len(ok))
+	for r, i := range byEnd {
+		dones[r], ranks[i] = ok[i].done, r
+	}
+	tree := make([]int64, len(ok)+1) // counts the flights not yet passed, by place
+	add := func(r int, v int64) {
+		for r++; r < len(tree); r += r & -r {
+			tree[r] += v
+		}
+	}
+	below := func(n int) int64 { // flights not yet passed among the first n places
+		var s int64
+		for ; n > 0; n -= n & -n {
+			s += tree[n]
+		}
+		return s
+	}
+	for _, r := range ranks {
+		add(r, 1)
+	}
+	var worst int64
+	for i, s := range ok {
+		end := sort.Search(len(dones), func(k int) bool { return dones[k] >= s.sent+span })
+		if n := below(end); n > worst {
+			worst = n
+		}
+		add(ranks[i], -1) // the flights sent from here on only
+	}
+	return worst
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // remainingChecks judges a consumer's advertised remaining counts with rules
@@ -180,47 +242,73 @@ func audit(samples []sample, limit int64, window time.Duration, consumers int) A
 //     have freed, both for a sliding window (a window after the earliest
 //     success that could still be in it) and for a's own advertised reset
 //     (less the second it may have been rounded up by).
-func remainingChecks(ss []sample, window time.Duration, a *Audit) {
-	var ok []sample
-	for _, s := range ss {
-		if s.status >= 200 && s.status < 300 && s.remaining >= 0 {
-			ok = append(ok, s)
+//
+// Only pairs whose second success ended before horizon (when not negative)
+// are judged, so that no success in between can be missing. Each pair costs
+// O(log n).
+func remainingChecks(ok []sample, window, horizon time.Duration, a *Audit) {
+	var ss []sample
+	for _, s := range ok {
+		if s.remaining >= 0 {
+			ss = append(ss, s)
 		}
 	}
-	sort.Slice(ok, func(i, j int) bool { return ok[i].sent < ok[j].sent })
+	if len(ss) < 2 {
+		return
+	}
+	slices.SortFunc(ss, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	sents := make([]time.Duration, len(ss))
+	dones := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		sents[i], dones[i] = s.sent, s.done
+	}
+	slices.Sort(dones)
+	// countBelow counts the values of sorted below v (or up to v, with inclusive).
+	countBelow := func(sorted []time.Duration, v time.Duration, inclusive bool) int64 {
+		return int64(sort.Search(len(sorted), func(i int) bool {
+			if inclusive {
+				return sorted[i] > v
+			}
+			return sorted[i] >= v
+		}))
+	}
 	violate := func(s sample, what string) {
 		a.Headers.Violations++
 		if a.Headers.Example == "" {
-			a.Headers.Example = "consumer-" + strconv.Itoa(s.consumer) + " " + what
+			a.Headers.Example = consumerName(s.consumer) + " " + what
 		}
 	}
-	for i := 0; i+1 < len(ok); i++ {
-		x := ok[i]
-		// y: the first success sent after x came back.
-		j := i + 1
-		for j < len(ok) && ok[j].sent < x.done {
-			j++
+	oldest := 0 // the first success, in send order, that ended after x.sent - window
+	for i, x := range ss {
+		for oldest < len(ss) && ss[oldest].done <= x.sent-window {
+			oldest++
 		}
-		if j == len(ok) {
+		// y: the first success sent after x came back.
+		j := sort.Search(len(sents), func(k int) bool { return sents[k] >= x.done })
+		if j == len(ss) {
 			continue
 		}
-		y := ok[j]
-		var between int64
-		for k, s := range ok {
-			if k != i && k != j && s.done > x.sent && s.sent < y.done {
-				between++
-			}
+		if j <= i { // x.done <= x.sent: a flight of no length
+			j = i + 1
 		}
+		y := ss[j]
+		if horizon >= 0 && y.done >= horizon {
+			continue
+		}
+		// Successes other than x and y whose flights overlap [x.sent, y.done]:
+		// those sent before y.done, less those that ended by x.sent.
+		between := countBelow(sents, y.done, false) - countBelow(dones, x.sent, true) - 2
 		if x.remaining-y.remaining > 1+between {
 			violate(y, "remaining fell from "+strconv.FormatInt(x.remaining, 10)+" to "+strconv.FormatInt(y.remaining, 10)+
 				" with "+strconv.FormatInt(between, 10)+" admissions in between")
 		}
 		if x.remaining == 0 && x.reset >= 0 {
+			// The earliest success that may still count in x's window frees
+			// its slot a window after it was sent, less a millisecond for
+			// limiters that keep whole milliseconds.
 			earliest := time.Duration(math.MaxInt64)
-			for _, s := range ok {
-				if s.done > x.sent-window && s.sent <= x.done {
-					earliest = min(earliest, s.sent+window-time.Millisecond) // a millisecond for whole-ms clocks
-				}
+			if oldest < len(ss) && ss[oldest].sent <= x.done {
+				earliest = ss[oldest].sent + window - time.Millisecond
 			}
 			resetAt := x.sent + x.reset - time.Second
 			if y.done < earliest && y.done < resetAt {
@@ -232,19 +320,21 @@ func remainingChecks(ss []sample, window time.Duration, a *Audit) {
 
 // probeRetryAfter asks a few consumers whose last response was a 429 again
 // just before their advertised Retry-After (less the second it was rounded
-// up by) and just after it, and then every 100 ms until admitted (for at
-// most 10 seconds past it).
-func probeRetryAfter(ctx context.Context, client *http.Client, cfg HTTPConfig, samples []sample, runStart time.Time, a *Audit) {
+// up by, and timed from when the request was sent: the decision may have
+// been made as early as that) and just after it (timed from when the
+// response came back), and then every 100 ms until admitted (for at most 10
+// seconds past it).
+func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sample, a *Audit) {
 	// A denial tells the truth about the consumer's state only if nothing
 	// was admitted after it: take, per consumer, the last 429 sent after
 	// every one of its successes had come back.
-	lastOK := map[int]time.Duration{}
+	lastOK := map[int32]time.Duration{}
 	for _, s := range samples {
-		if s.status >= 200 && s.status < 300 {
+		if s.ok() {
 			lastOK[s.consumer] = max(lastOK[s.consumer], s.done)
 		}
 	}
-	last := map[int]sample{}
+	last := map[int32]sample{}
 	for _, s := range samples {
 		if s.status != http.StatusTooManyRequests || s.retryAfter <= 0 || s.sent <= lastOK[s.consumer] {
 			continue
@@ -263,31 +353,43 @@ func probeRetryAfter(ctx context.Context, client *http.Client, cfg HTTPConfig, s
 		return
 	}
 	picks = picks[:min(len(picks), 3)]
-	if picks[0].retryAfter > 70*time.Second {
-		a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
-		return
+	const maxWait = 70 * time.Second
+	for _, s := range picks {
+		if s.retryAfter > maxWait {
+			a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
+			return
+		}
 	}
+	runStart := p.start.Add(p.warmup)
+	var until time.Time
+	for _, s := range picks {
+		until = later(until, runStart.Add(s.done+s.retryAfter+10*time.Second))
+	}
+	p.probes.Store(until.UnixNano())
+	defer p.probes.Store(0)
+	honest := true
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, s := range picks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			advertised := runStart.Add(s.done + s.retryAfter)
-			// The advertised time was rounded up to a whole second: the slot
-			// cannot free before a second earlier. Probe just before that,
-			// when it is still ahead.
+			consumer := int(s.consumer)
+			// The decision was made after s was sent, and the slot cannot
+			// free before its Retry-After, rounded up to a whole second, less
+			// that second: probe just before then, when it is still ahead.
 			early := false
-			if before := advertised.Add(-time.Second - 100*time.Millisecond); time.Until(before) > 0 {
+			if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); time.Until(before) > 0 {
 				if wait(ctx, before) != nil {
 					return
 				}
-				status, _, _, _ := do(ctx, client, cfg, s.consumer)
+				status, _ := p.single(ctx, consumer)
 				early = status >= 200 && status < 300
 			}
-			// After the advertised time the consumer must be admitted at the
-			// first try. When it is not, keep asking every 100 ms to learn
-			// how late the truth was.
+			// After the advertised time, counted from when the denial came
+			// back, the consumer must be admitted at the first try. When it is
+			// not, keep asking every 100 ms to learn how late the truth was.
+			advertised := runStart.Add(s.done + s.retryAfter)
 			var admitted time.Time
 			first := true
 			if !early {
@@ -295,10 +397,13 @@ func probeRetryAfter(ctx context.Context, client *http.Client, cfg HTTPConfig, s
 					return
 				}
 				for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
-					status, _, _, err := do(ctx, client, cfg, s.consumer)
+					status, err := p.single(ctx, consumer)
 					if err == nil && status >= 200 && status < 300 {
 						admitted = t
 						break
+					}
+					if ctx.Err() != nil {
+						return
 					}
 					first = false
 					if wait(ctx, t.Add(100*time.Millisecond)) != nil {
@@ -311,21 +416,34 @@ func probeRetryAfter(ctx context.Context, client *http.Client, cfg HTTPConfig, s
 			a.RetryAfter.Probes++
 			switch {
 			case early:
-				a.RetryAfter.Honest = false
+				honest = false
 			case admitted.IsZero():
-				a.RetryAfter.Honest = false
+				honest = false
 				a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, (10 * time.Second).Milliseconds())
 			case first:
 				// Admitted at the first try after the advertised time: on time,
 				// however late a busy client got round to asking.
 			default:
-				a.RetryAfter.Honest = false
+				honest = false
 				late := admitted.Sub(advertised)
 				a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, int64(math.Ceil(float64(late)/float64(time.Millisecond))))
 			}
 		}()
 	}
 	wg.Wait()
+	switch {
+	case ctx.Err() != nil:
+		a.RetryAfter.Skipped = "the probes were interrupted"
+	case a.RetryAfter.Probes > 0:
+		a.RetryAfter.Honest = &honest
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func wait(ctx context.Context, until time.Time) error {

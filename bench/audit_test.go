@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.Audit {
 // TestAuditCatchesALeak: a server that admits twice the limit it
 // advertises fails the admission audit.
 func TestAuditCatchesALeak(t *testing.T) {
+	t.Parallel()
 	a := auditRun(t, &fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"}, true)
 	if a.OverAdmitted == 0 || a.WorstWindowAdmitted < 10 {
 		t.Fatalf("worst window %d, over %d: the leak went unseen", a.WorstWindowAdmitted, a.OverAdmitted)
@@ -77,8 +79,9 @@ func TestAuditCatchesALeak(t *testing.T) {
 // TestAuditCatchesALyingRetryAfter: a server that says 1 s and frees the
 // consumer 8 s after its first request (over 4 s late) is caught.
 func TestAuditCatchesALyingRetryAfter(t *testing.T) {
+	t.Parallel()
 	a := auditRun(t, &fixedWindow{admit: 5, advertised: 5, real: 8 * time.Second, sayRetry: "1"}, false)
-	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest || a.RetryAfter.MaxErrorMillis < 1000 {
+	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest == nil || *a.RetryAfter.Honest || a.RetryAfter.MaxErrorMillis < 1000 {
 		t.Fatalf("retry-after audit %+v: the lie went unseen", a.RetryAfter)
 	}
 	if a.OverAdmitted != 0 {
@@ -89,6 +92,7 @@ func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 // TestAuditPassesTheEdgeGateway: ratelab's own limiter, the sliding log
 // over a real redis-server, passes every part of the audit.
 func TestAuditPassesTheEdgeGateway(t *testing.T) {
+	t.Parallel()
 	c := redistest.Client(t, srv)
 	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
 	defer uc.Close()
@@ -106,7 +110,7 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 	if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
 		t.Fatalf("headers: %+v", a.Headers)
 	}
-	if a.RetryAfter.Probes == 0 || !a.RetryAfter.Honest {
+	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest == nil || !*a.RetryAfter.Honest {
 		t.Fatalf("retry-after: %+v", a.RetryAfter)
 	}
 	_ = c
@@ -115,6 +119,7 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 // TestAuditCatchesFalseRemaining: a server that admits its limit but says
 // 0 remaining from the first request on is caught by the header checks.
 func TestAuditCatchesFalseRemaining(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	count := map[string]int{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -133,5 +138,51 @@ func TestAuditCatchesFalseRemaining(t *testing.T) {
 	a := auditRun(t, h, true)
 	if a.Headers.Violations == 0 {
 		t.Fatalf("headers %+v: the false remaining went unseen", a.Headers)
+	}
+}
+
+// TestMergedAuditCatchesASplitLeak: three load machines share the
+// consumers of a server that admits twice its limit. Each sees about a
+// third of the admissions and passes its audit; merged, the audit sees
+// them all and fails, and the counts and histograms add up.
+func TestMergedAuditCatchesASplitLeak(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"})
+	defer srv.Close()
+	runs := make([]bench.Result, 3)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 20, Duration: 2500 * time.Millisecond,
+				Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: true})
+		}()
+	}
+	wg.Wait()
+	var requests int64
+	for i, r := range runs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if r.Audit.OverAdmitted != 0 {
+			t.Fatalf("machine %d alone saw %d in a window: the test needs each machine to pass", i+1, r.Audit.WorstWindowAdmitted)
+		}
+		requests += r.Requests
+	}
+	m, err := bench.Merge(runs, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Audit == nil || m.Audit.OverAdmitted == 0 || m.Audit.WorstWindowAdmitted < 8 {
+		t.Fatalf("merged audit %+v (note %q): the split leak went unseen", m.Audit, m.AuditNote)
+	}
+	if m.Requests != requests || m.Histogram().TotalCount() != requests || m.Audit.Samples != requests {
+		t.Fatalf("merged %d requests (%d in the histogram, %d audited), want %d", m.Requests, m.Histogram().TotalCount(), m.Audit.Samples, requests)
+	}
+	runs[1].Audit = nil
+	if m, err = bench.Merge(runs, 0); err != nil || m.Audit != nil || !strings.Contains(m.AuditNote, "run [2] ran without --expect-limit") {
+		t.Fatalf("merge with an unaudited run: audit %v, note %q, err %v", m.Audit, m.AuditNote, err)
 	}
 }

@@ -53,7 +53,7 @@ func TestOpenModelSeesTheStall(t *testing.T) {
 		}
 		return res
 	}
-	open := run(bench.HTTPConfig{Rate: 200, Duration: 3 * time.Second, MaxInFlight: 50})
+	open := run(bench.HTTPConfig{Rate: 200, Duration: 3 * time.Second})
 	closed := run(bench.HTTPConfig{Rate: 0, Connections: 1, Duration: 3 * time.Second})
 	t.Logf("open model: %d requests, p50 %dµs, p99 %dµs, max %dµs", open.Requests, open.LatencyMicros.P50, open.LatencyMicros.P99, open.LatencyMicros.Max)
 	t.Logf("closed model: %d requests, p50 %dµs, p99 %dµs, max %dµs", closed.Requests, closed.LatencyMicros.P50, closed.LatencyMicros.P99, closed.LatencyMicros.Max)
@@ -87,6 +87,7 @@ func countBelow(h *hdrhistogram.Histogram, v int64) int64 {
 // TestRequestsWarmupConsumers: --requests bounds the measured part, the
 // warm-up is counted apart, consumers take turns, and statuses are split.
 func TestRequestsWarmupConsumers(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	seen := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,23 +142,36 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestProgress: a run of 2.5 s reports its progress twice, with what it sent.
+// TestProgress: a run of 2.5 s at 100/s reports its progress while it
+// runs: what is done only grows and never passes what the run sent, and an
+// interval's figures, once whole, are those of 100 requests a second.
 func TestProgress(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	var got []bench.Progress
-	_, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 100, Duration: 2500 * time.Millisecond,
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 100, Duration: 2500 * time.Millisecond,
 		Progress: func(p bench.Progress) { got = append(got, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[1].Sent <= got[0].Sent || got[0].RatePerSec <= 0 || got[0].P99Micros <= 0 {
-		t.Fatalf("progress %+v", got)
+	if len(got) == 0 {
+		t.Fatal("no progress in 2.5 s")
+	}
+	for i, p := range got {
+		if p.Phase != "run" || p.Done > res.Requests || (i > 0 && p.Done < got[i-1].Done) {
+			t.Fatalf("progress %d of %+v (%d requests in all)", i, got, res.Requests)
+		}
+		// A whole interval at 100/s holds 100 requests, give or take the
+		// few whose response ended on its other side.
+		if p.RatePerSec != 0 && (p.RatePerSec < 90 || p.RatePerSec > 110 || p.P99Micros <= 0) {
+			t.Fatalf("progress %d of %+v", i, got)
+		}
 	}
 }
 
 // TestCancel: cancelling stops the run and returns what was measured.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,8 +14,15 @@ import (
 // result: counts add up, and the percentiles come from the merged
 // histograms, so they are exact, not averages of percentiles. Throughput is
 // the sum of the runs' (they ran at the same time); the duration is the
-// longest.
-func Merge(runs []Result) (Result, error) {
+// longest. Timelines are lined up by the wall-clock time each run began.
+//
+// When every run was audited against the same limit and kept its samples,
+// the merged result carries one audit over all of them, as if one machine
+// had sent everything: each run's responses are placed by the time it
+// began, and every flight is widened by tolerance on both sides, so that
+// clocks that disagree by up to that much cannot make an honest limiter
+// look leaky. Otherwise AuditNote says why there is no audit.
+func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	if len(runs) == 0 {
 		return Result{}, errors.New("nothing to merge")
 	}
@@ -22,7 +30,9 @@ func Merge(runs []Result) (Result, error) {
 	for _, name := range []string{"all", "2xx", "429", "other", "errors", "send_lag"} {
 		hists[name] = newHist()
 	}
-	t := &recorder{status: map[int]int64{}}
+	t := newTally(0)
+	var first [numKinds]string
+	var bytes int64
 	var longest float64
 	var rps float64
 	for i, r := range runs {
@@ -45,13 +55,26 @@ func Merge(runs []Result) (Result, error) {
 		}
 		for k, v := range r.StatusCounts {
 			code, err := strconv.Atoi(k)
-			if err != nil {
+			if err != nil || code < 0 || code >= len(t.status) {
 				return Result{}, fmt.Errorf("run %d: status %q", i+1, k)
 			}
 			t.status[code] += v
 		}
-		t.errors += r.Errors
-		t.bytes += r.Bytes
+		kinds := r.ErrorKinds
+		if len(kinds) == 0 && r.Errors > 0 {
+			kinds = map[string]ErrorKind{"other": {Count: r.Errors}}
+		}
+		for name, e := range kinds {
+			k := slices.Index(kindNames[:], name)
+			if k < 0 {
+				return Result{}, fmt.Errorf("run %d: error kind %q", i+1, name)
+			}
+			t.kinds[k] += e.Count
+			if first[k] == "" {
+				first[k] = e.First
+			}
+		}
+		bytes += r.Bytes
 		t.warmup += r.WarmupRequests
 		longest = max(longest, r.DurationSeconds)
 		rps += r.ThroughputRPS
@@ -61,16 +84,148 @@ func Merge(runs []Result) (Result, error) {
 	for _, r := range runs {
 		cfg.Rate += r.Config.RatePerSec
 		cfg.Connections += r.Config.Connections
-		cfg.MaxInFlight += r.Config.MaxInFlight
 		cfg.Consumers = max(cfg.Consumers, r.Config.Consumers)
 	}
 	cfg.ConsumerHeader = runs[0].Config.ConsumerHeader
 	cfg.Duration = time.Duration(longest * float64(time.Second))
+	cfg.Interval = time.Duration(runs[0].Timeline.IntervalMillis) * time.Millisecond
+	t.timeline = timeline{interval: cfg.Interval}
+	began := runs[0].StartedUnixMillis
+	for _, r := range runs {
+		began = min(began, r.StartedUnixMillis)
+	}
+	if err := mergeTimelines(&t.timeline, runs, began); err != nil {
+		return Result{}, err
+	}
 	res := newResult(cfg, t, cfg.Duration)
+	res.StartedUnixMillis = began
+	res.Config.Threads = 0
+	for _, r := range runs {
+		res.Config.Threads += r.Config.Threads
+	}
+	var err error
+	res.Audit, res.AuditNote, err = mergeAudits(runs, began, tolerance)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Bytes = bytes
+	for k, msg := range first {
+		if e, ok := res.ErrorKinds[kindNames[k]]; ok {
+			e.First = msg
+			res.ErrorKinds[kindNames[k]] = e
+		}
+	}
 	res.ThroughputRPS = rps
 	res.RateShortfall = cfg.Rate > 0 && rps < 0.99*cfg.Rate
 	for _, r := range runs {
 		res.Unsent += r.Unsent
 	}
 	return res, nil
+}
+
+// mergeTimelines adds the runs' intervals into t, each run placed by when
+// it began. Runs with other interval lengths, or intervals without a
+// histogram, leave the merged timeline out.
+func mergeTimelines(t *timeline, runs []Result, began int64) error {
+	if t.interval <= 0 {
+		*t = timeline{}
+		return nil
+	}
+	for i, r := range runs {
+		if time.Duration(r.Timeline.IntervalMillis)*time.Millisecond != t.interval {
+			*t = timeline{} // not comparable interval by interval
+			return nil
+		}
+		shift := int((r.StartedUnixMillis - began + t.interval.Milliseconds()/2) / t.interval.Milliseconds())
+		for k, iv := range r.Timeline.Intervals {
+			if iv.Histogram == "" {
+				*t = timeline{}
+				return nil
+			}
+			h, err := hdrhistogram.Decode([]byte(iv.Histogram))
+			if err != nil {
+				return fmt.Errorf("run %d: interval %d: %w", i+1, k, err)
+			}
+			j := shift + k
+			for len(t.slots) <= j {
+				t.slots = append(t.slots, slot{hist: newSlotHist()})
+			}
+			t.slots[j].hist.Merge(h)
+			for c, name := range classNames {
+				t.slots[j].counts[c] += iv.Status[name]
+			}
+		}
+	}
+	return nil
+}
+
+// mergeAudits audits the runs' samples as one run, or says why it cannot.
+func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, error) {
+	var with, without []int
+	for i, r := range runs {
+		if r.Audit != nil {
+			with = append(with, i+1)
+		} else {
+			without = append(without, i+1)
+		}
+	}
+	switch {
+	case len(with) == 0:
+		return nil, "", nil
+	case len(without) > 0:
+		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil
+	}
+	first := runs[0].Audit
+	var all []sample
+	horizon := time.Duration(-1)
+	consumers := 0
+	for _, r := range runs {
+		consumers = max(consumers, r.Config.Consumers)
+	}
+	merged := &Audit{}
+	honest, probed := true, false
+	for i, r := range runs {
+		a := r.Audit
+		if a.Limit != first.Limit || a.WindowMillis != first.WindowMillis {
+			return nil, fmt.Sprintf("no merged audit: run %d expected %d per %d ms, run 1 %d per %d ms",
+				i+1, a.Limit, a.WindowMillis, first.Limit, first.WindowMillis), nil
+		}
+		if r.AuditSamples == nil {
+			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil
+		}
+		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
+		ss, err := r.AuditSamples.decode(offset, consumers)
+		if err != nil {
+			return nil, "", fmt.Errorf("run %d: %w", i+1, err)
+		}
+		for k := range ss {
+			ss[k].sent -= tolerance
+			ss[k].done += tolerance
+		}
+		all = append(all, ss...)
+		if a.CappedFromMillis != nil {
+			h := offset + time.Duration(*a.CappedFromMillis)*time.Millisecond
+			if horizon < 0 || h < horizon {
+				horizon = h
+			}
+		}
+		// The Retry-After probes ran on each machine after its run: the
+		// merge keeps what they found.
+		ra := a.RetryAfter
+		merged.RetryAfter.Probes += ra.Probes
+		merged.RetryAfter.MaxErrorMillis = max(merged.RetryAfter.MaxErrorMillis, ra.MaxErrorMillis)
+		if ra.Honest != nil {
+			probed = true
+			honest = honest && *ra.Honest
+		} else if merged.RetryAfter.Skipped == "" {
+			merged.RetryAfter.Skipped = fmt.Sprintf("run %d: %s", i+1, ra.Skipped)
+		}
+	}
+	a := audit(all, first.Limit, time.Duration(first.WindowMillis)*time.Millisecond, consumers, horizon)
+	a.RetryAfter = merged.RetryAfter
+	if probed {
+		a.RetryAfter.Honest = &honest
+		a.RetryAfter.Skipped = ""
+	}
+	return &a, "", nil
 }

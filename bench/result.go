@@ -28,16 +28,28 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 
 // Settings is the configuration as reports show it.
 type Settings struct {
-	Model          string  `json:"model"` // "open" (a fixed schedule) or "closed" (back to back)
-	Method         string  `json:"method"`
-	RatePerSec     float64 `json:"rate_per_sec"`
-	Connections    int     `json:"connections"`
-	MaxInFlight    int     `json:"max_in_flight"`
-	DurationMillis int64   `json:"duration_ms"`
-	Requests       int64   `json:"requests"`
-	WarmupMillis   int64   `json:"warmup_ms"`
-	Consumers      int     `json:"consumers"`
-	ConsumerHeader string  `json:"consumer_header"`
+	Model       string  `json:"model"` // "open" (a fixed schedule) or "closed" (back to back)
+	Method      string  `json:"method"`
+	RatePerSec  float64 `json:"rate_per_sec"`
+	Connections int     `json:"connections"`
+	// MaxInFlight is the most requests in flight at once: one per connection.
+	MaxInFlight    int    `json:"max_in_flight"`
+	DurationMillis int64  `json:"duration_ms"`
+	Requests       int64  `json:"requests"`
+	WarmupMillis   int64  `json:"warmup_ms"`
+	Consumers      int    `json:"consumers"`
+	ConsumerHeader string `json:"consumer_header"`
+	// Threads is the number of threads the load generator ran on.
+	Threads int `json:"threads"`
+	// TimeoutMillis bounds one request.
+	TimeoutMillis int64 `json:"timeout_ms"`
+}
+
+// ErrorKind counts the transport errors of one kind.
+type ErrorKind struct {
+	Count int64 `json:"count"`
+	// First is the message of the first one.
+	First string `json:"first,omitempty"`
 }
 
 // Result is one run, measured after the warm-up.
@@ -45,6 +57,9 @@ type Result struct {
 	Command string   `json:"command"` // "bench_http"
 	Target  string   `json:"target"`
 	Config  Settings `json:"config"`
+	// StartedUnixMillis is the wall-clock time at which the measured run
+	// began, so that runs from several machines can be lined up.
+	StartedUnixMillis int64 `json:"started_unix_ms"`
 	// Requests is the number of measured requests that completed or failed.
 	Requests int64 `json:"requests"`
 	// DurationSeconds is the measured time, warm-up excluded.
@@ -52,13 +67,17 @@ type Result struct {
 	ThroughputRPS   float64 `json:"throughput_rps"`
 	// StatusCounts counts responses by status code.
 	StatusCounts map[string]int64 `json:"status_counts"`
-	// Errors counts transport errors and timeouts.
-	Errors int64 `json:"errors"`
-	Bytes  int64 `json:"bytes"`
+	// Errors counts transport errors and timeouts; ErrorKinds splits them
+	// by kind: refused, reset, timeout, tls, protocol, other.
+	Errors     int64                `json:"errors"`
+	ErrorKinds map[string]ErrorKind `json:"error_kinds"`
+	// Bytes counts the bytes of the response bodies.
+	Bytes int64 `json:"bytes"`
 	// WarmupRequests were sent during the warm-up and are not in the figures.
 	WarmupRequests int64 `json:"warmup_requests"`
-	// Unsent counts the open model's requests whose time came during the run
-	// but that were never sent (every worker was busy): not skipped silently.
+	// Unsent counts the open model's requests that were due during the run
+	// but never sent, because their connection was still waiting for an
+	// earlier response when the run ended.
 	Unsent int64 `json:"unsent"`
 	// RateShortfall is set when the open model achieved under 99% of the rate.
 	RateShortfall bool `json:"rate_shortfall"`
@@ -75,19 +94,59 @@ type Result struct {
 		P99 int64 `json:"p99"`
 		Max int64 `json:"max"`
 	} `json:"send_lag_us"`
+	// Timeline is the run interval by interval.
+	Timeline Timeline `json:"timeline"`
 	// Histograms keeps every histogram, HdrHistogram V2 compressed and base64
 	// encoded, so that runs from several machines can be merged exactly.
 	Histograms map[string]string `json:"histograms"`
 	// Audit is what the admission audit found; null without --expect-limit.
 	Audit *Audit `json:"audit"`
+	// AuditNote says why a merged result has no audit, when it has none.
+	AuditNote string `json:"audit_note,omitempty"`
+	// AuditSamples keeps what the audit judged, for merges; only with
+	// --expect-limit.
+	AuditSamples *AuditSamples `json:"audit_samples,omitempty"`
 
 	all *hdrhistogram.Histogram
 }
 
+// Timeline is a run cut into intervals by when each response ended.
+type Timeline struct {
+	// IntervalMillis is the length of an interval; it doubles, with
+	// neighbours merged, when a run would have more than 1,000.
+	IntervalMillis int64      `json:"interval_ms"`
+	Intervals      []Interval `json:"intervals"`
+}
+
+// Interval is one interval of a timeline.
+type Interval struct {
+	// StartMillis is when it began, since the measured run began.
+	StartMillis int64 `json:"start_ms"`
+	// Requests counts responses and errors that ended in it.
+	Requests      int64   `json:"requests"`
+	ThroughputRPS float64 `json:"throughput_rps"`
+	// Status counts them by class: 1xx to 5xx (4xx without 429), 429 and
+	// transport errors.
+	Status map[string]int64 `json:"status"`
+	// LatencyMicros are the percentiles of the responses that ended in it,
+	// in µs, at two significant digits.
+	LatencyMicros struct {
+		P50 int64 `json:"p50"`
+		P99 int64 `json:"p99"`
+		Max int64 `json:"max"`
+	} `json:"latency_us"`
+	// Histogram is the interval's latency histogram (µs), HdrHistogram V2
+	// compressed and base64 encoded, for exact merges.
+	Histogram string `json:"histogram,omitempty"`
+}
+
+// classNames name the status classes in a timeline.
+var classNames = [numClasses]string{"errors", "1xx", "2xx", "3xx", "4xx", "5xx", "429"}
+
 // Histogram is the latency histogram of all responses, in µs.
 func (r Result) Histogram() *hdrhistogram.Histogram { return r.all }
 
-func newResult(cfg HTTPConfig, t *recorder, elapsed time.Duration) Result {
+func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 	model := "closed"
 	if cfg.Rate > 0 {
 		model = "open"
@@ -96,13 +155,13 @@ func newResult(cfg HTTPConfig, t *recorder, elapsed time.Duration) Result {
 		Command: "bench_http",
 		Target:  cfg.Target,
 		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: cfg.Rate, Connections: cfg.Connections,
-			MaxInFlight: cfg.MaxInFlight, DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
-			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader},
+			MaxInFlight: cfg.Connections, DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
+			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
+			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds()},
 		Requests:           t.all.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},
-		Errors:             t.errors,
-		Bytes:              t.bytes,
+		ErrorKinds:         map[string]ErrorKind{},
 		WarmupRequests:     t.warmup,
 		LatencyMicros:      percentiles(t.all),
 		Latency2xxMicros:   percentiles(t.ok),
@@ -118,8 +177,16 @@ func newResult(cfg HTTPConfig, t *recorder, elapsed time.Duration) Result {
 	if cfg.Rate > 0 && r.ThroughputRPS < 0.99*cfg.Rate {
 		r.RateShortfall = true
 	}
-	for k, v := range t.status {
-		r.StatusCounts[strconv.Itoa(k)] = v
+	for code, n := range t.status {
+		if n > 0 {
+			r.StatusCounts[strconv.Itoa(code)] = n
+		}
+	}
+	for k, n := range t.kinds {
+		if n > 0 {
+			r.ErrorKinds[kindNames[k]] = ErrorKind{Count: n}
+			r.Errors += n
+		}
 	}
 	r.SendLagMicros.P50, r.SendLagMicros.P99, r.SendLagMicros.Max = t.lag.ValueAtPercentile(50), t.lag.ValueAtPercentile(99), t.lag.Max()
 	for name, h := range map[string]*hdrhistogram.Histogram{"all": t.all, "2xx": t.ok, "429": t.limited,
@@ -128,5 +195,31 @@ func newResult(cfg HTTPConfig, t *recorder, elapsed time.Duration) Result {
 			r.Histograms[name] = string(b) // already base64, as HdrHistogram's logs keep it
 		}
 	}
+	r.Timeline = t.timeline.result()
 	return r
+}
+
+// result renders the timeline for a Result.
+func (t *timeline) result() Timeline {
+	tl := Timeline{IntervalMillis: t.interval.Milliseconds(), Intervals: []Interval{}}
+	for i, s := range t.slots {
+		iv := Interval{StartMillis: int64(i) * tl.IntervalMillis, Status: map[string]int64{}}
+		for c, n := range s.counts {
+			iv.Requests += n
+			if n > 0 {
+				iv.Status[classNames[c]] = n
+			}
+		}
+		length := t.interval
+		if from := time.Duration(i) * t.interval; t.end > 0 && from+length > t.end {
+			length = t.end - from // the run ended inside it
+		}
+		iv.ThroughputRPS = float64(iv.Requests) / length.Seconds()
+		iv.LatencyMicros.P50, iv.LatencyMicros.P99, iv.LatencyMicros.Max = s.hist.ValueAtPercentile(50), s.hist.ValueAtPercentile(99), s.hist.Max()
+		if b, err := s.hist.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
+			iv.Histogram = string(b)
+		}
+		tl.Intervals = append(tl.Intervals, iv)
+	}
+	return tl
 }

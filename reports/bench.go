@@ -30,7 +30,10 @@ func benchSummary(r bench.Result) string {
 	c := r.Config
 	load := fmt.Sprintf("closed model, %d connections", c.Connections)
 	if c.Model == "open" {
-		load = fmt.Sprintf("open model at %g/s (at most %d in flight)", c.RatePerSec, c.MaxInFlight)
+		load = fmt.Sprintf("open model at %g/s on %d connections", c.RatePerSec, c.Connections)
+	}
+	if c.Threads > 0 {
+		load += fmt.Sprintf(", %d threads", c.Threads)
 	}
 	consumers := ""
 	if c.Consumers > 0 {
@@ -53,10 +56,21 @@ func benchRows(r bench.Result) [][]string {
 		return []string{name, strconv.FormatInt(p.Count, 10), micros(p.P50), micros(p.P90), micros(p.P95),
 			micros(p.P99), micros(p.P999), micros(p.Max)}
 	}
-	return [][]string{
+	rows := [][]string{
 		row("all", r.LatencyMicros), row("2xx", r.Latency2xxMicros), row("429", r.Latency429Micros),
 		row("other status", r.LatencyOtherMicros), row("transport errors", r.LatencyErrorMicros),
 	}
+	kinds := make([]string, 0, len(r.ErrorKinds))
+	for k, e := range r.ErrorKinds {
+		if e.Count > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		rows = append(rows, []string{"  " + k, strconv.FormatInt(r.ErrorKinds[k].Count, 10), "–", "–", "–", "–", "–", "–"})
+	}
+	return rows
 }
 
 func benchNotes(r bench.Result) []string {
@@ -70,7 +84,8 @@ func benchNotes(r bench.Result) []string {
 		status = append(status, fmt.Sprintf("%s × %d", k, r.StatusCounts[k]))
 	}
 	notes := []string{
-		"status: " + strings.Join(status, ", ") + fmt.Sprintf("; transport errors: %d; %s received.", r.Errors, bytesText(r.Bytes)),
+		"status: " + strings.Join(status, ", ") + fmt.Sprintf("; transport errors: %d%s; %s of bodies received.",
+			r.Errors, errorKindsText(r.ErrorKinds), bytesText(r.Bytes)),
 	}
 	if a := r.Audit; a != nil {
 		verdict := "held"
@@ -81,9 +96,9 @@ func benchNotes(r bench.Result) []string {
 			a.Limit, time.Duration(a.WindowMillis)*time.Millisecond, orDash(a.WorstConsumer), a.WorstWindowAdmitted, verdict))
 		ra := a.RetryAfter
 		switch {
-		case ra.Skipped != "":
-			notes = append(notes, "Retry-After: not probed ("+ra.Skipped+").")
-		case ra.Honest:
+		case ra.Honest == nil:
+			notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
+		case *ra.Honest:
 			notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
 		default:
 			notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
@@ -94,19 +109,49 @@ func benchNotes(r bench.Result) []string {
 		}
 		notes = append(notes, h+".")
 	}
+	if r.AuditNote != "" {
+		notes = append(notes, "Audit: "+r.AuditNote+".")
+	}
+	if a := r.Audit; a != nil && a.CappedFromMillis != nil {
+		notes = append(notes, fmt.Sprintf("The audit kept %d responses and judged none after %s into the run.",
+			a.Samples, time.Duration(*a.CappedFromMillis)*time.Millisecond))
+	}
 	if r.Config.Model == "open" {
 		notes = append(notes, fmt.Sprintf("Latency is timed from when each request should have been sent (no coordinated omission); "+
-			"send lag p50 %s, p99 %s, max %s; unsent: %d.", micros(r.SendLagMicros.P50), micros(r.SendLagMicros.P99),
-			micros(r.SendLagMicros.Max), r.Unsent))
+			"send lag p50 %s, p99 %s, max %s; unsent (due, but their connection was still busy when the run ended): %d.",
+			micros(r.SendLagMicros.P50), micros(r.SendLagMicros.P99), micros(r.SendLagMicros.Max), r.Unsent))
 		if r.RateShortfall {
-			notes = append(notes, fmt.Sprintf("The achieved rate, %.0f/s, is under 99%% of the %g/s asked for: the client or the "+
-				"server could not keep up, and --max-in-flight may be too low.", r.ThroughputRPS, r.Config.RatePerSec))
+			notes = append(notes, fmt.Sprintf("The achieved rate, %.0f/s, is under 99%% of the %g/s asked for: the server (or the "+
+				"load generator) could not keep up; with one request in flight per connection, more --connections may help.",
+				r.ThroughputRPS, r.Config.RatePerSec))
 		}
 	} else {
 		notes = append(notes, "Closed model: each worker waits for a response before it sends again, so a stall delays "+
 			"the requests that were never sent, and the percentiles do not show it (use --rate for that).")
 	}
 	return notes
+}
+
+// errorKindsText lists the error kinds with a count, and the first message of each.
+func errorKindsText(kinds map[string]bench.ErrorKind) string {
+	names := make([]string, 0, len(kinds))
+	for k, e := range kinds {
+		if e.Count > 0 {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, kinds[k].Count)
+		if f := kinds[k].First; f != "" {
+			parts[i] += fmt.Sprintf(" (first: %s)", f)
+		}
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 func orDash(s string) string {

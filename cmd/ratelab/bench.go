@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type benchOptions struct {
 	Rate           float64
 	Connections    int
 	MaxInFlight    int
+	Threads        int
+	Insecure       bool
+	Interval       time.Duration
 	Duration       time.Duration
 	Requests       int64
 	Warmup         time.Duration
@@ -81,8 +85,12 @@ Ctrl-C stops the run and still reports what was measured.`,
 	}
 	f := http.Flags()
 	f.Float64Var(&opts.Rate, "rate", 100, "requests per second in total (open model); 0 for the closed model")
-	f.IntVar(&opts.Connections, "connections", 10, "workers of the closed model, one keep-alive connection each")
-	f.IntVar(&opts.MaxInFlight, "max-in-flight", 1000, "requests in flight at most (open model)")
+	f.IntVar(&opts.Connections, "connections", 10, "keep-alive connections, each with one request in flight at a time")
+	f.IntVar(&opts.MaxInFlight, "max-in-flight", 0, "requests in flight at most")
+	_ = f.MarkDeprecated("max-in-flight", "each connection has one request in flight: use --connections")
+	f.IntVar(&opts.Threads, "threads", runtime.NumCPU(), "threads the load generator runs on (GOMAXPROCS), as wrk's -t")
+	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify an https target's certificate (for test gateways)")
+	f.DurationVar(&opts.Interval, "interval", time.Second, "length of the timeline's intervals")
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "length of the measured run (0: bounded by --requests)")
 	f.Int64Var(&opts.Requests, "requests", 0, "measured requests to send, at most")
 	f.DurationVar(&opts.Warmup, "warmup", 0, "load before the measured run, reported apart")
@@ -143,12 +151,21 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 	cfg := bench.HTTPConfig{
 		ExpectLimit: expect.Limit, ExpectWindow: expect.Window, NoProbes: opts.NoProbes,
 		Target: target, Method: opts.Method, Header: header, Body: body,
-		Rate: opts.Rate, Connections: opts.Connections, MaxInFlight: opts.MaxInFlight,
+		Rate: opts.Rate, Connections: opts.Connections, Insecure: opts.Insecure, Interval: opts.Interval,
 		Duration: opts.Duration, Requests: opts.Requests, Warmup: opts.Warmup,
 		Consumers: consumers, ConsumerHeader: opts.ConsumerHeader, Timeout: opts.Timeout,
 	}
-	if cfg.Connections < 1 || cfg.MaxInFlight < 1 || cfg.Timeout <= 0 {
-		return cfg, "", usagef("--connections, --max-in-flight and --timeout must be positive")
+	if cfg.Connections < 1 {
+		return cfg, "", usagef("--connections must be at least 1 (got %d)", cfg.Connections)
+	}
+	if cfg.Timeout <= 0 {
+		return cfg, "", usagef("--timeout must be positive (got %s)", cfg.Timeout)
+	}
+	if opts.Threads < 1 || opts.Threads > 1024 {
+		return cfg, "", usagef("--threads must be between 1 and 1024 (got %d)", opts.Threads)
+	}
+	if opts.MaxInFlight < 0 {
+		return cfg, "", usagef("--max-in-flight must not be negative (got %d)", opts.MaxInFlight)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, "", &usageError{err}
@@ -162,11 +179,10 @@ func runBench(ctx context.Context, target string, opts benchOptions) error {
 		return err
 	}
 	if opts.Progress {
-		cfg.Progress = func(p bench.Progress) {
-			fmt.Fprintf(opts.Stderr, "\r\033[K%s  sent %d  %.0f/s  p99 %s  429 %.1f%%",
-				p.Elapsed.Round(time.Second), p.Sent, p.RatePerSec, time.Duration(p.P99Micros)*time.Microsecond, 100*p.LimitedShare)
-		}
+		cfg.Progress = func(p bench.Progress) { fmt.Fprint(opts.Stderr, "\r\033[K"+progressLine(p)) }
 	}
+	// The load generator's share of the machine, as wrk's -t.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(opts.Threads))
 	res, runErr := bench.RunHTTP(ctx, cfg)
 	if opts.Progress {
 		fmt.Fprint(opts.Stderr, "\r\033[K")
@@ -187,6 +203,19 @@ func runBench(ctx context.Context, target string, opts benchOptions) error {
 		return runErr
 	}
 	return benchThresholds(res, opts)
+}
+
+// progressLine is the live line of a run.
+func progressLine(p bench.Progress) string {
+	if p.Phase == "probes" {
+		return fmt.Sprintf("probing Retry-After: %s left, --no-probes skips this", p.ProbesLeft.Round(time.Second))
+	}
+	line := fmt.Sprintf("%s  done %d  %.0f/s  p99 %s  429 %.1f%%", p.Elapsed.Round(time.Second), p.Done, p.RatePerSec,
+		time.Duration(p.P99Micros)*time.Microsecond, 100*p.LimitedShare)
+	if p.Phase == "warm-up" {
+		line = "warm-up  " + line
+	}
+	return line
 }
 
 // writeHGRM writes the latency distribution in HdrHistogram's percentile
@@ -225,7 +254,7 @@ func benchThresholds(res bench.Result, opts benchOptions) error {
 			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: %s got %d through in one window, over the limit of %d",
 				a.WorstConsumer, a.WorstWindowAdmitted, a.Limit))
 		}
-		if !a.RetryAfter.Honest {
+		if h := a.RetryAfter.Honest; h != nil && !*h {
 			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: Retry-After was off by up to %d ms", a.RetryAfter.MaxErrorMillis))
 		}
 		if a.Headers.Violations > 0 {
@@ -243,9 +272,11 @@ func benchThresholds(res bench.Result, opts benchOptions) error {
 func newReportCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{Use: "report", Short: "Work on saved results"}
 	var output string
+	var tolerance time.Duration
+	var failOnLeak bool
 	merge := &cobra.Command{
 		Use:   "merge FILE...",
-		Short: "Merge bench http JSON results from several load machines into one report, with exact percentiles",
+		Short: "Merge bench http JSON results from several load machines into one report, with exact percentiles and one audit",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usagef("report merge takes one or more JSON files")
@@ -267,14 +298,29 @@ func newReportCmd(stdout io.Writer) *cobra.Command {
 					return usagef("%s: not a ratelab JSON result: %w", path, err)
 				}
 			}
-			res, err := bench.Merge(runs)
+			if tolerance < 0 || tolerance > time.Minute {
+				return usagef("--clock-tolerance must be between 0 and 1m (got %s)", tolerance)
+			}
+			res, err := bench.Merge(runs, tolerance)
 			if err != nil {
 				return &usageError{err}
 			}
-			return reports.BenchHTTP(stdout, res, format, reports.Options{Color: isTerminal(stdout) && os.Getenv("NO_COLOR") == ""})
+			if err := reports.BenchHTTP(stdout, res, format, reports.Options{Color: isTerminal(stdout) && os.Getenv("NO_COLOR") == ""}); err != nil {
+				return err
+			}
+			if failOnLeak {
+				if res.Audit == nil {
+					return &thresholdError{"--fail-on-leak: the merged result has no audit (" + res.AuditNote + ")"}
+				}
+				return benchThresholds(res, benchOptions{FailOnLeak: true, MaxErrorRate: -1})
+			}
+			return nil
 		},
 	}
 	merge.Flags().StringVarP(&output, "output", "o", "table", "output format: table, markdown or json")
+	merge.Flags().DurationVar(&tolerance, "clock-tolerance", 5*time.Millisecond,
+		"how far the load machines' clocks may disagree: the merged audit widens every response's flight by it")
+	merge.Flags().BoolVar(&failOnLeak, "fail-on-leak", false, "exit 3 when the merged audit fails")
 	cmd.AddCommand(merge)
 	return cmd
 }

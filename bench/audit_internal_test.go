@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// randomSamples makes n responses of one consumer with flights that
+// overlap, remaining counts that wander, and some resets.
+func randomSamples(r *rand.Rand, n int) []sample {
+	ss := make([]sample, n)
+	var at time.Duration
+	for i := range ss {
+		at += time.Duration(r.IntN(20)) * time.Millisecond
+		flight := time.Duration(r.IntN(30)+1) * time.Millisecond
+		status := int16(200)
+		if r.IntN(4) == 0 {
+			status = 429
+		}
+		ss[i] = sample{sent: at, done: at + flight, status: status, remaining: int64(r.IntN(4)), reset: time.Duration(r.IntN(3)) * time.Second,
+			retryAfter: -1, limit: -1}
+	}
+	return ss
+}
+
+// slowWorstWindow and slowRemainingChecks are the rules as first written:
+// plain, and quadratic.
+func slowWorstWindow(ok []sample, span time.Duration) int64 {
+	slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	var worst int64
+	for i := range ok {
+		var n int64
+		end := ok[i].sent + span
+		for j := i; j < len(ok) && ok[j].sent < end; j++ {
+			if ok[j].done < end {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	return worst
+}
+
+func slowRemainingChecks(ok []sample, window, horizon time.Duration) int64 {
+	var ss []sample
+	for _, s := range ok {
+		if s.remaining >= 0 {
+			ss = append(ss, s)
+		}
+	}
+	slices.SortFunc(ss, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	var violations int64
+	for i := 0; i+1 < len(ss); i++ {
+		x := ss[i]
+		j := i + 1
+		for j < len(ss) && ss[j].sent < x.done {
+			j++
+		}
+		if j == len(ss) {
+			continue
+		}
+		y := ss[j]
+		if horizon >= 0 && y.done >= horizon {
+			continue
+		}
+		var between int64
+		for k, s := range ss {
+			if k != i && k != j && s.done > x.sent && s.sent < y.done {
+				between++
+			}
+		}
+		if x.remaining-y.remaining > 1+between {
+			violations++
+		}
+		if x.remaining == 0 && x.reset >= 0 {
+			earliest := time.Duration(math.MaxInt64)
+			for _, s := range ss {
+				if s.done > x.sent-window && s.sent <= x.done {
+					earliest = min(earliest, s.sent+window-time.Millisecond)
+				}
+			}
+			if y.done < earliest && y.done < x.sent+x.reset-time.Second {
+				violations++
+			}
+		}
+	}
+	return violations
+}
+
+// TestFastRulesAgree: the O(n log n) admission count and remaining checks
+// find exactly what the quadratic ones find, on random consumers.
+func TestFastRulesAgree(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		ss := randomSamples(r, 1+r.IntN(200))
+		var ok []sample
+		for _, s := range ss {
+			if s.ok() {
+				ok = append(ok, s)
+			}
+		}
+		window := time.Duration(50+r.IntN(500)) * time.Millisecond
+		horizon := time.Duration(-1)
+		if trial%3 == 0 {
+			horizon = time.Duration(r.IntN(2000)) * time.Millisecond
+		}
+		if got, want := worstWindow(slices.Clone(ok), window), slowWorstWindow(slices.Clone(ok), window); got != want {
+			t.Fatalf("trial %d: worst window %d, want %d", trial, got, want)
+		}
+		var a Audit
+		remainingChecks(slices.Clone(ok), window, horizon, &a)
+		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); a.Headers.Violations != want {
+			t.Fatalf("trial %d: %d violations, want %d", trial, a.Headers.Violations, want)
+		}
+	}
+}
+
+// TestAuditIsLinear: one consumer at 2,000 responses a second for 60 s
+// (120,000 responses) is audited in one pass: the work counted, not timed,
+// stays near n log n.
+func TestAuditIsLinear(t *testing.T) {
+	const n = 120_000
+	ss := make([]sample, n)
+	for i := range ss {
+		at := time.Duration(i) * 500 * time.Microsecond
+		ss[i] = sample{sent: at, done: at + 2*time.Millisecond, status: 200, remaining: int64(i % 100), reset: time.Second,
+			retryAfter: -1, limit: -1}
+	}
+	a := audit(ss, 2000, time.Second, 1, -1)
+	// 2,000 a second, each flight 2 ms: a window a millisecond short of 1 s
+	// whose start is a send holds 1,994 whole flights.
+	if a.WorstWindowAdmitted != 1994 || a.Samples != n {
+		t.Fatalf("worst window %d of %d samples", a.WorstWindowAdmitted, a.Samples)
+	}
+}
+
+// TestSamplesRoundTrip: what a run's JSON keeps for the audit reads back
+// as it was, with flights rounded outwards to whole µs.
+func TestSamplesRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var ss []sample
+	for c := range 5 {
+		for _, s := range randomSamples(r, 50) {
+			s.consumer = int32(c)
+			s.sent += time.Duration(r.IntN(1000)) // sub-µs parts
+			s.done += time.Duration(r.IntN(1000))
+			if r.IntN(2) == 0 {
+				s.retryAfter, s.limit = time.Duration(r.IntN(5000))*time.Millisecond, 10
+			}
+			ss = append(ss, s)
+		}
+	}
+	enc := encodeSamples(ss)
+	got, err := enc.decode(time.Second, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ss) {
+		t.Fatalf("%d samples back of %d", len(got), len(ss))
+	}
+	want := slices.Clone(ss)
+	slices.SortFunc(want, func(a, b sample) int {
+		if a.consumer != b.consumer {
+			return int(a.consumer - b.consumer)
+		}
+		return cmpDur(a.sent, b.sent)
+	})
+	for i, w := range want {
+		g := got[i]
+		sent := w.sent.Truncate(time.Microsecond) + time.Second
+		if w.retryAfter > 0 {
+			w.retryAfter = w.retryAfter.Truncate(time.Millisecond)
+		}
+		if g.consumer != w.consumer || g.sent != sent || g.done < w.done+time.Second || g.done >= w.done+time.Second+time.Microsecond ||
+			g.status != w.status || g.retryAfter != w.retryAfter || g.limit != w.limit ||
+			g.remaining != w.remaining || g.reset != w.reset {
+			t.Fatalf("sample %d: got %+v, want %+v (shifted by 1 s)", i, g, w)
+		}
+	}
+}
+
+// TestCappedAuditIsSound: when samples stop at a horizon, the checks that
+// need every response judge only what ended before it, so the missing
+// responses cannot frame an honest limiter.
+func TestCappedAuditIsSound(t *testing.T) {
+	// An honest consumer: limit 10 per second, 10 successes at the start
+	// of every second, each saying how many remain.
+	var ss []sample
+	for sec := range 3 {
+		for k := range 10 {
+			at := time.Duration(sec)*time.Second + time.Duration(k)*time.Millisecond
+			ss = append(ss, sample{sent: at, done: at + time.Millisecond/2, status: 200, remaining: int64(9 - k),
+				reset: time.Second, retryAfter: -1, limit: 10})
+		}
+	}
+	full := audit(ss, 10, time.Second, 1, -1)
+	if full.Headers.Violations != 0 || full.OverAdmitted != 0 {
+		t.Fatalf("all samples: %+v", full)
+	}
+	// Drop every other response of the second second, as a connection
+	// that hit its cap would: judged up to that cap, nothing is wrong.
+	var capped []sample
+	for i, s := range ss {
+		if s.sent < time.Second || i%2 == 0 {
+			capped = append(capped, s)
+		}
+	}
+	a := audit(capped, 10, time.Second, 1, time.Second)
+	if a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
+		t.Fatalf("capped at 1 s: %+v", a)
+	}
+	// Without the horizon the gaps look like remaining falling by two.
+	if b := audit(capped, 10, time.Second, 1, -1); b.Headers.Violations == 0 {
+		t.Fatal("the gaps went unseen without a horizon: the test proves nothing")
+	}
+}

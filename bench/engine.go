@@ -1,0 +1,400 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// plan is what every connection of a run shares, read-only once built.
+type plan struct {
+	start   time.Time     // when the run began, warm-up included
+	warmup  time.Duration // the measured run begins at start + warmup
+	end     time.Duration // no request is sent at or after start + end; 0: no end
+	timeout time.Duration
+	conns   int
+	// open is the open model: request i is due at start + i × every.
+	open  bool
+	every float64 // ns between requests, over all connections
+	// firstMeasured is the open model's first request due after the
+	// warm-up; requests bounds the measured requests (0: no bound).
+	firstMeasured int64
+	requests      int64
+	consumers     int
+	req           *request
+	head          bool // HEAD: responses have no body
+	audit         bool
+	sampleCap     int // samples one connection keeps
+	addr          string
+	tls           *tls.Config
+	tally         *tally
+	// probes is when the Retry-After probes will be over (Unix ns), while
+	// they run; 0 otherwise.
+	probes atomic.Int64
+}
+
+// probesUntil is when the probes will be over; zero when none run.
+func (p *plan) probesUntil() time.Time {
+	if n := p.probes.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// due is when request i should be sent, since start.
+func (p *plan) due(i int64) time.Duration { return time.Duration(float64(i) * p.every) }
+
+// conn is one connection's loop: it sends a request, reads the response,
+// and sends the next when it is due (open model) or at once (closed). Only
+// its own goroutine touches it, but for nc, which the cancel hook reads.
+type conn struct {
+	p  *plan
+	id int
+
+	mu        sync.Mutex // guards nc and cancelled against the cancel hook
+	nc        net.Conn
+	cancelled bool
+
+	br      *bufio.Reader
+	buf     []byte
+	resp    response
+	timer   *time.Timer
+	batch   []event
+	bytes   int64
+	unsent  int64
+	first   [numKinds]string // the first message of each error kind
+	samples []sample
+	// cappedAt is when this connection stopped keeping samples, since the
+	// measured run began; -1 while it keeps them.
+	cappedAt time.Duration
+}
+
+func newConn(p *plan, id int) *conn {
+	return &conn{p: p, id: id, batch: make([]event, 0, batchSize), cappedAt: -1}
+}
+
+// run sends until the run's bound, ctx's end, or this connection's share of
+// --requests is done.
+func (c *conn) run(ctx context.Context) {
+	p := c.p
+	stop := context.AfterFunc(ctx, c.cancel)
+	defer stop()
+	defer c.hangUp()
+	defer c.flush()
+	// The closed model's share of --requests.
+	share := int64(-1)
+	if !p.open && p.requests > 0 {
+		share = p.requests / int64(p.conns)
+		if int64(c.id) < p.requests%int64(p.conns) {
+			share++
+		}
+	}
+	var measured int64
+	for k := int64(0); ; k++ {
+		i := int64(c.id) + k*int64(p.conns) // the run's sequence number
+		var due time.Duration
+		if p.open {
+			due = p.due(i)
+			if (p.end > 0 && due >= p.end) || (p.requests > 0 && i >= p.firstMeasured+p.requests) {
+				return
+			}
+			if wait := due - time.Since(p.start); wait > 0 && !c.sleep(ctx, wait) {
+				c.countUnsent(i, time.Since(p.start))
+				return
+			}
+		} else if share >= 0 && measured >= share {
+			return
+		}
+		sentAt := time.Now()
+		sent := sentAt.Sub(p.start)
+		if ctx.Err() != nil || (p.end > 0 && sent >= p.end) {
+			if p.open {
+				c.countUnsent(i, sent)
+			}
+			return
+		}
+		if !p.open {
+			due = sent
+		}
+		warm := due < p.warmup
+		if p.open {
+			warm = i < p.firstMeasured
+		}
+		if !warm {
+			measured++
+		}
+		consumer := -1
+		if p.consumers > 0 {
+			consumer = int(i % int64(p.consumers))
+		}
+		err := c.roundTrip(ctx, sentAt, consumer)
+		doneAt := time.Now()
+		if err != nil && ctx.Err() != nil {
+			return // cut short by the cancel, not by the server
+		}
+		e := event{done: doneAt.Sub(p.start) - p.warmup, latency: (doneAt.Sub(p.start) - due).Microseconds(),
+			lag: (sent - due).Microseconds(), warm: warm}
+		if err != nil {
+			e.kind = classify(err)
+			if c.first[e.kind] == "" {
+				c.first[e.kind] = err.Error()
+			}
+			c.hangUp()
+		} else {
+			e.status = int32(c.resp.status)
+			c.bytes += c.resp.body
+			if c.resp.close {
+				c.hangUp()
+			}
+			if p.audit && !warm {
+				c.keep(consumer, sent-p.warmup, e.done)
+			}
+		}
+		c.record(e)
+	}
+}
+
+// roundTrip sends one request on the connection, opening it first when
+// needed, and reads the response into c.resp.
+func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) error {
+	p := c.p
+	deadline := sentAt.Add(p.timeout)
+	if c.nc == nil {
+		if err := c.dial(ctx, deadline); err != nil {
+			return err
+		}
+	}
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	req := p.req.render(c.buf, consumer)
+	if consumer >= 0 {
+		c.buf = req
+	}
+	var err error
+	if p.req.body != nil {
+		bufs := net.Buffers{req, p.req.body}
+		_, err = bufs.WriteTo(c.nc)
+	} else {
+		_, err = c.nc.Write(req)
+	}
+	if err != nil {
+		return err
+	}
+	return readResponse(c.br, p.head, p.audit, &c.resp)
+}
+
+// dial opens the connection, with TLS for https.
+func (c *conn) dial(ctx context.Context, deadline time.Time) error {
+	p := c.p
+	d := net.Dialer{Deadline: deadline}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	if p.tls != nil {
+		tc := tls.Client(nc, p.tls)
+		_ = tc.SetDeadline(deadline)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return &tlsError{err}
+		}
+		nc = tc
+	}
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(nc, 8<<10)
+	} else {
+		c.br.Reset(nc)
+	}
+	c.mu.Lock()
+	c.nc = nc
+	if c.cancelled {
+		_ = nc.SetDeadline(time.Unix(1, 0))
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// cancel unblocks the connection's read or write when the run is cancelled.
+func (c *conn) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancelled = true
+	if c.nc != nil {
+		_ = c.nc.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// hangUp closes the connection; the next request opens a new one.
+func (c *conn) hangUp() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc != nil {
+		c.nc.Close()
+		c.nc = nil
+	}
+}
+
+// sleep waits d, and reports false when ctx ended first.
+func (c *conn) sleep(ctx context.Context, d time.Duration) bool {
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d)
+	}
+	select {
+	case <-c.timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// countUnsent counts this connection's measured requests, from i on, that
+// were due before now but were never sent: the run ended or was cancelled
+// while the connection was still busy with earlier ones.
+func (c *conn) countUnsent(i int64, now time.Duration) {
+	p := c.p
+	if p.end > 0 {
+		now = min(now, p.end)
+	}
+	hi := int64(math.Ceil(float64(now) / p.every)) // requests before hi were due
+	if p.requests > 0 {
+		hi = min(hi, p.firstMeasured+p.requests)
+	}
+	lo := max(i, p.firstMeasured)
+	c.unsent += congruent(lo, hi, int64(c.id), int64(p.conns))
+}
+
+// congruent counts the j in [lo, hi) with j ≡ r (mod m).
+func congruent(lo, hi, r, m int64) int64 {
+	if hi <= lo {
+		return 0
+	}
+	first := lo + ((r-lo)%m+m)%m
+	if first >= hi {
+		return 0
+	}
+	return (hi-1-first)/m + 1
+}
+
+func (c *conn) record(e event) {
+	c.batch = append(c.batch, e)
+	if len(c.batch) == batchSize || e.done-c.batch[0].done > batchAge {
+		c.flush()
+	}
+}
+
+func (c *conn) flush() {
+	if len(c.batch) > 0 {
+		c.p.tally.add(c.batch)
+		c.batch = c.batch[:0]
+	}
+}
+
+// keep records the response for the audit, up to the connection's share of
+// the samples; past it, it notes from when samples are missing.
+func (c *conn) keep(consumer int, sent, done time.Duration) {
+	if len(c.samples) >= c.p.sampleCap {
+		if c.cappedAt < 0 {
+			c.cappedAt = sent
+		}
+		return
+	}
+	c.samples = append(c.samples, newSample(consumer, sent, done, c.resp.status, &c.resp.limits))
+}
+
+// tlsError marks a failed TLS handshake.
+type tlsError struct{ err error }
+
+func (e *tlsError) Error() string { return "tls: " + e.err.Error() }
+func (e *tlsError) Unwrap() error { return e.err }
+
+// classify names the kind of a transport error.
+func classify(err error) errKind {
+	var pe *protocolError
+	var te *tlsError
+	var ce *tls.CertificateVerificationError
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var rh tls.RecordHeaderError
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return kindRefused
+	case errors.As(err, &te), errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &he), errors.As(err, &rh):
+		return kindTLS
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return kindTimeout
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return kindReset
+	case errors.As(err, &pe):
+		return kindProtocol
+	}
+	return kindOther
+}
+
+// newPlan builds what the connections share, from a validated cfg.
+func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
+	u, err := url.Parse(cfg.Target)
+	if err != nil {
+		return nil, err
+	}
+	p := &plan{
+		warmup:    cfg.Warmup,
+		timeout:   cfg.Timeout,
+		conns:     cfg.Connections,
+		open:      cfg.Rate > 0,
+		requests:  cfg.Requests,
+		consumers: cfg.Consumers,
+		req:       newRequest(cfg, u),
+		head:      cfg.Method == http.MethodHead,
+		audit:     cfg.ExpectLimit > 0,
+		addr:      u.Host,
+		tally:     t,
+	}
+	if u.Port() == "" {
+		p.addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	if u.Scheme == "https" {
+		p.tls = &tls.Config{ServerName: u.Hostname(), InsecureSkipVerify: cfg.Insecure, NextProtos: []string{"http/1.1"}} //nolint:gosec // --insecure is the user's choice, for test gateways
+	}
+	if cfg.Duration > 0 {
+		p.end = cfg.Warmup + cfg.Duration
+	}
+	if p.open {
+		p.every = float64(time.Second) / cfg.Rate
+		p.firstMeasured = int64(math.Ceil(float64(cfg.Warmup) / p.every))
+	}
+	p.sampleCap = max(maxSamples/cfg.Connections, 1)
+	return p, nil
+}
+
+// single sends one request for consumer on a connection of its own, apart
+// from the run's measurements, and returns the response's status.
+func (p *plan) single(ctx context.Context, consumer int) (int, error) {
+	c := newConn(p, 0)
+	stop := context.AfterFunc(ctx, c.cancel)
+	defer stop()
+	defer c.hangUp()
+	if err := c.roundTrip(ctx, time.Now(), consumer); err != nil {
+		return 0, err
+	}
+	return c.resp.status, nil
+}

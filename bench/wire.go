@@ -1,0 +1,362 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// request is the bytes of one request, rendered once per run: everything
+// but the consumer's header, which is the only part that changes.
+type request struct {
+	// whole is the request when no consumer header is sent.
+	whole []byte
+	// head ends with the consumer header's name and "consumer-"; tail is the
+	// rest of that line, the blank line and a small body.
+	head, tail []byte
+	// body is a body too large to copy per request; it is written after
+	// head and tail in the same system call.
+	body []byte
+}
+
+// bodyInline is the largest body copied into each request's bytes; a larger
+// one is written from where it is.
+const bodyInline = 4 << 10
+
+// newRequest renders cfg's request. The headers are sent in a fixed order;
+// Content-Length is set from the body, and a Host given in Header replaces
+// the URL's.
+func newRequest(cfg HTTPConfig, u *url.URL) *request {
+	var b bytes.Buffer
+	b.WriteString(cfg.Method + " " + u.RequestURI() + " HTTP/1.1\r\n")
+	host := u.Host
+	if h := cfg.Header.Get("Host"); h != "" {
+		host = h
+	}
+	b.WriteString("Host: " + host + "\r\n")
+	if cfg.Header.Get("User-Agent") == "" {
+		b.WriteString("User-Agent: ratelab\r\n")
+	}
+	names := make([]string, 0, len(cfg.Header))
+	for name := range cfg.Header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		switch http.CanonicalHeaderKey(name) {
+		case "Host", "Content-Length", "Transfer-Encoding":
+			continue // set above, or from the body
+		}
+		for _, v := range cfg.Header[name] {
+			b.WriteString(name + ": " + v + "\r\n")
+		}
+	}
+	if len(cfg.Body) > 0 || cfg.Method == http.MethodPost || cfg.Method == http.MethodPut || cfg.Method == http.MethodPatch {
+		b.WriteString("Content-Length: " + strconv.Itoa(len(cfg.Body)) + "\r\n")
+	}
+	r := &request{}
+	var tail bytes.Buffer
+	tail.WriteString("\r\n")
+	if len(cfg.Body) <= bodyInline {
+		tail.Write(cfg.Body)
+	} else {
+		r.body = cfg.Body
+	}
+	if cfg.Consumers > 0 {
+		r.head = append(b.Bytes(), cfg.ConsumerHeader+": consumer-"...)
+		r.tail = append([]byte("\r\n"), tail.Bytes()...)
+		return r
+	}
+	r.whole = append(b.Bytes(), tail.Bytes()...)
+	return r
+}
+
+// render returns the request of consumer (-1 for none), reusing buf.
+func (r *request) render(buf []byte, consumer int) []byte {
+	if consumer < 0 {
+		return r.whole
+	}
+	buf = append(buf[:0], r.head...)
+	buf = strconv.AppendInt(buf, int64(consumer), 10)
+	return append(buf, r.tail...)
+}
+
+// protocolError is a response that does not parse as HTTP/1.x.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "malformed response: " + e.msg }
+
+func protocolf(format string, a ...any) error { return &protocolError{fmt.Sprintf(format, a...)} }
+
+// response is what the engine keeps of one response.
+type response struct {
+	status int
+	// body counts the body's bytes.
+	body int64
+	// close is set when the server will close the connection after it.
+	close bool
+	// limits holds the rate-limit fields, read only when auditing.
+	limits limitFields
+}
+
+// limitFields are the raw values of the fields the audit reads.
+type limitFields struct {
+	retryAfter, policy, rateLimit string
+	limit, remaining, reset       string // RateLimit-Limit, -Remaining, -Reset
+	xLimit, xRemaining, xReset    string // X-RateLimit-…
+}
+
+// readResponse reads one response from br: the status line, the fields it
+// needs (Content-Length, Transfer-Encoding, Connection, and the rate-limit
+// fields when audit is set), and the body, which it discards. head says the
+// request was HEAD (no body). Interim 1xx responses are skipped.
+func readResponse(br *bufio.Reader, head, audit bool, r *response) error {
+	for {
+		*r = response{}
+		if err := readHead(br, head, audit, r); err != nil {
+			return err
+		}
+		if r.status >= 200 || r.status == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	return nil
+}
+
+// readHead reads the status line and the fields, and then the body.
+func readHead(br *bufio.Reader, head, audit bool, r *response) error {
+	line, err := readLine(br)
+	if err != nil {
+		return err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return protocolf("status line %q", clip(line))
+	}
+	s := line[9:12]
+	if s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9' || (len(line) > 12 && line[12] != ' ') {
+		return protocolf("status line %q", clip(line))
+	}
+	r.status = int(s[0]-'0')*100 + int(s[1]-'0')*10 + int(s[2]-'0')
+	http10 := line[7] == '0'
+	keepAlive := false
+	length := int64(-1)
+	chunked := false
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return protocolf("header line %q", clip(line))
+		}
+		name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+		switch len(name) {
+		case len("Content-Length"):
+			if bytes.EqualFold(name, []byte("Content-Length")) {
+				n, ok := parseLength(value)
+				if !ok || (length >= 0 && length != n) {
+					return protocolf("Content-Length %q", clip(value))
+				}
+				length = n
+				continue
+			}
+		case len("Transfer-Encoding"):
+			if bytes.EqualFold(name, []byte("Transfer-Encoding")) {
+				chunked = lastToken(value, "chunked")
+				continue
+			}
+		case len("Connection"):
+			if bytes.EqualFold(name, []byte("Connection")) {
+				if hasToken(value, "close") {
+					r.close = true
+				}
+				if hasToken(value, "keep-alive") {
+					keepAlive = true
+				}
+				continue
+			}
+		}
+		if audit {
+			r.limits.set(name, value)
+		}
+	}
+	if http10 && !keepAlive {
+		r.close = true
+	}
+	if r.status < 200 || r.status == http.StatusNoContent || r.status == http.StatusNotModified || head {
+		return nil
+	}
+	switch {
+	case chunked:
+		return readChunked(br, r)
+	case length >= 0:
+		n, err := br.Discard(int(length))
+		r.body = int64(n)
+		if err != nil {
+			return unexpected(err)
+		}
+		return nil
+	default:
+		// No length: the body runs until the server closes.
+		n, err := io.Copy(io.Discard, br)
+		r.body = n
+		r.close = true
+		return err
+	}
+}
+
+func readChunked(br *bufio.Reader, r *response) error {
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return unexpected(err)
+		}
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			line = line[:i]
+		}
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
+		if err != nil || size < 0 {
+			return protocolf("chunk size %q", clip(line))
+		}
+		if size == 0 {
+			// Trailer fields, up to the blank line.
+			for {
+				line, err := readLine(br)
+				if err != nil {
+					return unexpected(err)
+				}
+				if len(line) == 0 {
+					return nil
+				}
+			}
+		}
+		n, err := br.Discard(int(size))
+		r.body += int64(n)
+		if err != nil {
+			return unexpected(err)
+		}
+		crlf, err := readLine(br)
+		if err != nil {
+			return unexpected(err)
+		}
+		if len(crlf) != 0 {
+			return protocolf("no CRLF after a chunk")
+		}
+	}
+}
+
+// readLine returns the next line without its CRLF. A line longer than the
+// buffer is skipped to its end and returned cut, which is enough for fields
+// the engine does not read.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = br.ReadSlice('\n')
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []byte("x-ratelab-long-line: cut"), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// hasToken reports whether the comma-separated list v holds tok.
+func hasToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		var item []byte
+		item, v, _ = bytes.Cut(v, []byte(","))
+		if bytes.EqualFold(bytes.TrimSpace(item), []byte(tok)) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastToken reports whether the comma-separated list v ends with tok.
+func lastToken(v []byte, tok string) bool {
+	if i := bytes.LastIndexByte(v, ','); i >= 0 {
+		v = v[i+1:]
+	}
+	return bytes.EqualFold(bytes.TrimSpace(v), []byte(tok))
+}
+
+func clip(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
+}
+
+// set keeps value when name is one of the rate-limit fields.
+func (f *limitFields) set(name, value []byte) {
+	var dst *string
+	switch strings.ToLower(string(name)) {
+	case "retry-after":
+		dst = &f.retryAfter
+	case "ratelimit-policy":
+		dst = &f.policy
+	case "ratelimit":
+		dst = &f.rateLimit
+	case "ratelimit-limit":
+		dst = &f.limit
+	case "ratelimit-remaining":
+		dst = &f.remaining
+	case "ratelimit-reset":
+		dst = &f.reset
+	case "x-ratelimit-limit":
+		dst = &f.xLimit
+	case "x-ratelimit-remaining":
+		dst = &f.xRemaining
+	case "x-ratelimit-reset":
+		dst = &f.xReset
+	default:
+		return
+	}
+	if *dst == "" {
+		*dst = string(value)
+	}
+}
