@@ -23,13 +23,15 @@ test: deps
 	$(GO) test -race ./...
 
 # Per-decision cost of each limiter, the release spread against the machine's
-# floor (raw PINGs), a race of every limiter, and the two edge engines under wrk.
+# floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
+# and bench http beside wrk (and wrk2, bombardier when installed) on nginx.
 bench: build
 	@scripts/deps.sh bench
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
 	scripts/bench-edge.sh
+	scripts/bench-http.sh
 
 deps:
 	@scripts/deps.sh

@@ -288,6 +288,9 @@ func newReportCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return usagef("--output: %w", err)
 			}
+			if tolerance < 0 || tolerance > time.Minute {
+				return usagef("--clock-tolerance must be between 0 and 1m (got %s)", tolerance)
+			}
 			runs := make([]bench.Result, len(args))
 			for i, path := range args {
 				b, err := os.ReadFile(path)
@@ -297,9 +300,6 @@ func newReportCmd(stdout io.Writer) *cobra.Command {
 				if err := json.Unmarshal(b, &runs[i]); err != nil {
 					return usagef("%s: not a ratelab JSON result: %w", path, err)
 				}
-			}
-			if tolerance < 0 || tolerance > time.Minute {
-				return usagef("--clock-tolerance must be between 0 and 1m (got %s)", tolerance)
 			}
 			res, err := bench.Merge(runs, tolerance)
 			if err != nil {

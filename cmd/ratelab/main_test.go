@@ -526,7 +526,7 @@ func TestBenchHTTP(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range []string{"command", "target", "config", "requests", "duration_s", "throughput_rps", "status_counts",
-			"errors", "latency_us", "send_lag_us", "histograms"} {
+			"errors", "error_kinds", "latency_us", "send_lag_us", "timeline", "started_unix_ms", "histograms"} {
 			if _, ok := res[f]; !ok {
 				t.Errorf("no field %q", f)
 			}
@@ -544,11 +544,21 @@ func TestBenchHTTP(t *testing.T) {
 		Requests     int64
 		StatusCounts map[string]int64 `json:"status_counts"`
 	}
-	json.Unmarshal([]byte(stdout), &merged)
-	ra, _ := os.ReadFile(runs[0])
-	rb, _ := os.ReadFile(runs[1])
-	json.Unmarshal(ra, &a)
-	json.Unmarshal(rb, &b)
+	for _, in := range []struct {
+		path string
+		into any
+	}{{"", &merged}, {runs[0], &a}, {runs[1], &b}} {
+		data := []byte(stdout)
+		if in.path != "" {
+			var err error
+			if data, err = os.ReadFile(in.path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := json.Unmarshal(data, in.into); err != nil {
+			t.Fatalf("%s: %v", in.path, err)
+		}
+	}
 	if merged.Requests != a.Requests+b.Requests || merged.StatusCounts["503"] != a.StatusCounts["503"]+b.StatusCounts["503"] {
 		t.Fatalf("merged %+v from %+v and %+v", merged, a, b)
 	}
@@ -567,6 +577,10 @@ func TestBenchHTTP(t *testing.T) {
 		{[]string{"bench", "http", srv.URL, "-H", "nocolon"}, `--header "nocolon"`},
 		{[]string{"bench", "http", srv.URL, "--body", "@/nonexistent"}, "--body: open /nonexistent"},
 		{[]string{"bench", "http", srv.URL, "--duration", "0s"}, "--duration or --requests must bound the run"},
+		{[]string{"bench", "http", srv.URL, "--threads", "0"}, "--threads must be between 1 and 1024 (got 0)"},
+		{[]string{"bench", "http", srv.URL, "--connections", "0"}, "--connections must be at least 1 (got 0)"},
+		{[]string{"bench", "http", srv.URL, "--interval", "1ms"}, "--interval must be at least 10ms"},
+		{[]string{"report", "merge", "a.json", "--clock-tolerance", "-1s"}, "--clock-tolerance must be between 0 and 1m"},
 		{[]string{"report", "merge", "/nonexistent.json"}, "/nonexistent.json"},
 	} {
 		before := n.Load()
@@ -603,6 +617,18 @@ func TestBenchAudit(t *testing.T) {
 	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes"}, args...)...)
 	if code != exitThreshold || !strings.Contains(stderr, "over the limit of 5") || !strings.Contains(stdout, "LEAKED") {
 		t.Fatalf("leaky server: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	// Two such runs merged: one audit over both, and the same verdict.
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		_, stdout, _ := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes", "-o", "json"}, args[:len(args)-1]...)...)
+		if err := os.WriteFile(dir+"/"+name+".json", []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr = ratelab(t, "report", "merge", dir+"/a.json", dir+"/b.json", "--fail-on-leak")
+	if code != exitThreshold || !strings.Contains(stderr, "over the limit of 5") || !strings.Contains(stdout, "LEAKED") {
+		t.Fatalf("merged leaky runs: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 
 	addr := freeAddr(t)
