@@ -174,12 +174,14 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		}()
 	}
 	if p.open {
-		// Sends are due every p.every on some connection: look at the timers
-		// at least every 100 µs, or as often as sends are due if that is
-		// rarer.
-		stop, err := startPacer(min(max(time.Duration(p.every), 100*time.Microsecond), time.Millisecond))
-		if err == nil {
-			defer stop()
+		// Wake the runtime's poller often enough that sends are not late by
+		// its millisecond, and rarely enough that the wake-ups cost at most a
+		// quarter of what the requests do: every 100 µs at 40,000/s, every
+		// 400 µs at 10,000/s, not at all below 4,000/s.
+		if period := max(4*time.Duration(p.every), 100*time.Microsecond); period < time.Millisecond {
+			if stop, err := startPacer(period); err == nil {
+				defer stop()
+			}
 		}
 	}
 	var running sync.WaitGroup
