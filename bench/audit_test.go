@@ -52,10 +52,16 @@ func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.Audit {
 	t.Helper()
+	return auditRunProgress(t, h, noProbes, nil)
+}
+
+func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func(bench.Progress)) bench.Audit {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 40, Duration: 2500 * time.Millisecond,
-		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: noProbes})
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: noProbes,
+		Progress: progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +83,27 @@ func TestAuditCatchesALeak(t *testing.T) {
 }
 
 // TestAuditCatchesALyingRetryAfter: a server that says 1 s and frees the
-// consumer 8 s after its first request (over 4 s late) is caught.
+// consumer 8 s after its first request (over 4 s late) is caught, and the
+// live line says the probes are under way while they wait.
 func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 	t.Parallel()
-	a := auditRun(t, &fixedWindow{admit: 5, advertised: 5, real: 8 * time.Second, sayRetry: "1"}, false)
+	var mu sync.Mutex
+	var probing []time.Duration
+	a := auditRunProgress(t, &fixedWindow{admit: 5, advertised: 5, real: 8 * time.Second, sayRetry: "1"}, false, func(p bench.Progress) {
+		if p.Phase == "probes" {
+			mu.Lock()
+			probing = append(probing, p.ProbesLeft)
+			mu.Unlock()
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// The probes wait until the truth comes out, over 4 s: the live line
+	// ticks through them, with how long they may still take (at most the
+	// 1 s Retry-After and 10 s of asking again).
+	if len(probing) == 0 || probing[0] <= 0 || probing[0] > 11*time.Second {
+		t.Fatalf("probe progress %v", probing)
+	}
 	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest == nil || *a.RetryAfter.Honest || a.RetryAfter.MaxErrorMillis < 1000 {
 		t.Fatalf("retry-after audit %+v: the lie went unseen", a.RetryAfter)
 	}
