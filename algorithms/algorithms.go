@@ -159,6 +159,24 @@ type Info struct {
 	KeysPerClient int
 	// Algorithm marks the production algorithms that ratelab compare measures.
 	Algorithm bool
+	// Guarantee is the rule the limiter promises to hold for one client, and
+	// by which verdicts judge it. A broken limiter keeps the rule of the one
+	// it means to be.
+	Guarantee Guarantee
+}
+
+// Decides is the clock that decides the limiter's windows when asked to
+// take the time from c: the caller's or Redis's for the Lua limiters, always
+// the caller's for multi, and always Redis's for naive and watch, whose
+// windows are keys' expiry.
+func (i Info) Decides(c Clock) Clock {
+	switch {
+	case !i.CallerClock:
+		return ClockRedis
+	case !i.Clocks:
+		return ClockCaller
+	}
+	return c
 }
 
 // Options tune a limiter built by New.
@@ -204,39 +222,39 @@ func scripted(name, src string, mode memberMode, keys int) func(redis.UniversalC
 func registry() []entry {
 	return []entry{
 		{Info{Name: "naive", Description: "GET the counter, compare, INCR: racy by design",
-			Atomic: false, State: StateCounter, RoundTrips: "1-3", KeysPerClient: 1},
+			Atomic: false, State: StateCounter, RoundTrips: "1-3", KeysPerClient: 1, Guarantee: ExpiryWindows},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return &Naive{client: c, policy: p} }},
 		{Info{Name: "multi", Description: "MULTI/EXEC: log, count, decide after EXEC, ZREM when over",
-			Atomic: true, State: StateLog, RoundTrips: "1-2", KeysPerClient: 1, CallerClock: true},
+			Atomic: true, State: StateLog, RoundTrips: "1-2", KeysPerClient: 1, CallerClock: true, Guarantee: SlidingWindow},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newMulti(c, p, o) }},
 		{Info{Name: "watch", Description: "WATCH/GET/MULTI/INCR/EXEC optimistic locking, bounded retries",
-			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt", KeysPerClient: 1},
+			Atomic: true, State: StateCounter, RoundTrips: "3 per attempt", KeysPerClient: 1, Guarantee: ExpiryWindows},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter {
 				return &Watch{client: c, policy: p, retries: o.WatchRetries}
 			}},
 		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script (sliding-log)",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Guarantee: SlidingWindow},
 			scripted("lua", slidingLogSource, memberUnique, 1)},
 		{Info{Name: "lua-shared-member", Description: "the Lua log with a reused member: ZADD only moves one score",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow},
 			scripted("lua-shared-member", slidingLogSource, memberShared, 1)},
 		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow},
 			scripted("lua-count-denied", countDeniedSource, memberUnique, 1)},
 		{Info{Name: "fixed-window", Description: "one counter per aligned window: exact per window, up to 2x across an edge",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: AlignedWindows},
 			scripted("fixed-window", fixedWindowSource, memberNone, 1)},
 		{Info{Name: "sliding-log", Description: "one sorted-set member per admitted request: exact, memory grows with the limit",
-			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Algorithm: true, Guarantee: SlidingWindow},
 			scripted("sliding-log", slidingLogSource, memberUnique, 1)},
 		{Info{Name: "sliding-counter", Description: "this window's count plus the last one's, weighted: an estimate in two small keys",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Algorithm: true, Guarantee: WeightedWindows},
 			scripted("sliding-counter", slidingCounterSource, memberNone, 2)},
 		{Info{Name: "token-bucket", Description: "limit tokens, refilled at limit per window: smooth rate, bursts up to the limit",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
 			scripted("token-bucket", tokenBucketSource, memberNone, 1)},
 		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit",
-			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true},
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
 			scripted("gcra", gcraSource, memberNone, 1)},
 	}
 }

@@ -54,10 +54,12 @@ func contains(list []string, s string) bool {
 }
 
 // Info describes the script for reports: atomic (Redis runs a script whole),
-// state that ratelab cannot check.
+// state that ratelab cannot check, and judged by the sliding log's rule
+// (at most the limit in any window-long span), the strictest of the
+// guarantees, which a script of another algorithm may rightly break.
 func (u UserScript) Info() Info {
 	return Info{Name: u.Name, Description: "your script, ARGV " + u.Args, Atomic: true, State: StateNone,
-		RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1}
+		RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow}
 }
 
 // New builds the limiter on any client that runs scripts.

@@ -1,0 +1,258 @@
+package algorithms_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+// span is the Span of stamps a..b ms.
+func span(a, b int64) algorithms.Span {
+	return algorithms.Span{From: time.UnixMilli(a), To: time.UnixMilli(b)}
+}
+
+// TestMaxInIsTheWorstAlignment: MaxIn(d) is Max over every placement of a
+// span whose stamps are d ms apart, for every guarantee.
+func TestMaxInIsTheWorstAlignment(t *testing.T) {
+	for _, g := range algorithms.Guarantees() {
+		for _, w := range []int64{1, 2, 3, 7, 10} {
+			for _, l := range []int64{1, 2, 3, 5, 13} {
+				p := algorithms.Policy{Limit: l, Window: time.Duration(w) * time.Millisecond}
+				for d := int64(0); d <= 4*w+2; d++ {
+					var worst int64
+					for a := int64(1000 * w); a < 1000*w+w; a++ {
+						worst = max(worst, g.Max(p, span(a, a+d)))
+					}
+					// A real span of d ms exactly, or a little shorter, has stamps at most d ms apart.
+					for _, s := range []time.Duration{time.Duration(d) * time.Millisecond, time.Duration(d)*time.Millisecond - time.Microsecond} {
+						if s < 0 {
+							continue
+						}
+						if got := g.MaxIn(p, s); got != worst {
+							t.Fatalf("%s %s: MaxIn(%s) = %d, worst alignment of Max = %d", g, p, s, got, worst)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGuaranteeFormulas pins each rule at the points the README quotes.
+func TestGuaranteeFormulas(t *testing.T) {
+	p := algorithms.Policy{Limit: 100, Window: time.Second}
+	boundary := int64(1_700_000_000_000) // a multiple of 1 s
+	for _, tc := range []struct {
+		g    algorithms.Guarantee
+		in   time.Duration // MaxIn's span
+		want int64
+	}{
+		{algorithms.SlidingWindow, 999 * time.Millisecond, 100},
+		{algorithms.SlidingWindow, 1000 * time.Millisecond, 200}, // stamps a window apart
+		{algorithms.AlignedWindows, time.Millisecond, 200},       // across one edge
+		{algorithms.AlignedWindows, 1001 * time.Millisecond, 300},
+		{algorithms.ExpiryWindows, 0, 100},
+		{algorithms.ExpiryWindows, 500 * time.Millisecond, 200},
+		{algorithms.BurstRefill, 10 * time.Millisecond, 101}, // GCRA's 101 in a few ms is its guarantee
+		{algorithms.BurstRefill, 9999 * time.Microsecond, 101},
+		{algorithms.BurstRefill, 9 * time.Millisecond, 100},
+		{algorithms.WeightedWindows, time.Millisecond, 100},       // at the edge the last window weighs fully
+		{algorithms.WeightedWindows, 999 * time.Millisecond, 199}, // a full window just before an edge
+	} {
+		if got := tc.g.MaxIn(p, tc.in); got != tc.want {
+			t.Errorf("%s: MaxIn(%s) = %d, want %d", tc.g, tc.in, got, tc.want)
+		}
+	}
+	// Where the span lies decides for aligned windows, and for no span rule.
+	if got := algorithms.AlignedWindows.Max(p, span(boundary+1, boundary+999)); got != 100 {
+		t.Errorf("aligned windows inside one window: %d, want 100", got)
+	}
+	if got := algorithms.AlignedWindows.Max(p, span(boundary-1, boundary)); got != 200 {
+		t.Errorf("aligned windows across an edge: %d, want 200", got)
+	}
+	if got := algorithms.WeightedWindows.Max(p, span(boundary-1, boundary+500)); got != 150 {
+		t.Errorf("weighted windows half-way into the next window: %d, want 150", got)
+	}
+	fresh := algorithms.Span{From: time.UnixMilli(boundary), To: time.UnixMilli(boundary + 999), Fresh: true}
+	if got := algorithms.ExpiryWindows.Max(p, fresh); got != 100 {
+		t.Errorf("expiry windows from a fresh key over 999 ms: %d, want 100", got)
+	}
+	if got := algorithms.ExpiryWindows.Max(p, span(boundary, boundary+999)); got != 200 {
+		t.Errorf("expiry windows from a key of unknown age over 999 ms: %d, want 200", got)
+	}
+	for g, want := range map[algorithms.Guarantee]time.Duration{
+		algorithms.SlidingWindow:   time.Second,
+		algorithms.AlignedWindows:  time.Second,
+		algorithms.ExpiryWindows:   time.Second,
+		algorithms.BurstRefill:     10 * time.Millisecond,
+		algorithms.WeightedWindows: 1010 * time.Millisecond,
+	} {
+		if got := g.SlotWithin(p); got != want {
+			t.Errorf("%s: SlotWithin = %s, want %s", g, got, want)
+		}
+	}
+	if got, want := algorithms.WeightedWindows.SlotWithin(algorithms.Policy{Limit: 1, Window: time.Second}), 2*time.Second; got != want {
+		t.Errorf("weighted windows, limit 1: SlotWithin = %s, want %s", got, want)
+	}
+	if got := algorithms.BurstRefill.Rule(p); got != "a burst of 100, then 100 per 1s" {
+		t.Errorf("rule %q", got)
+	}
+}
+
+// TestSlotFreesAfter: the earliest a slot can free follows from MaxIn.
+func TestSlotFreesAfter(t *testing.T) {
+	p := algorithms.Policy{Limit: 3, Window: time.Second}
+	t0 := time.UnixMilli(1_700_000_000_000)
+	full := []time.Time{t0.Add(20 * time.Millisecond), t0, t0.Add(10 * time.Millisecond)}
+	for _, tc := range []struct {
+		g        algorithms.Guarantee
+		admitted []time.Time
+		want     time.Time
+	}{
+		{algorithms.SlidingWindow, full, t0.Add(999 * time.Millisecond)},   // the oldest leaves the window
+		{algorithms.BurstRefill, full, t0.Add(333 * time.Millisecond)},     // one token, 334 ms after the burst began
+		{algorithms.AlignedWindows, full, time.Time{}},                     // an edge may come at once
+		{algorithms.SlidingWindow, full[:2], time.Time{}},                  // a slot is still free
+		{algorithms.SlidingWindow, nil, time.Time{}},                       // nothing admitted
+		{algorithms.WeightedWindows, full, t0.Add(334 * time.Millisecond)}, // 3 just before an edge weigh 1 by then
+		{algorithms.ExpiryWindows, full, time.Time{}},                      // a key may expire at once
+	} {
+		if got := tc.g.SlotFreesAfter(p, tc.admitted); !got.Equal(tc.want) {
+			t.Errorf("%s after %d admissions: %v, want %v", tc.g, len(tc.admitted), got, tc.want)
+		}
+	}
+}
+
+// TestInfoDecides: which clock decides each limiter's windows.
+func TestInfoDecides(t *testing.T) {
+	for name, want := range map[string][2]algorithms.Clock{
+		"naive":        {algorithms.ClockRedis, algorithms.ClockRedis},
+		"watch":        {algorithms.ClockRedis, algorithms.ClockRedis},
+		"multi":        {algorithms.ClockCaller, algorithms.ClockCaller},
+		"lua":          {algorithms.ClockCaller, algorithms.ClockRedis},
+		"fixed-window": {algorithms.ClockCaller, algorithms.ClockRedis},
+	} {
+		info, _ := algorithms.Lookup(name)
+		if got := [2]algorithms.Clock{info.Decides(algorithms.ClockCaller), info.Decides(algorithms.ClockRedis)}; got != want {
+			t.Errorf("%s decides on %v, want %v", name, got, want)
+		}
+	}
+	for _, info := range algorithms.Registered() {
+		if info.Guarantee == "" {
+			t.Errorf("%s states no guarantee", info.Name)
+		}
+	}
+}
+
+// TestGuaranteesHoldAndAreReached drives each algorithm's script on
+// redis-server with a caller clock the test moves one millisecond at a
+// time, from several places relative to an aligned edge: a greedy client
+// that asks until denied at every millisecond is admitted exactly what the
+// guarantee allows (where the bound is exact) and never more, and every
+// retry-after is within SlotWithin.
+func TestGuaranteesHoldAndAreReached(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 10, Window: 100 * time.Millisecond}
+	edge := int64(1_700_000_000_000) // a multiple of the window
+	names := append([]string{"lua", "multi"}, algorithms.Algorithms()...)
+	for _, name := range names {
+		info, _ := algorithms.Lookup(name)
+		g := info.Guarantee
+		for _, start := range []int64{edge - 1, edge - 30, edge} {
+			for _, d := range []int64{0, 1, 99, 100, 170} {
+				t.Run(fmt.Sprintf("%s/%+d/%d", name, start-edge, d), func(t *testing.T) {
+					clock := &fakeClock{now: time.UnixMilli(start)}
+					l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+					key := algorithms.Key(redistest.Prefix(t), name)
+					var stamps []int64
+					for ms := start; ms <= start+d; ms++ {
+						clock.Set(time.UnixMilli(ms))
+						for range 3 * p.Limit {
+							dec := allow(t, l, key)
+							if !dec.Allowed {
+								if slot := g.SlotWithin(p); dec.RetryAfter > slot {
+									t.Fatalf("retry-after %s beyond the guarantee's %s", dec.RetryAfter, slot)
+								}
+								break
+							}
+							stamps = append(stamps, ms)
+						}
+					}
+					c.Del(context.Background(), algorithms.KeysOf(l, key)...)
+					// Never more than the guarantee over any sub-span.
+					for i := range stamps {
+						for j := i; j < len(stamps); j++ {
+							if n, bound := int64(j-i+1), g.Max(p, span(stamps[i], stamps[j])); n > bound {
+								t.Fatalf("%d admitted stamped %d..%d ms, guarantee %d", n, stamps[i]-edge, stamps[j]-edge, bound)
+							}
+						}
+					}
+					bound := g.Max(p, span(start, start+d))
+					exact := g != algorithms.WeightedWindows || (start+d)/100-start/100 <= 1
+					if got := int64(len(stamps)); got > bound || (exact && got != bound) {
+						t.Fatalf("greedy client admitted %d over %d..%d ms, guarantee %d", got, start-edge, start+d-edge, bound)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestGuaranteesHoldUnderShuffledStamps: decisions whose times reach Redis
+// out of order (requests in flight side by side) still keep each
+// algorithm's guarantee. A script may take a stale time as the newest it has
+// seen, so each admission is placed only within [the time it read, the
+// latest time read so far], as a flight from send to reply places it, and
+// a span counts only the admissions placed wholly inside it.
+func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: 50 * time.Millisecond}
+	base := int64(1_700_000_000_000) - 7
+	for _, name := range append([]string{"lua"}, algorithms.Algorithms()...) {
+		info, _ := algorithms.Lookup(name)
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(len(name))))
+			clock := &fakeClock{}
+			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), name)
+			defer c.Del(context.Background(), algorithms.KeysOf(l, key)...)
+			// 400 requests over 200 ms, each read up to 5 ms before the one decided before it.
+			type placed struct{ lo, hi int64 }
+			var adm []placed
+			latest := int64(0)
+			for i := range 400 {
+				ms := base + int64(i)/2 - rng.Int64N(6)
+				latest = max(latest, ms)
+				clock.Set(time.UnixMilli(ms))
+				if allow(t, l, key).Allowed {
+					adm = append(adm, placed{ms, latest})
+				}
+			}
+			if len(adm) < 3*int(p.Limit) {
+				t.Fatalf("only %d admitted", len(adm))
+			}
+			for _, first := range adm {
+				for _, last := range adm {
+					x, y := first.lo, last.hi
+					if y < x {
+						continue
+					}
+					var n int64
+					for _, a := range adm {
+						if a.lo >= x && a.hi <= y {
+							n++
+						}
+					}
+					if bound := info.Guarantee.Max(p, span(x, y)); n > bound {
+						t.Fatalf("%d admitted within %d..%d ms, guarantee %d", n, x-base, y-base, bound)
+					}
+				}
+			}
+		})
+	}
+}
