@@ -170,20 +170,37 @@ type Result struct {
 	Requests int64 `json:"requests"`
 	// Admitted is the number of decisions that admitted a request.
 	Admitted int64 `json:"admitted"`
-	// ExpectedAdmitted sums the trials' Expected: min(requests, limit) each,
-	// unless a trial outlasted the window.
+	// Guarantee is the rule the limiter was judged by (an algorithms.Guarantee),
+	// and GuaranteeRule says it in words for the policy raced.
+	Guarantee     string `json:"guarantee"`
+	GuaranteeRule string `json:"guarantee_rule"`
+	// Clock is the clock that decided the limiter's windows: "caller" or "redis".
+	Clock string `json:"clock"`
+	// ExpectedAdmitted sums the trials' Expected: the most each trial's
+	// span allowed under the limiter's own guarantee.
 	ExpectedAdmitted int64 `json:"expected_admitted"`
 	// OverAdmitted sums what trials admitted beyond Expected.
 	OverAdmitted int64 `json:"over_admitted"`
-	// UnderAdmitted sums what trials that fit in one window fell short of Expected.
+	// UnderAdmitted sums what trials fell short of their Minimum: policy
+	// under-admission, apart from errors and exhausted retries.
 	UnderAdmitted int64 `json:"under_admitted"`
-	// LeakedTrials counts trials that admitted more than the limit.
+	// LeakedTrials counts trials that admitted more than Expected.
 	LeakedTrials int `json:"leaked_trials"`
-	// WorstTrialAdmitted is the most one trial admitted.
+	// WorstTrialAdmitted is the most one trial admitted, and
+	// WorstTrialExpected what the guarantee allowed in that trial (the least,
+	// among trials that admitted as many).
 	WorstTrialAdmitted int64 `json:"worst_trial_admitted"`
+	WorstTrialExpected int64 `json:"worst_trial_expected"`
+	// MaxTrialExpected is the largest Expected of any trial, and
+	// TrialsAboveLimit counts the trials whose guarantee allowed more than the
+	// limit (a span across an aligned edge, a refill, a trial longer than a window).
+	MaxTrialExpected int64 `json:"max_trial_expected"`
+	TrialsAboveLimit int   `json:"trials_above_limit"`
 	// Errors counts decisions that failed (Redis errors and timeouts).
 	Errors int64 `json:"errors"`
-	// RetriesExhausted counts requests the watch limiter denied after running out of attempts.
+	// RetriesExhausted counts requests the watch limiter denied after running
+	// out of attempts: contention, not the policy, so neither is counted as
+	// under-admission.
 	RetriesExhausted int64 `json:"retries_exhausted"`
 	// RoundTrips counts the Redis round trips of all decisions, measured on the client.
 	RoundTrips int64 `json:"round_trips"`
@@ -196,8 +213,8 @@ type Result struct {
 	StateVerified *bool `json:"state_verified"`
 	// StateMismatches counts the trials whose key did not match.
 	StateMismatches int `json:"state_mismatches"`
-	// TrialsOutlastingWindow counts trials longer than the window, whose
-	// Expected allows a limit for every window they touched.
+	// TrialsOutlastingWindow counts trials whose real span reached a window,
+	// so that key expiry may have wiped the client's state during them.
 	TrialsOutlastingWindow int `json:"trials_outlasting_window"`
 	// ReleaseSpreadMicros is the release spread over the trials, in µs.
 	ReleaseSpreadMicros Spread `json:"release_spread_us"`
@@ -215,10 +232,29 @@ type Result struct {
 type Trial struct {
 	// Admitted counts the decisions that admitted a request.
 	Admitted int64 `json:"admitted"`
-	// Expected is the most a correct limiter may admit: min(requests, limit)
-	// when the trial fits in one window, more when it outlasted it.
+	// Expected is the most a correct limiter may admit in the trial: Bound,
+	// at most the requests.
 	Expected int64 `json:"expected"`
-	// OutlastedWindow is set when the trial took longer than the window.
+	// Bound is what the limiter's guarantee allows one client over the
+	// trial: Guarantee.Max over the deciding clock's span from ClockFromMillis
+	// to ClockToMillis on a fresh key, plus a limit for each whole window of
+	// real time the trial lasted (key expiry, on Redis's clock, may wipe a
+	// client's state after a window without writes; a frozen caller clock
+	// never frees it otherwise).
+	Bound int64 `json:"bound"`
+	// Minimum is the least a correct limiter admits: the limit, or the
+	// decisions made when there were fewer (failed decisions and exhausted
+	// retries were never decided by the policy).
+	Minimum int64 `json:"minimum"`
+	// ClockFromMillis and ClockToMillis are the clock that decides (the
+	// caller's, or Redis's TIME), read before the release and after the last
+	// reply, in ms since the epoch: every decision's time lies between them.
+	ClockFromMillis int64 `json:"clock_from_ms"`
+	ClockToMillis   int64 `json:"clock_to_ms"`
+	// SpanMicros is the trial's real span, from the first send to the last reply, in µs.
+	SpanMicros int64 `json:"span_us"`
+	// OutlastedWindow is set when the real span reached the window (less the
+	// millisecond Redis rounds expiry to).
 	OutlastedWindow bool `json:"outlasted_window"`
 	// Errors counts decisions that failed.
 	Errors int64 `json:"errors"`
@@ -413,6 +449,7 @@ func holdConns(ctx context.Context, c interface {
 type worker struct {
 	hist      *hdrhistogram.Histogram
 	firstSend time.Time
+	lastReply time.Time
 	admitted  int64
 	errs      int64
 	exhausted int64
@@ -424,10 +461,13 @@ type worker struct {
 func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, info algorithms.Info, lim algorithms.Limiter) (Result, error) {
 	name := info.Name
 	res := Result{
-		Limiter:     name,
-		Atomic:      info.Atomic,
-		Description: info.Description,
-		Histogram:   hdrhistogram.New(histMin, histMax, histDigits),
+		Limiter:       name,
+		Atomic:        info.Atomic,
+		Description:   info.Description,
+		Guarantee:     string(info.Guarantee),
+		GuaranteeRule: info.Guarantee.Rule(cfg.Policy),
+		Clock:         info.Decides(cfg.Clock).String(),
+		Histogram:     hdrhistogram.New(histMin, histMax, histDigits),
 	}
 	workers := make([]*worker, cfg.Concurrency)
 	for i := range workers {
@@ -439,6 +479,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 		}
 	}
 	began := time.Now()
+	res.WorstTrialAdmitted = -1
 	verified, checked := true, 0
 	var spreads []int64
 	for trial := range cfg.Trials {
@@ -455,15 +496,18 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 		res.Requests += int64(cfg.Concurrency * cfg.RequestsPerWorker)
 		res.Admitted += t.Admitted
 		res.ExpectedAdmitted += t.Expected
-		switch {
-		case t.Admitted > t.Expected:
+		if t.Admitted > t.Expected {
 			res.OverAdmitted += t.Admitted - t.Expected
 			res.LeakedTrials++
-		case !t.OutlastedWindow:
-			// Expected is only a bound when the trial spanned several windows.
-			res.UnderAdmitted += t.Expected - t.Admitted
 		}
-		res.WorstTrialAdmitted = max(res.WorstTrialAdmitted, t.Admitted)
+		res.UnderAdmitted += max(t.Minimum-t.Admitted, 0)
+		if t.Admitted > res.WorstTrialAdmitted || (t.Admitted == res.WorstTrialAdmitted && t.Expected < res.WorstTrialExpected) {
+			res.WorstTrialAdmitted, res.WorstTrialExpected = t.Admitted, t.Expected
+		}
+		res.MaxTrialExpected = max(res.MaxTrialExpected, t.Expected)
+		if t.Bound > cfg.Policy.Limit {
+			res.TrialsAboveLimit++
+		}
 		res.Errors += t.Errors
 		res.RetriesExhausted += t.RetriesExhausted
 		res.RoundTrips += t.RoundTrips
@@ -512,12 +556,16 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	ready.Add(len(workers))
 	done.Add(len(workers))
 	release := make(chan struct{})
+	var cancelled atomic.Bool // set when the trial is called off before the release
 	for _, w := range workers {
 		w.admitted, w.errs, w.exhausted, w.attempts, w.members, w.err = 0, 0, 0, 0, w.members[:0], nil
 		go func() {
 			defer done.Done()
 			ready.Done()
 			<-release
+			if cancelled.Load() {
+				return
+			}
 			w.firstSend = time.Now()
 			for range cfg.RequestsPerWorker {
 				t0 := time.Now()
@@ -539,22 +587,37 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 					}
 				}
 			}
+			w.lastReply = time.Now()
 		}()
 	}
 	ready.Wait() // every goroutine is running and about to wait on release
+	clock := decidingClock(cfg, info, client, key)
+	from, err := clock(ctx)
+	if err != nil {
+		cancelled.Store(true)
+		close(release)
+		done.Wait()
+		return Trial{}, err
+	}
 	began := time.Now()
 	close(release)
 	done.Wait()
 	elapsed := time.Since(began)
+	to, err := clock(ctx)
+	if err != nil {
+		return Trial{}, err
+	}
 
+	requests := int64(len(workers) * cfg.RequestsPerWorker)
 	t := Trial{
-		Expected:            expected(int64(len(workers)*cfg.RequestsPerWorker), cfg.Policy, info.State, elapsed),
-		OutlastedWindow:     outlasted(elapsed, cfg.Policy),
+		ClockFromMillis:     from.UnixMilli(),
+		ClockToMillis:       to.UnixMilli(),
 		RoundTrips:          tl.Trips(),
 		AbortedTransactions: tl.Aborted(),
 		ElapsedMicros:       elapsed.Microseconds(),
 	}
 	first, last := workers[0].firstSend, workers[0].firstSend
+	lastReply := workers[0].lastReply
 	var members []string
 	var firstErr error
 	for _, w := range workers {
@@ -569,12 +632,21 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 		if w.firstSend.After(last) {
 			last = w.firstSend
 		}
+		if w.lastReply.After(lastReply) {
+			lastReply = w.lastReply
+		}
 		if firstErr == nil {
 			firstErr = w.err
 		}
 	}
 	t.ReleaseSpreadMicros = last.Sub(first).Microseconds()
-	if t.Errors == int64(len(workers)*cfg.RequestsPerWorker) {
+	span := lastReply.Sub(first)
+	t.SpanMicros = span.Microseconds()
+	t.OutlastedWindow = outlasted(span, cfg.Policy)
+	t.Bound = bound(info.Guarantee, cfg.Policy, from, to, span)
+	t.Expected = min(requests, t.Bound)
+	t.Minimum = min(requests-t.Errors-t.RetriesExhausted, cfg.Policy.Limit)
+	if t.Errors == requests {
 		return t, fmt.Errorf("every decision failed: %w", firstErr)
 	}
 
@@ -597,27 +669,57 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	return t, nil
 }
 
-// expected is the most a correct limiter may admit in a trial that lasted
-// elapsed: the limit, when the trial fits in one window. A longer trial can
-// rightly admit a limit in every window it touched: a sliding log one per
-// whole window elapsed plus one, a fixed window one more, since its windows
-// start wherever the key was created.
-func expected(requests int64, p algorithms.Policy, state algorithms.State, elapsed time.Duration) int64 {
-	windows := int64(1)
-	if outlasted(elapsed, p) {
-		windows = int64((elapsed+time.Millisecond)/p.Window) + 1
-		if state == algorithms.StateCounter {
-			windows++
-		}
+// bound is what guarantee g allows one client over a trial whose decisions
+// read the deciding clock between from and to, on a fresh key, and that
+// lasted span of real time. Redis expires a key on its own clock after a
+// window without writes, which wipes the client's state: a request whose
+// time was read before the expiry and decided after it, or any request on a
+// frozen test clock, then starts afresh. Each wipe needs a window of real
+// time, and adds at most a limit to the clock's bound, so a trial may admit
+// one more limit per window of real time it lasted.
+func bound(g algorithms.Guarantee, p algorithms.Policy, from, to time.Time, span time.Duration) int64 {
+	b := g.Max(p, algorithms.Span{From: from, To: to, Fresh: true})
+	if outlasted(span, p) {
+		b += p.Limit * int64((span+time.Millisecond)/p.Window)
 	}
-	return min(requests, p.Limit*windows)
+	return b
 }
 
-// outlasted reports whether a trial of elapsed could span more than one
-// window. Limiters keep time in whole milliseconds, so two requests less than
-// a window apart can be stamped a full window apart: allow for that.
-func outlasted(elapsed time.Duration, p algorithms.Policy) bool {
-	return elapsed+time.Millisecond >= p.Window
+// outlasted reports whether a trial of span could see a key expire: Redis
+// keeps expiry in whole milliseconds, so a key can expire a millisecond less
+// than a window after its last write, as our clock measures it.
+func outlasted(span time.Duration, p algorithms.Policy) bool {
+	return span+time.Millisecond >= p.Window
+}
+
+// decidingClock reads the clock that decides info's windows for key: the
+// caller's clock (Config.Now, or the real one), or Redis's TIME on the
+// node that holds the key.
+func decidingClock(cfg Config, info algorithms.Info, client redis.UniversalClient, key string) func(context.Context) (time.Time, error) {
+	if info.Decides(cfg.Clock) == algorithms.ClockCaller {
+		now := cfg.Now
+		if now == nil {
+			now = time.Now
+		}
+		return func(context.Context) (time.Time, error) { return now(), nil }
+	}
+	return func(ctx context.Context) (time.Time, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var c redis.Cmdable = client
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			node, err := cc.MasterForKey(ctx, key)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("the node of %s: %w", key, err)
+			}
+			c = node
+		}
+		t, err := c.Time(ctx).Result()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("time: %w", err)
+		}
+		return t, nil
+	}
 }
 
 type keyState struct {

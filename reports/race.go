@@ -25,17 +25,25 @@ func Race(w io.Writer, rep race.Report, f Format, opt Options) error {
 	}
 }
 
-// RaceVerdict says in one line which limiters leaked and which held.
+// RaceVerdict says in one line which limiters leaked and which held, each
+// judged by its own guarantee, and names the rule that was applied.
 func RaceVerdict(rep race.Report) string {
-	limit := rep.Config.Limit
-	var leaks, held, errs []string
+	var leaks, errs, rules []string
+	held := map[string][]string{} // rule -> the limiters that held it
 	for _, r := range rep.Results {
 		switch {
 		case r.LeakedTrials > 0:
-			leaks = append(leaks, fmt.Sprintf("%s leaked in %d of %d trials: worst trial admitted %d of a limit of %d",
-				r.Limiter, r.LeakedTrials, r.Trials, r.WorstTrialAdmitted, limit))
+			leaks = append(leaks, fmt.Sprintf("%s leaked in %d of %d trials: worst trial admitted %d where its guarantee (%s) allowed %d",
+				r.Limiter, r.LeakedTrials, r.Trials, r.WorstTrialAdmitted, r.GuaranteeRule, r.WorstTrialExpected))
 		default:
-			held = append(held, r.Limiter)
+			name := r.Limiter
+			if r.TrialsAboveLimit > 0 {
+				name += fmt.Sprintf(" (up to %d in %d of %d trials)", r.MaxTrialExpected, r.TrialsAboveLimit, r.Trials)
+			}
+			if _, ok := held[r.GuaranteeRule]; !ok {
+				rules = append(rules, r.GuaranteeRule)
+			}
+			held[r.GuaranteeRule] = append(held[r.GuaranteeRule], name)
 		}
 		if r.StateMismatches > 0 {
 			errs = append(errs, fmt.Sprintf("%s's key disagreed with what it admitted in %d of %d trials",
@@ -45,16 +53,12 @@ func RaceVerdict(rep race.Report) string {
 			errs = append(errs, fmt.Sprintf("%s had %d failed decisions", r.Limiter, r.Errors))
 		}
 	}
-	var parts []string
-	parts = append(parts, leaks...)
-	switch {
-	case len(held) == 0:
-	case len(leaks) == 0:
-		parts = append(parts, fmt.Sprintf("no limiter admitted more than %d in any trial", limit))
-	case len(held) == 1:
-		parts = append(parts, held[0]+" never admitted more than "+strconv.FormatInt(limit, 10))
-	default:
-		parts = append(parts, list(held)+" never admitted more than "+strconv.FormatInt(limit, 10))
+	parts := leaks
+	for _, rule := range rules {
+		parts = append(parts, list(held[rule])+" held "+rule)
+	}
+	if len(leaks) == 0 && len(rules) > 0 {
+		parts[0] = "no limiter admitted more than its guarantee allowed: " + parts[0]
 	}
 	parts = append(parts, errs...)
 	return strings.Join(parts, "; ")
@@ -80,8 +84,10 @@ func raceSummary(rep race.Report) string {
 // raceNotes explains the columns and flags anything that qualifies the numbers.
 func raceNotes(rep race.Report) []string {
 	notes := []string{
-		fmt.Sprintf("admitted: admitted/expected, summed over the trials (expected is min(requests, limit) per trial that fits in a window). "+
-			"leaked: trials that admitted more than the limit. worst: most admitted in one trial. Run took %s.",
+		fmt.Sprintf("admitted: admitted/expected, summed over the trials; expected is the most each limiter's own guarantee allowed "+
+			"over the trial's span on the clock that decides (read before the release and after the last reply), at most the requests. "+
+			"leaked: trials that admitted more than that. under: shortfall below the limit (or the decisions made, when fewer; "+
+			"failed decisions and exhausted retries are not counted). worst: most admitted in one trial. Run took %s.",
 			micros(rep.ElapsedMillis*1000)),
 		"aborted: WATCH transactions Redis aborted because the key changed, each one a retry. state: each trial's key read back " +
 			"(✓ holds exactly what was admitted, ✗ does not, – not checked).",
@@ -91,14 +97,27 @@ func raceNotes(rep race.Report) []string {
 		notes = append(notes, "These results come from an embedded in-process Redis (miniredis), not a redis-server: "+
 			"it serialises commands as Redis does, but its latencies are not Redis's.")
 	}
+	var expiry []string
+	for _, r := range rep.Results {
+		if r.Clock == "redis" && rep.Config.Clock != "redis" {
+			expiry = append(expiry, r.Limiter)
+		}
+	}
+	if len(expiry) > 0 {
+		verb := "keeps its window"
+		if len(expiry) > 1 {
+			verb = "keep their windows"
+		}
+		notes = append(notes, fmt.Sprintf("%s %s in the key's expiry, on Redis's clock, whatever the clock of the others.", list(expiry), verb))
+	}
 	for _, r := range rep.Results {
 		if r.RetriesExhausted > 0 {
 			notes = append(notes, fmt.Sprintf("%s denied %d requests after exhausting its retries (contention, not the limit).",
 				r.Limiter, r.RetriesExhausted))
 		}
 		if r.TrialsOutlastingWindow > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d trials outlasted the window; their expected count allows the "+
-				"limit once per window they touched, and their shortfall is not counted as under-admission.",
+			notes = append(notes, fmt.Sprintf("%s: %d trials lasted a window or more of real time; Redis may expire a key "+
+				"after a window without writes, so their expected count allows one more limit per window they lasted.",
 				r.Limiter, r.TrialsOutlastingWindow))
 		}
 	}

@@ -15,40 +15,113 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func truth(b bool) *bool { return &b }
 
-// fixedRace is a race report with fixed numbers, as a run would return it.
-func fixedRace() race.Report {
-	trial := func(admitted int64) race.Trial {
-		return race.Trial{Admitted: admitted, Expected: 5, RoundTrips: 200, ReportedRoundTrips: 200,
-			ReleaseSpreadMicros: 180, ElapsedMicros: 2500, StateVerified: truth(true), State: admitted}
+// raceTrial is one trial of 100 requests at a limit of 5 in a 10 s window,
+// read on the clock from 1,700,000,000,000 ms.
+func raceTrial(admitted, bound, trips, aborted, errors, state int64) race.Trial {
+	return race.Trial{Admitted: admitted, Expected: min(100, bound), Bound: bound, Minimum: min(100-errors, 5),
+		ClockFromMillis: 1_700_000_000_000, ClockToMillis: 1_700_000_000_003, SpanMicros: 2400,
+		Errors: errors, RoundTrips: trips, ReportedRoundTrips: trips, AbortedTransactions: aborted,
+		ReleaseSpreadMicros: 180, ElapsedMicros: 2500, StateVerified: truth(state == admitted), State: state}
+}
+
+// raceResult sums trials into a limiter's result, as race.Run does.
+func raceResult(info race.Result, trials ...race.Trial) race.Result {
+	r := info
+	r.Trials = len(trials)
+	r.TrialResults = trials
+	r.WorstTrialAdmitted = -1
+	verified := true
+	for _, t := range trials {
+		r.Requests += 100
+		r.Admitted += t.Admitted
+		r.ExpectedAdmitted += t.Expected
+		if t.Admitted > t.Expected {
+			r.OverAdmitted += t.Admitted - t.Expected
+			r.LeakedTrials++
+		}
+		r.UnderAdmitted += max(t.Minimum-t.Admitted, 0)
+		if t.Admitted > r.WorstTrialAdmitted || (t.Admitted == r.WorstTrialAdmitted && t.Expected < r.WorstTrialExpected) {
+			r.WorstTrialAdmitted, r.WorstTrialExpected = t.Admitted, t.Expected
+		}
+		r.MaxTrialExpected = max(r.MaxTrialExpected, t.Expected)
+		if t.Bound > 5 {
+			r.TrialsAboveLimit++
+		}
+		r.Errors += t.Errors
+		r.RoundTrips += t.RoundTrips
+		r.AbortedTransactions += t.AbortedTransactions
+		if !*t.StateVerified {
+			verified = false
+			r.StateMismatches++
+		}
 	}
+	r.StateVerified = truth(verified)
+	return r
+}
+
+// fixedRace is a race report with fixed numbers, as a run would return it.
+// They add up as a run's would: a watch attempt is three round trips and each
+// aborted one is retried, so a trial of 100 requests with 485 aborts takes
+// 3 × 585; naive takes 2 round trips for an admission, 1 for a denial and 1
+// for the expiry; the log that counts denials holds every request.
+func fixedRace() race.Report {
 	return race.Report{
 		Command: "race",
 		Redis:   race.Server{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
-		Config: race.Settings{Limiters: []string{"naive", "watch", "lua", "lua-count-denied"}, Concurrency: 100, Limit: 5,
+		Config: race.Settings{Limiters: []string{"naive", "watch", "lua", "fixed-window", "lua-count-denied"}, Concurrency: 100, Limit: 5,
 			WindowMillis: 10000, Trials: 2, RequestsPerWorker: 1, Clock: "caller", WatchRetries: 100},
 		ElapsedMillis: 912,
 		Results: []race.Result{
-			{Limiter: "naive", Description: "GET the counter, compare, INCR: racy by design", Trials: 2, Requests: 200,
-				Admitted: 190, ExpectedAdmitted: 10, OverAdmitted: 180, LeakedTrials: 2, WorstTrialAdmitted: 100,
-				RoundTrips: 400, StateVerified: truth(true), ReleaseSpreadMicros: race.Spread{P50: 180, Max: 240},
-				LatencyMicros: race.Latency{P50: 1510, P95: 2480, P99: 2700, Max: 2950},
-				TrialResults:  []race.Trial{trial(90), trial(100)}, ElapsedMillis: 6},
-			{Limiter: "watch", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
-				WorstTrialAdmitted: 5, RoundTrips: 3520, AbortedTransactions: 970, StateVerified: truth(true),
-				ReleaseSpreadMicros: race.Spread{P50: 190, Max: 200},
-				LatencyMicros:       race.Latency{P50: 9870, P95: 17020, P99: 18110, Max: 18500},
-				TrialResults:        []race.Trial{trial(5), trial(5)}, ElapsedMillis: 40},
-			{Limiter: "lua", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
-				WorstTrialAdmitted: 5, RoundTrips: 200, StateVerified: truth(true),
-				ReleaseSpreadMicros: race.Spread{P50: 170, Max: 210},
-				LatencyMicros:       race.Latency{P50: 990, P95: 1800, P99: 1950, Max: 2010},
-				TrialResults:        []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
-			{Limiter: "lua-count-denied", Atomic: true, Trials: 2, Requests: 200, Admitted: 10, ExpectedAdmitted: 10,
-				WorstTrialAdmitted: 5, RoundTrips: 200, StateVerified: truth(false), StateMismatches: 2,
-				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, Errors: 3,
-				LatencyMicros: race.Latency{P50: 1000, P95: 1820, P99: 1990, Max: 1_250_000},
-				TrialResults:  []race.Trial{trial(5), trial(5)}, ElapsedMillis: 5},
+			raceResult(race.Result{Limiter: "naive", Description: "GET the counter, compare, INCR: racy by design",
+				Guarantee: "expiry-windows", GuaranteeRule: "at most 5 per 10s key lifetime", Clock: "redis",
+				ReleaseSpreadMicros: race.Spread{P50: 180, Max: 240}, ElapsedMillis: 6,
+				LatencyMicros: race.Latency{P50: 1510, P95: 2480, P99: 2700, Max: 2950}},
+				raceTrial(90, 5, 191, 0, 0, 90), raceTrial(100, 5, 201, 0, 0, 100)),
+			raceResult(race.Result{Limiter: "watch", Atomic: true,
+				Guarantee: "expiry-windows", GuaranteeRule: "at most 5 per 10s key lifetime", Clock: "redis",
+				ReleaseSpreadMicros: race.Spread{P50: 190, Max: 200}, ElapsedMillis: 40,
+				LatencyMicros: race.Latency{P50: 9870, P95: 17020, P99: 18110, Max: 18500}},
+				raceTrial(5, 5, 3*585, 485, 0, 5), raceTrial(5, 5, 3*580, 480, 0, 5)),
+			raceResult(race.Result{Limiter: "lua", Atomic: true,
+				Guarantee: "sliding-window", GuaranteeRule: "at most 5 in any 10s span", Clock: "caller",
+				ReleaseSpreadMicros: race.Spread{P50: 170, Max: 210}, ElapsedMillis: 5,
+				LatencyMicros: race.Latency{P50: 990, P95: 1800, P99: 1950, Max: 2010}},
+				raceTrial(5, 5, 100, 0, 0, 5), raceTrial(5, 5, 100, 0, 0, 5)),
+			raceResult(race.Result{Limiter: "fixed-window", Atomic: true,
+				Guarantee: "aligned-windows", GuaranteeRule: "at most 5 per aligned 10s window", Clock: "caller",
+				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 190}, ElapsedMillis: 5,
+				LatencyMicros: race.Latency{P50: 960, P95: 1750, P99: 1900, Max: 1980}},
+				raceTrial(5, 5, 100, 0, 0, 5), raceTrial(8, 10, 100, 0, 0, 8)),
+			raceResult(race.Result{Limiter: "lua-count-denied", Atomic: true,
+				Guarantee: "sliding-window", GuaranteeRule: "at most 5 in any 10s span", Clock: "caller",
+				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, ElapsedMillis: 5,
+				LatencyMicros: race.Latency{P50: 1000, P95: 1820, P99: 1990, Max: 1_250_000}},
+				raceTrial(5, 5, 100, 0, 2, 98), raceTrial(5, 5, 100, 0, 1, 99)),
 		},
+	}
+}
+
+// TestRaceFixtureAddsUp: the fixture keeps the invariants the race's own
+// tests hold, so the goldens never show numbers a run cannot produce.
+func TestRaceFixtureAddsUp(t *testing.T) {
+	for _, r := range fixedRace().Results {
+		var trips, aborted int64
+		for _, tr := range r.TrialResults {
+			trips += tr.RoundTrips
+			aborted += tr.AbortedTransactions
+			if tr.RoundTrips != tr.ReportedRoundTrips {
+				t.Errorf("%s: %d round trips counted, %d reported", r.Limiter, tr.RoundTrips, tr.ReportedRoundTrips)
+			}
+			if r.Limiter == "watch" && tr.RoundTrips != 3*(100+tr.AbortedTransactions) {
+				t.Errorf("watch: %d round trips for 100 requests and %d aborts, want %d", tr.RoundTrips, tr.AbortedTransactions, 3*(100+tr.AbortedTransactions))
+			}
+			if r.Limiter == "naive" && tr.RoundTrips != 2*tr.Admitted+(100-tr.Admitted)+1 {
+				t.Errorf("naive: %d round trips for %d admitted of 100", tr.RoundTrips, tr.Admitted)
+			}
+		}
+		if trips != r.RoundTrips || aborted != r.AbortedTransactions {
+			t.Errorf("%s: %d round trips and %d aborts, its trials add up to %d and %d", r.Limiter, r.RoundTrips, r.AbortedTransactions, trips, aborted)
+		}
 	}
 }
 
@@ -90,14 +163,17 @@ func TestRaceColor(t *testing.T) {
 
 func TestRaceVerdict(t *testing.T) {
 	rep := fixedRace()
-	want := "naive leaked in 2 of 2 trials: worst trial admitted 100 of a limit of 5; " +
-		"watch, lua and lua-count-denied never admitted more than 5; " +
+	want := "naive leaked in 2 of 2 trials: worst trial admitted 100 where its guarantee (at most 5 per 10s key lifetime) allowed 5; " +
+		"watch held at most 5 per 10s key lifetime; " +
+		"lua and lua-count-denied held at most 5 in any 10s span; " +
+		"fixed-window (up to 10 in 1 of 2 trials) held at most 5 per aligned 10s window; " +
 		"lua-count-denied's key disagreed with what it admitted in 2 of 2 trials; lua-count-denied had 3 failed decisions"
 	if got := reports.RaceVerdict(rep); got != want {
 		t.Fatalf("verdict:\n got %q\nwant %q", got, want)
 	}
-	rep.Results = rep.Results[1:]
-	if got, want := reports.RaceVerdict(rep), "no limiter admitted more than 5 in any trial; "+
+	rep.Results = rep.Results[2:]
+	if got, want := reports.RaceVerdict(rep), "no limiter admitted more than its guarantee allowed: "+
+		"lua and lua-count-denied held at most 5 in any 10s span; fixed-window (up to 10 in 1 of 2 trials) held at most 5 per aligned 10s window; "+
 		"lua-count-denied's key disagreed with what it admitted in 2 of 2 trials; lua-count-denied had 3 failed decisions"; got != want {
 		t.Fatalf("verdict:\n got %q\nwant %q", got, want)
 	}
