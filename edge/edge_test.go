@@ -85,20 +85,38 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 
 var httpClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 
+// get sends a GET with header, reads the whole answer and says how long it
+// took; the test fails at once when it cannot. Goroutines use fetch.
 func get(t *testing.T, url string, header map[string]string) (*http.Response, time.Duration) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	resp, took, err := fetch(url, header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, took
+}
+
+// fetch is get for goroutines: it returns the error instead of ending the
+// test, which only the test's own goroutine may do.
+func fetch(url string, header map[string]string) (*http.Response, time.Duration, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, 0, err
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	start := time.Now()
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp, time.Since(start)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", url, err)
+	}
+	return resp, time.Since(start), nil
 }
 
 // forwarded reads what the built-in upstream behind adminAddr received.
@@ -158,7 +176,11 @@ func TestConcurrentBurst(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					resp, _ := get(t, "http://"+g.Addr()+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+					resp, _, err := fetch("http://"+g.Addr()+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+					if err != nil {
+						t.Error(err)
+						return
+					}
 					mu.Lock()
 					defer mu.Unlock()
 					codes[resp.StatusCode]++

@@ -83,7 +83,11 @@ func TestOpenRestyBurst(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, _ := get(t, "http://"+nc.Listen+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+				resp, _, err := fetch("http://"+nc.Listen+"/v1/ping", map[string]string{"X-Consumer-Id": consumer})
+				if err != nil {
+					t.Error(err)
+					return
+				}
 				h := resp.Header
 				mu.Lock()
 				defer mu.Unlock()
@@ -156,7 +160,9 @@ func TestOpenRestyScriptFlush(t *testing.T) {
 	codes := map[int]int{}
 	for i := range 60 {
 		if i == 10 || i == 40 {
-			c.ScriptFlush(context.Background())
+			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		resp, _ := get(t, "http://"+nc.Listen+"/", map[string]string{"X-Consumer-Id": consumer})
 		codes[resp.StatusCode]++
