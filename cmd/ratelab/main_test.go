@@ -51,6 +51,25 @@ func connections(t *testing.T, c *redis.Client) string {
 	return ""
 }
 
+// decodeJSON parses out into v, failing the test when it is not JSON.
+func decodeJSON(t *testing.T, out string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+}
+
+// field is m[key] as a T, failing the test when it is missing or not a T.
+func field[T any](t *testing.T, m map[string]any, key string) T {
+	t.Helper()
+	v, ok := m[key].(T)
+	if !ok {
+		var want T
+		t.Fatalf("field %q is %T (%v), want %T", key, m[key], m[key], want)
+	}
+	return v
+}
+
 func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 	c := redistest.Client(t, srv)
 	url := "--redis=" + srv.URL()
@@ -126,43 +145,64 @@ func TestRaceJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var rep map[string]any
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, stdout)
-	}
+	decodeJSON(t, stdout, &rep)
 	if rep["command"] != "race" {
 		t.Errorf("command = %v", rep["command"])
 	}
-	redis := rep["redis"].(map[string]any)
+	redis := field[map[string]any](t, rep, "redis")
 	if redis["mode"] != "external" || redis["version"] == "" {
 		t.Errorf("redis = %v", redis)
 	}
-	cfg := rep["config"].(map[string]any)
+	cfg := field[map[string]any](t, rep, "config")
 	for k, want := range map[string]float64{"concurrency": 100, "limit": 5, "window_ms": 10000, "trials": 3, "requests_per_worker": 1} {
 		if cfg[k] != want {
 			t.Errorf("config.%s = %v, want %v", k, cfg[k], want)
 		}
 	}
-	results := rep["results"].([]any)
+	results := field[[]any](t, rep, "results")
 	if len(results) != 2 {
 		t.Fatalf("%d results, want 2", len(results))
 	}
 	fields := []string{"limiter", "atomic", "trials", "requests", "admitted", "expected_admitted", "over_admitted",
-		"under_admitted", "leaked_trials", "worst_trial_admitted", "errors", "retries_exhausted", "round_trips",
-		"state_verified", "release_spread_us", "latency_us"}
+		"under_admitted", "leaked_trials", "worst_trial_admitted", "worst_trial_expected", "errors", "retries_exhausted",
+		"round_trips", "state_verified", "release_spread_us", "latency_us", "guarantee", "guarantee_rule", "clock"}
 	for _, r := range results {
-		r := r.(map[string]any)
+		r, ok := r.(map[string]any)
+		if !ok {
+			t.Fatalf("a result is %T, want an object", r)
+		}
 		for _, f := range fields {
 			if _, ok := r[f]; !ok {
 				t.Errorf("%v: no field %q", r["limiter"], f)
 			}
 		}
+		lat := field[map[string]any](t, r, "latency_us")
 		for _, f := range []string{"p50", "p95", "p99", "max"} {
-			if _, ok := r["latency_us"].(map[string]any)[f]; !ok {
+			if _, ok := lat[f]; !ok {
 				t.Errorf("%v: no latency_us.%s", r["limiter"], f)
 			}
 		}
-		if r["limiter"] == "lua" && (r["admitted"] != 15.0 || r["state_verified"] != true) {
-			t.Errorf("lua admitted %v (state %v), want 15 and true", r["admitted"], r["state_verified"])
+		for _, tr := range field[[]any](t, r, "trial_results") {
+			tr, ok := tr.(map[string]any)
+			if !ok {
+				t.Fatalf("a trial is %T, want an object", tr)
+			}
+			for _, f := range []string{"bound", "minimum", "expected", "clock_from_ms", "clock_to_ms", "span_us"} {
+				if _, ok := tr[f].(float64); !ok {
+					t.Errorf("%v: trial field %q is %v", r["limiter"], f, tr[f])
+				}
+			}
+		}
+		switch r["limiter"] {
+		case "lua":
+			if r["admitted"] != 15.0 || r["state_verified"] != true || r["guarantee"] != "sliding-window" || r["clock"] != "caller" {
+				t.Errorf("lua admitted %v (state %v) judged by %v on the %v clock, want 15, true, sliding-window, caller",
+					r["admitted"], r["state_verified"], r["guarantee"], r["clock"])
+			}
+		case "naive":
+			if r["guarantee"] != "expiry-windows" || r["clock"] != "redis" || r["guarantee_rule"] != "at most 5 per 10s key lifetime" {
+				t.Errorf("naive judged by %v (%v) on the %v clock", r["guarantee"], r["guarantee_rule"], r["clock"])
+			}
 		}
 	}
 }
@@ -205,9 +245,7 @@ func TestPrivateServer(t *testing.T) {
 	var rep struct {
 		Redis struct{ Mode, Version, Addr string }
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatal(err)
-	}
+	decodeJSON(t, stdout, &rep)
 	if rep.Redis.Mode != "ephemeral" || rep.Redis.Version == "" || !strings.HasPrefix(rep.Redis.Addr, "127.0.0.1:") {
 		t.Fatalf("redis = %+v, want an ephemeral server on loopback", rep.Redis)
 	}
@@ -318,8 +356,9 @@ func TestRaceUserScript(t *testing.T) {
 		t.Fatalf("racy script: exit %d, stderr %q; want exit 3 naming it", code, stderr)
 	}
 	var rep struct{ Results []struct{ Limiter string } }
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 2 || rep.Results[0].Limiter != "lua" {
-		t.Fatalf("want lua beside the script: %v %s", err, stdout)
+	decodeJSON(t, stdout, &rep)
+	if len(rep.Results) != 2 || rep.Results[0].Limiter != "lua" {
+		t.Fatalf("want lua beside the script: %s", stdout)
 	}
 	code, _, stderr = ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--fail-on-leak", "--output", "json",
 		"--script", "../../algorithms/slidinglog.lua", "--script-name", "mine")
@@ -388,18 +427,19 @@ func TestCompareJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var rep map[string]any
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatal(err)
-	}
+	decodeJSON(t, stdout, &rep)
 	if rep["command"] != "compare" || rep["ping_ops_per_sec"] == nil {
 		t.Errorf("command %v, ping_ops_per_sec %v", rep["command"], rep["ping_ops_per_sec"])
 	}
-	results := rep["results"].([]any)
+	results := field[[]any](t, rep, "results")
 	if len(results) != 5 {
 		t.Fatalf("%d results, want the 5 algorithms", len(results))
 	}
 	for _, r := range results {
-		r := r.(map[string]any)
+		r, ok := r.(map[string]any)
+		if !ok {
+			t.Fatalf("a result is %T, want an object", r)
+		}
 		for _, f := range []string{"algorithm", "exact", "keys_per_client", "round_trips", "burst_over_admitted",
 			"boundary_max_in_window", "hammer_max_in_window", "hammer_recovery_ms", "false_allow_rate",
 			"false_deny_rate", "bytes_per_client", "ops_per_sec", "latency_us", "recommendation"} {
@@ -407,13 +447,13 @@ func TestCompareJSON(t *testing.T) {
 				t.Errorf("%v: field %q missing or null", r["algorithm"], f)
 			}
 		}
-		mem, _ := r["bytes_per_client"].(map[string]any)
+		mem := field[map[string]any](t, r, "bytes_per_client")
 		for _, l := range []string{"10", "100", "1000", "10000"} {
 			if _, ok := mem[l]; !ok {
 				t.Errorf("%v: no bytes_per_client[%s]", r["algorithm"], l)
 			}
 		}
-		lat, _ := r["latency_us"].(map[string]any)
+		lat := field[map[string]any](t, r, "latency_us")
 		if lat["p50"] == nil || lat["p99"] == nil {
 			t.Errorf("%v: latency_us = %v", r["algorithm"], lat)
 		}
