@@ -43,6 +43,8 @@ type setup struct {
 	timeout   time.Duration
 	denyCache bool
 	shadow    bool
+	clock     algorithms.Clock
+	now       func() time.Time // the limiter's caller clock; time.Now when nil
 }
 
 // startGateway serves a gateway with the built-in upstream on loopback until the test ends.
@@ -59,13 +61,17 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	}
 	c := client(t, addr, s.timeout)
 	p := algorithms.Policy{Limit: s.limit, Window: s.window}
-	lim, err := algorithms.New("sliding-log", c, p)
+	opts := []algorithms.Option{algorithms.WithClock(s.clock)}
+	if s.now != nil {
+		opts = append(opts, algorithms.WithNow(s.now))
+	}
+	lim, err := algorithms.New("sliding-log", c, p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, KeyBy: s.keyBy,
+		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, Clock: s.clock, KeyBy: s.keyBy,
 			OnError: s.onError, Timeout: s.timeout, DenyCache: s.denyCache, Shadow: s.shadow},
 	})
 	if err != nil {

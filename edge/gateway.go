@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
 )
 
 // RedisOptions adapts base for a gateway: pool connections at most, the
@@ -162,8 +164,8 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			l.Algorithm = "" // nothing more to say
 		}
 		if l.Algorithm != "" {
-			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; Redis timeout %s; on a Redis error: fail %s%s%s\n",
-				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), l.Timeout, l.OnError,
+			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s\n",
+				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), clockOwner(l.Clock), l.Timeout, l.OnError,
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
@@ -191,6 +193,14 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		err = nil
 	}
 	return errors.Join(err, serr)
+}
+
+// clockOwner names whose clock decides: "Redis" or "this host".
+func clockOwner(c algorithms.Clock) string {
+	if c == algorithms.ClockRedis {
+		return "Redis"
+	}
+	return "this host"
 }
 
 func orNone(s string) string {

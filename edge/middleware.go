@@ -50,6 +50,12 @@ type Config struct {
 	Algorithm string
 	// Policy is what Limiter enforces, for the headers.
 	Policy algorithms.Policy
+	// Clock is where Limiter takes the time from (it is built with it), for
+	// the start-up log. Redis's clock (ratelab edge's default) lets any
+	// number of gateways and nginx nodes on hosts whose clocks disagree share
+	// one Redis; with the callers' clocks, a host ahead of the others prunes
+	// their requests early and over-admits.
+	Clock algorithms.Clock
 	// PolicyName names the policy in the draft headers; "default" when empty.
 	PolicyName string
 	// KeyBy identifies requests.

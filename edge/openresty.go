@@ -38,6 +38,9 @@ type NginxConfig struct {
 	// Policy is the limit; Timeout bounds one decision.
 	Policy  algorithms.Policy
 	Timeout time.Duration
+	// Clock is where the module takes the time from: "redis" (TIME inside
+	// the script, the default) or "caller" (nginx's own clock, passed in).
+	Clock string
 	// KeyBy is "ip" or "header:NAME"; OnError "open" or "closed";
 	// Headers "draft", "legacy" or "both".
 	KeyBy, OnError, Headers string
@@ -64,6 +67,12 @@ func (c NginxConfig) Render() (string, error) {
 	}
 	if c.Workers < 1 {
 		c.Workers = 1
+	}
+	if c.Clock == "" {
+		c.Clock = algorithms.ClockRedis.String()
+	}
+	if _, err := algorithms.ParseClock(c.Clock); err != nil {
+		return "", err
 	}
 	data := struct {
 		NginxConfig

@@ -2,10 +2,12 @@ package edge_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +215,63 @@ func TestOpenRestyProxy(t *testing.T) {
 	}
 }
 
+// TestEnginesShareOneClock: a Go gateway on a host whose clock runs an hour
+// ahead (simulated) and nginx share one Redis and one consumer, limit 10 a
+// minute, ten requests through each. On Redis's clock they admit 10 between
+// them; on the callers' clocks the gateway ahead takes nginx's requests for
+// an hour old, prunes them, and admits 10 more. MONITOR shows the time each
+// engine hands the script: none on Redis's clock, its own on the caller's.
+func TestEnginesShareOneClock(t *testing.T) {
+	redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 10, Window: time.Minute}
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	for _, clock := range []algorithms.Clock{algorithms.ClockRedis, algorithms.ClockCaller} {
+		t.Run(clock.String(), func(t *testing.T) {
+			nc := startNginx(t, srv, edge.NginxConfig{Policy: p, Clock: clock.String()})
+			g, _ := startGateway(t, srv.Addr, setup{limit: p.Limit, window: p.Window, clock: clock, now: ahead})
+			mon := redistest.NewMonitor(t, srv)
+			consumer := redistest.Prefix(t)
+			id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+			key := algorithms.Key(id.Key, "sliding-log")
+			hdr := map[string]string{"X-Consumer-Id": consumer}
+			admitted := map[string]int{}
+			for _, engine := range []struct{ name, addr string }{{"nginx", nc.Listen}, {"go", g.Addr()}} {
+				for range p.Limit {
+					if resp, _ := get(t, "http://"+engine.addr+"/", hdr); resp.StatusCode == http.StatusOK {
+						admitted[engine.name]++
+					}
+				}
+			}
+			// The script's time argument of each call, in order: nginx's ten, then the gateway's.
+			for i := range 2 * p.Limit {
+				args := mon.Find(t, 5*time.Second, func(a []string) bool {
+					return (a[0] == "evalsha" || a[0] == "eval") && len(a) == 8 && a[3] == key
+				})
+				want := time.Now()
+				if i >= p.Limit {
+					want = ahead()
+				}
+				switch sent := args[6]; {
+				case clock == algorithms.ClockRedis && sent != "":
+					t.Fatalf("call %d sent the time %q on Redis's clock, want none", i+1, sent)
+				case clock == algorithms.ClockCaller:
+					ms, err := strconv.ParseInt(sent, 10, 64)
+					if err != nil || time.UnixMilli(ms).Sub(want).Abs() > time.Minute {
+						t.Fatalf("call %d sent the time %q on the caller's clock, want about %d", i+1, sent, want.UnixMilli())
+					}
+				}
+			}
+			want := map[algorithms.Clock]map[string]int{
+				algorithms.ClockRedis:  {"nginx": 10},
+				algorithms.ClockCaller: {"nginx": 10, "go": 10},
+			}[clock]
+			if fmt.Sprint(admitted) != fmt.Sprint(want) {
+				t.Fatalf("admitted %v through the two engines, want %v", admitted, want)
+			}
+		})
+	}
+}
+
 func TestNginxConfRenders(t *testing.T) {
 	conf, err := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
 		RedisPort: 6379, Policy: algorithms.Policy{Limit: 100, Window: time.Minute}, Timeout: 200 * time.Millisecond,
@@ -222,9 +281,17 @@ func TestNginxConfRenders(t *testing.T) {
 	}
 	for _, want := range []string{"listen 127.0.0.1:8080;", "server 127.0.0.1:9000;", "keepalive 64;",
 		"proxy_pass http://ratelab_upstream;", `on_error = "closed"`,
-		"limit = 100,", "window_ms = 60000,", `script_path = "/tmp/x/slidinglog.lua"`} {
+		"limit = 100,", "window_ms = 60000,", `script_path = "/tmp/x/slidinglog.lua"`, `clock = "redis",`} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nginx.conf lacks %q:\n%s", want, conf)
 		}
+	}
+	caller := edge.NginxConfig{Upstream: "builtin", Policy: algorithms.Policy{Limit: 1, Window: time.Second}, Clock: "caller"}
+	if conf, err := caller.Render(); err != nil || !strings.Contains(conf, `clock = "caller",`) {
+		t.Errorf("caller clock: %v\n%s", err, conf)
+	}
+	caller.Clock = "wall"
+	if _, err := caller.Render(); err == nil {
+		t.Errorf("an unknown clock rendered")
 	}
 }

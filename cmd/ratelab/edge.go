@@ -33,6 +33,7 @@ type edgeOptions struct {
 	Redis          string
 	Cluster        bool
 	Engine         string
+	Clock          string
 
 	Stdout, Stderr io.Writer
 }
@@ -51,7 +52,12 @@ gracefully.
 
 --key-by header:NAME trusts the header as sent: use it only behind something that
 authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only from
---trusted-proxies.`,
+--trusted-proxies.
+
+--clock redis (the default) has the script read Redis's TIME, so that any number of
+gateways and nginx nodes on hosts whose clocks disagree can share one Redis; with
+--clock caller each passes its own host's time, and a host ahead of the others prunes
+their requests early and over-admits (ratelab skew measures by how much).`,
 		Example: `  ratelab edge --listen :8080 --upstream http://127.0.0.1:9000 --limit 100/1m --key-by header:X-Consumer-Id
   ratelab edge --upstream builtin --limit 10/1s --on-redis-error closed --redis redis://127.0.0.1:6379
   ratelab edge --engine openresty --upstream builtin --limit 100/1m`,
@@ -75,6 +81,8 @@ authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only 
 	f.StringVar(&opts.Redis, "redis", "", "Redis URL, or comma-separated URLs of a Cluster (default $REDIS_URL, else a private redis-server)")
 	f.BoolVar(&opts.Cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
 	f.StringVar(&opts.Engine, "engine", "go", "go (this process), or openresty (render nginx.conf for edge/openresty and run nginx)")
+	f.StringVar(&opts.Clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
+	_ = cmd.RegisterFlagCompletionFunc("clock", cobra.FixedCompletions([]string{"redis", "caller"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -139,6 +147,10 @@ func edgeConfig(opts edgeOptions) (edge.GatewayConfig, *redis.UniversalOptions, 
 	if opts.Engine != "go" && opts.Engine != "openresty" {
 		return cfg, nil, usagef("--engine %q: want go or openresty", opts.Engine)
 	}
+	clock, err := algorithms.ParseClock(opts.Clock)
+	if err != nil {
+		return cfg, nil, usagef("--clock: %w", err)
+	}
 	ropts, err := redisOptions(opts.Redis, opts.Cluster)
 	if err != nil {
 		return cfg, nil, err
@@ -148,7 +160,7 @@ func edgeConfig(opts edgeOptions) (edge.GatewayConfig, *redis.UniversalOptions, 
 		Listen:   opts.Listen,
 		Admin:    opts.Admin,
 		Upstream: opts.Upstream,
-		Limit: edge.Config{Algorithm: opts.Algorithm, Policy: p, KeyBy: keyBy, OnError: onErr,
+		Limit: edge.Config{Algorithm: opts.Algorithm, Policy: p, Clock: clock, KeyBy: keyBy, OnError: onErr,
 			Timeout: opts.RedisTimeout, Headers: headers, DenyCache: opts.DenyCache, Shadow: opts.Shadow},
 		Log: opts.Stderr,
 	}
@@ -181,7 +193,7 @@ func runEdge(ctx context.Context, opts edgeOptions) error {
 	}
 	client := redis.NewUniversalClient(edge.RedisOptions(*tgt.opts, opts.RedisTimeout, opts.RedisPool))
 	defer client.Close()
-	lim, err := algorithms.New(opts.Algorithm, client, cfg.Limit.Policy)
+	lim, err := algorithms.New(opts.Algorithm, client, cfg.Limit.Policy, algorithms.WithClock(cfg.Limit.Clock))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
@@ -478,6 +480,7 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{}, "--upstream is required"},
 		{[]string{"--upstream", "builtin", "--engine", "envoy"}, `--engine "envoy": want go or openresty`},
 		{[]string{"--upstream", "builtin", "--engine", "openresty", "--shadow"}, "--engine openresty has no --shadow"},
+		{[]string{"--upstream", "builtin", "--clock", "wall"}, `--clock: unknown clock "wall" (want caller or redis)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
@@ -529,6 +532,70 @@ func TestEdgeServes(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "on a Redis error: fail open") {
 		t.Fatalf("the start-up log does not state the failure mode: %s", stderr.String())
+	}
+}
+
+// TestEdgeClock: --clock reaches the script through both engines: no time
+// argument on Redis's clock (the default), this host's time in ms with
+// --clock caller.
+func TestEdgeClock(t *testing.T) {
+	redistest.Client(t, srv)
+	for _, engine := range []string{"go", "openresty"} {
+		for _, clock := range []string{"redis", "caller"} {
+			t.Run(engine+"/"+clock, func(t *testing.T) {
+				if _, _, err := edge.FindNginx(); engine == "openresty" && err != nil {
+					if redistest.InCI() {
+						t.Fatalf("under CI: %v", err)
+					}
+					t.Skip(err)
+				}
+				mon := redistest.NewMonitor(t, srv)
+				addr := freeAddr(t)
+				args := []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+					"--limit", "5/1m", "--key-by", "header:X-Consumer-Id", "--engine", engine}
+				if clock != "redis" {
+					args = append(args, "--clock", clock)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan int, 1)
+				var stderr bytes.Buffer
+				go func() { done <- run(ctx, args, io.Discard, &stderr) }()
+				consumer := redistest.Prefix(t)
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+					req.Header.Set("X-Consumer-Id", consumer)
+					resp, err := http.DefaultClient.Do(req)
+					if err == nil {
+						resp.Body.Close()
+						break
+					}
+					if time.Now().After(deadline) {
+						cancel()
+						<-done
+						t.Fatalf("edge not serving after 10s: %v\n%s", err, stderr.String())
+					}
+				}
+				id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+				key := algorithms.Key(id.Key, "sliding-log")
+				call := mon.Find(t, 5*time.Second, func(a []string) bool {
+					return (a[0] == "evalsha" || a[0] == "eval") && len(a) == 8 && a[3] == key
+				})
+				cancel()
+				if code := <-done; code != exitOK {
+					t.Fatalf("exit %d: %s", code, stderr.String())
+				}
+				sent := call[6]
+				if ms, err := strconv.ParseInt(sent, 10, 64); clock == "caller" && (err != nil || time.Since(time.UnixMilli(ms)).Abs() > time.Minute) {
+					t.Fatalf("--clock caller sent the time %q, want this host's in ms", sent)
+				}
+				if clock == "redis" && sent != "" {
+					t.Fatalf("on Redis's clock the script was sent the time %q, want none", sent)
+				}
+				if want := map[string]string{"redis": "Redis's clock", "caller": "this host's clock"}[clock]; !strings.Contains(stderr.String(), want) {
+					t.Errorf("the start-up log does not say %q: %s", want, stderr.String())
+				}
+			})
+		}
 	}
 }
 

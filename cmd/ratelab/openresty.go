@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 )
 
@@ -59,7 +60,7 @@ func runOpenResty(ctx context.Context, opts edgeOptions, cfg edge.GatewayConfig,
 	nc := edge.NginxConfig{
 		Listen: listen, Admin: admin, Upstream: cfg.Upstream,
 		RedisHost: host, RedisPort: port, RedisPassword: tgt.opts.Password,
-		Policy: cfg.Limit.Policy, Timeout: cfg.Limit.Timeout,
+		Policy: cfg.Limit.Policy, Timeout: cfg.Limit.Timeout, Clock: cfg.Limit.Clock.String(),
 		KeyBy: opts.KeyBy, OnError: string(cfg.Limit.OnError), Headers: string(cfg.Limit.Headers),
 		DenyCache: cfg.Limit.DenyCache, Workers: 2, Off: cfg.Off,
 	}
@@ -70,8 +71,12 @@ func runOpenResty(ctx context.Context, opts edgeOptions, cfg edge.GatewayConfig,
 	defer n.Stop()
 	fmt.Fprintf(opts.Stderr, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
 		listen, cfg.Upstream, admin, n.Dir())
-	fmt.Fprintf(opts.Stderr, "ratelab edge: sliding-log, %d per %s, by %s; Redis %s, timeout %s; on a Redis error: fail %s\n",
-		nc.Policy.Limit, nc.Policy.Window, nc.KeyBy, tgt.info.Addr, nc.Timeout, nc.OnError)
+	clock := "Redis's clock"
+	if cfg.Limit.Clock == algorithms.ClockCaller {
+		clock = "this host's clock"
+	}
+	fmt.Fprintf(opts.Stderr, "ratelab edge: sliding-log, %d per %s, by %s; %s; Redis %s, timeout %s; on a Redis error: fail %s\n",
+		nc.Policy.Limit, nc.Policy.Window, nc.KeyBy, clock, tgt.info.Addr, nc.Timeout, nc.OnError)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(opts.Stderr, "ratelab edge: stopping nginx")

@@ -11,6 +11,9 @@
 --   timeout_ms    bound on one decision (connect, send, read); 200
 --   pool_size     connections kept alive per worker; 100
 --   limit, window_ms, policy_name ("default")
+--   clock         "redis" (the script reads TIME: every node sharing the
+--                 Redis agrees, whatever its host's clock; the default) or
+--                 "caller" (this nginx's clock, in ms, passed to the script)
 --   key_by        "ip" (ngx.var.remote_addr: use the realip module for
 --                 proxies) or "header:NAME" (safe only behind what
 --                 authenticates it)
@@ -50,7 +53,9 @@ function M.configure(opts)
     headers = opts.headers or "both",
     deny = opts.deny_cache and ngx.shared[opts.deny_cache],
     algorithm = opts.algorithm or "sliding-log",
+    clock = opts.clock or "redis",
   }
+  assert(cfg.clock == "redis" or cfg.clock == "caller", "clock: want redis or caller")
   local kb = opts.key_by or "ip"
   if kb:sub(1, 7) == "header:" then
     cfg.header = kb:sub(8)
@@ -127,6 +132,16 @@ local function budget(red, deadline)
   return true
 end
 
+-- now_arg is the script's time argument: "" to read Redis's TIME, or this
+-- nginx's time in whole milliseconds (ngx.now() keeps milliseconds).
+local function now_arg()
+  if cfg.clock ~= "caller" then
+    return ""
+  end
+  ngx.update_time()
+  return string.format("%d", math.floor(ngx.now() * 1000 + 0.5))
+end
+
 local function decide(key, member)
   ngx.update_time()
   local deadline = ngx.now() + cfg.timeout / 1000
@@ -148,13 +163,14 @@ local function decide(key, member)
     end
   end
   local res
-  res, err = red:evalsha(sha, 1, key, cfg.limit, cfg.window, "", member)
+  local now = now_arg()
+  res, err = red:evalsha(sha, 1, key, cfg.limit, cfg.window, now, member)
   if not res and err and err:find("NOSCRIPT", 1, true) then
     if not budget(red, deadline) then
       red:close()
       return nil, "timeout"
     end
-    res, err = red:eval(script, 1, key, cfg.limit, cfg.window, "", member)
+    res, err = red:eval(script, 1, key, cfg.limit, cfg.window, now, member)
   end
   if not res then
     red:close() -- a broken or timed-out connection is not kept

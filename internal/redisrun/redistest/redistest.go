@@ -5,12 +5,15 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +97,77 @@ func Prefix(t testing.TB) string {
 	_, _ = rand.Read(b)
 	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
 	return name + "." + hex.EncodeToString(b)
+}
+
+// Monitor is a MONITOR connection to a server: it sees every command any
+// client sends from the moment it is opened, as Redis echoes them.
+type Monitor struct {
+	conn net.Conn
+	rd   *bufio.Reader
+}
+
+// NewMonitor opens a MONITOR connection to srv, closed when the test ends.
+func NewMonitor(t testing.TB, srv *redisrun.Server) *Monitor {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", srv.Addr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("redistest: monitor: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	m := &Monitor{conn: conn, rd: bufio.NewReader(conn)}
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatalf("redistest: monitor: %v", err)
+	}
+	if line, err := m.rd.ReadString('\n'); err != nil || strings.TrimSpace(line) != "+OK" {
+		t.Fatalf("redistest: monitor answered %q (%v)", line, err)
+	}
+	return m
+}
+
+// Find reads the commands seen until one's arguments (the command name
+// first, lower-cased) satisfy match, for at most timeout, and returns them.
+func (m *Monitor) Find(t testing.TB, timeout time.Duration, match func(args []string) bool) []string {
+	t.Helper()
+	_ = m.conn.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		line, err := m.rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("redistest: monitor saw no such command within %s: %v", timeout, err)
+		}
+		args := monitorArgs(line)
+		if len(args) > 0 {
+			args[0] = strings.ToLower(args[0])
+			if match(args) {
+				return args
+			}
+		}
+	}
+}
+
+// monitorArgs parses a MONITOR line, `+1700000000.123456 [0 127.0.0.1:5555]
+// "evalsha" "…" …`, into its quoted arguments.
+func monitorArgs(line string) []string {
+	var args []string
+	for i := 0; i < len(line); i++ {
+		if line[i] != '"' {
+			continue
+		}
+		var b strings.Builder
+		for i++; i < len(line) && line[i] != '"'; i++ {
+			if line[i] == '\\' && i+1 < len(line) {
+				i++
+				if line[i] == 'x' && i+2 < len(line) {
+					if v, err := strconv.ParseUint(line[i+1:i+3], 16, 8); err == nil {
+						b.WriteByte(byte(v))
+						i += 2
+						continue
+					}
+				}
+			}
+			b.WriteByte(line[i])
+		}
+		args = append(args, b.String())
+	}
+	return args
 }
