@@ -71,7 +71,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(newRaceCmd(stdout, stderr), newCompareCmd(stdout, stderr), newEdgeCmd(stdout, stderr),
-		newBenchCmd(stdout, stderr), newReportCmd(stdout), newVersionCmd(stdout))
+		newBenchCmd(stdout, stderr), newSkewCmd(stdout, stderr), newReportCmd(stdout), newVersionCmd(stdout))
 	return root
 }
 

@@ -462,6 +462,77 @@ func TestCompareJSON(t *testing.T) {
 	}
 }
 
+func TestSkewBadInput(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--algorithms", "naive"}, `--algorithms: "naive" is not one of fixed-window`},
+		{[]string{"--algorithms", ","}, "--algorithms names no algorithm"},
+		{[]string{"--clock", "wall"}, `--clock: unknown clock "wall"`},
+		{[]string{"--skews", "1.5ms"}, "--skews: each offset must be a whole number of milliseconds"},
+		{[]string{"--skews", "soon"}, `invalid argument "soon" for "--skews"`},
+		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
+		{[]string{"--window", "0s"}, "--window: window must be positive"},
+		{[]string{"--clients", "0"}, "--clients must be at least 1 (got 0)"},
+		{[]string{"--duration", "0s"}, "--duration must be between 1ms and 10m"},
+		{[]string{"--load", "0"}, "--load must be above 0"},
+		{[]string{"--connections", "0"}, "--connections must be between 1 and 10000"},
+		{[]string{"--timeout", "0s"}, "--timeout must be between 1ms and 1m"},
+		{[]string{"--clients", "100000", "--duration", "10m"}, "--clients: the stream would make about"},
+		{[]string{"--output", "yaml"}, `--output: unknown output "yaml"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, stdout, stderr := ratelab(t, append([]string{"skew", "--redis", srv.URL()}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections: something was sent")
+			}
+		})
+	}
+}
+
+// TestSkewJSON: a short run prints the rows the JSON promises, one per
+// clock and skew level, and nothing over-admitted on Redis's clock.
+func TestSkewJSON(t *testing.T) {
+	redistest.Client(t, srv)
+	code, stdout, stderr := ratelab(t, "skew", "--redis", srv.URL(), "--algorithms", "sliding-log", "--skews", "0,500ms",
+		"--clients", "3", "--duration", "1s", "--output", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep map[string]any
+	decodeJSON(t, stdout, &rep)
+	if rep["command"] != "skew" {
+		t.Errorf("command = %v", rep["command"])
+	}
+	rows := field[[]any](t, rep, "rows")
+	if len(rows) != 2*4 {
+		t.Fatalf("%d rows, want 2 clocks × 4 skew levels (0, 125, 250 and 500 ms)", len(rows))
+	}
+	for _, r := range rows {
+		r, ok := r.(map[string]any)
+		if !ok {
+			t.Fatalf("a row is %T, want an object", r)
+		}
+		for _, f := range []string{"algorithm", "clock", "max_skew_ms", "decisions", "over_admitted", "false_denied"} {
+			if _, ok := r[f]; !ok {
+				t.Errorf("row %v: no field %q", r, f)
+			}
+		}
+		if r["clock"] == "redis" && r["over_admitted"] != 0.0 {
+			t.Errorf("on Redis's clock: %v over-admitted", r["over_admitted"])
+		}
+		if r["algorithm"] != "sliding-log" || field[float64](t, r, "decisions") < 1 {
+			t.Errorf("row %v", r)
+		}
+	}
+}
+
 func TestEdgeBadInput(t *testing.T) {
 	c := redistest.Client(t, srv)
 	for _, tc := range []struct {

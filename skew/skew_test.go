@@ -1,0 +1,121 @@
+package skew_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/skew"
+)
+
+var srv *redisrun.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// TestSkew runs every algorithm on the default nodes against redis-server:
+// on Redis's clock nothing is ever over-admitted, whatever the nodes'
+// offsets; on the nodes' own clocks nothing is at zero skew, and the
+// over-admission grows with the skew: in total at every level, and for the
+// sliding log and the fixed window from a quarter of the offsets to all of
+// them.
+func TestSkew(t *testing.T) {
+	c := redistest.Client(t, srv)
+	cfg := skew.Config{
+		Redis:    &redis.UniversalOptions{Addrs: []string{srv.Addr}},
+		Duration: 6 * time.Second,
+		Consumer: redistest.Prefix(t),
+	}
+	rep, err := skew.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 5*2*4 {
+		t.Fatalf("%d rows, want 5 algorithms × 2 clocks × 4 skew levels", len(rep.Rows))
+	}
+	caller := map[int64]int64{} // max skew -> over-admitted, summed over the algorithms
+	over := map[string]map[int64]int64{}
+	var levels []int64
+	for _, r := range rep.Rows {
+		t.Logf("%-16s %-6s %5dms %v: %d decisions, %d admitted, %d over, %d falsely denied, %d errors",
+			r.Algorithm, r.Clock, r.MaxSkewMillis, r.OffsetsMillis, r.Decisions, r.Admitted, r.OverAdmitted, r.FalseDenied, r.Errors)
+		if r.Decisions != rep.Rows[0].Decisions || r.Decisions < 500 {
+			t.Errorf("%s %s %dms: %d decisions; every row runs the same stream of %d", r.Algorithm, r.Clock, r.MaxSkewMillis, r.Decisions, rep.Rows[0].Decisions)
+		}
+		if r.Errors != 0 {
+			t.Errorf("%s %s %dms: %d failed decisions", r.Algorithm, r.Clock, r.MaxSkewMillis, r.Errors)
+		}
+		switch {
+		case r.Clock == "redis" && r.OverAdmitted != 0:
+			t.Errorf("%s on Redis's clock at %dms of skew: %d over-admitted, want 0", r.Algorithm, r.MaxSkewMillis, r.OverAdmitted)
+		case r.Clock == "caller" && r.MaxSkewMillis == 0 && r.OverAdmitted != 0:
+			t.Errorf("%s on true clocks: %d over-admitted, want 0", r.Algorithm, r.OverAdmitted)
+		case r.Clock == "caller":
+			if _, ok := caller[r.MaxSkewMillis]; !ok {
+				levels = append(levels, r.MaxSkewMillis)
+			}
+			caller[r.MaxSkewMillis] += r.OverAdmitted
+			if over[r.Algorithm] == nil {
+				over[r.Algorithm] = map[int64]int64{}
+			}
+			over[r.Algorithm][r.MaxSkewMillis] = r.OverAdmitted
+		}
+	}
+	if want := []int64{0, 300, 600, 1200}; len(levels) != len(want) {
+		t.Fatalf("skew levels %v, want %v", levels, want)
+	}
+	for i := 1; i < len(levels); i++ {
+		if caller[levels[i]] <= caller[levels[i-1]] {
+			t.Errorf("on the nodes' clocks %d over-admitted at %dms of skew, %d at %dms: want it to grow",
+				caller[levels[i]], levels[i], caller[levels[i-1]], levels[i-1])
+		}
+	}
+	for _, name := range []string{"sliding-log", "fixed-window"} {
+		if o := over[name]; o[300] == 0 || o[1200] <= o[300] {
+			t.Errorf("%s over-admitted %v by skew; want more at 1200ms than at 300ms, and some at 300ms", name, o)
+		}
+	}
+	if keys := c.Keys(context.Background(), "rl:{"+cfg.Consumer+"*").Val(); len(keys) != 0 {
+		t.Errorf("left %d keys behind", len(keys))
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := skew.Config{Algorithms: []string{"gcra"}, Clocks: []algorithms.Clock{algorithms.ClockCaller},
+		Skews: skew.DefaultSkews(), Policy: algorithms.Policy{Limit: 5, Window: time.Second}, Clients: 1,
+		Duration: time.Second, Load: 1, Connections: 1, Timeout: time.Second}
+	for _, tc := range []struct {
+		field string
+		edit  func(*skew.Config)
+	}{
+		{"", func(*skew.Config) {}},
+		{"Algorithms", func(c *skew.Config) { c.Algorithms = []string{"naive"} }},
+		{"Algorithms", func(c *skew.Config) { c.Algorithms = nil }},
+		{"Skews", func(c *skew.Config) { c.Skews = []time.Duration{1500 * time.Microsecond} }},
+		{"Skews", func(c *skew.Config) { c.Skews = []time.Duration{2 * time.Hour} }},
+		{"Skews", func(c *skew.Config) { c.Skews = nil }},
+		{"Limit", func(c *skew.Config) { c.Policy.Limit = 0 }},
+		{"Window", func(c *skew.Config) { c.Policy.Window = 0 }},
+		{"Clients", func(c *skew.Config) { c.Clients = 0 }},
+		{"Clients", func(c *skew.Config) { c.Clients = 1_000_000 }},
+		{"Duration", func(c *skew.Config) { c.Duration = 0 }},
+		{"Load", func(c *skew.Config) { c.Load = -1 }},
+		{"Connections", func(c *skew.Config) { c.Connections = 0 }},
+		{"Timeout", func(c *skew.Config) { c.Timeout = 0 }},
+	} {
+		err := func() error { c := good; tc.edit(&c); return c.Validate() }()
+		var fe *skew.FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("valid config: %v", err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("want a %s field error, got %v", tc.field, err)
+		}
+	}
+}
