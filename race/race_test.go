@@ -411,3 +411,29 @@ func TestNoCorrectLimiterAccused(t *testing.T) {
 		t.Errorf("naive never leaked in %d trials of 200 goroutines at a limit of 100", r.Trials)
 	}
 }
+
+// TestExhaustedRetriesAreNotUnderAdmission: a watch limiter allowed one
+// attempt gives up on most requests of a burst; those were never decided by
+// the policy, so they count as exhausted retries, and the trial is not
+// short of its minimum.
+func TestExhaustedRetriesAreNotUnderAdmission(t *testing.T) {
+	redistest.Client(t, srv)
+	cfg := config(t, srv.Addr, "watch")
+	cfg.WatchRetries = 1
+	cfg.Trials = 5
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTrials(t, rep)
+	r := rep.Results[0]
+	if r.RetriesExhausted == 0 || r.UnderAdmitted != 0 || r.OverAdmitted != 0 {
+		t.Fatalf("watch with one attempt: %d exhausted, %d under, %d over; want some exhausted and neither under nor over",
+			r.RetriesExhausted, r.UnderAdmitted, r.OverAdmitted)
+	}
+	for i, tr := range r.TrialResults {
+		if tr.Minimum != min(100-tr.RetriesExhausted-tr.Errors, 5) {
+			t.Errorf("trial %d: minimum %d with %d exhausted", i+1, tr.Minimum, tr.RetriesExhausted)
+		}
+	}
+}

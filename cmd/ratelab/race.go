@@ -78,7 +78,7 @@ port and stops it on exit; with no redis-server on PATH it uses an embedded Redi
 		"(default $REDIS_URL, else a private redis-server)")
 	f.BoolVar(&opts.Cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
 	f.StringVarP(&opts.Output, "output", "o", "table", "output format: table, markdown or json")
-	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when any limiter admitted more than the limit")
+	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when any limiter admitted more than its own guarantee allowed")
 	opts.Script.bind(f)
 	_ = cmd.RegisterFlagCompletionFunc("limiters", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return append(algorithms.Names(), "all"), cobra.ShellCompDirectiveNoFileComp
