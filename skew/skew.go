@@ -64,11 +64,14 @@ type Config struct {
 	Progress func(done, total int)
 }
 
-// Defaults and bounds.
+// Bounds on a run, so that every run is bounded.
 const (
-	MaxNodes    = 64
-	MaxSkew     = time.Hour
-	MaxRequests = 2_000_000 // decisions in one run
+	// MaxNodes bounds the number of simulated nodes (offsets in Skews).
+	MaxNodes = 64
+	// MaxSkew bounds each node's offset, either way.
+	MaxSkew = time.Hour
+	// MaxRequests bounds the stream's expected number of decisions.
+	MaxRequests = 2_000_000
 )
 
 // DefaultSkews are the nodes' clock offsets when none are given: four nodes.
@@ -84,6 +87,7 @@ type FieldError struct {
 	Reason string
 }
 
+// Error says which field is wrong and why.
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
 func fieldErr(field, format string, a ...any) error {
@@ -187,7 +191,8 @@ func (cfg Config) expectedRequests() float64 {
 	return cells * float64(cfg.Clients) * perClient
 }
 
-// Settings is the configuration as reports show it.
+// Settings is the configuration as reports show it; see Config for each
+// field. Durations are in ms, the skews one per node.
 type Settings struct {
 	Algorithms    []string `json:"algorithms"`
 	Clocks        []string `json:"clocks"`
@@ -204,9 +209,12 @@ type Settings struct {
 
 // Server names the Redis a run was measured on. The command line fills it.
 type Server struct {
-	Mode    string `json:"mode"`
+	// Mode is "external", "ephemeral" or "embedded".
+	Mode string `json:"mode"`
+	// Version is the server's version.
 	Version string `json:"version"`
-	Addr    string `json:"addr"`
+	// Addr is where it listens, without credentials.
+	Addr string `json:"addr"`
 }
 
 // Offset is how far Redis's clock is ahead of this process's, as measured
