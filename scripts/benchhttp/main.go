@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,7 +108,7 @@ func run(rounds int, duration time.Duration, conns int, rateList, ratelab string
 	}
 	if errBomb == nil {
 		jobs = append(jobs, job{"bombardier", func() error {
-			cmd := exec.Command("bombardier", "-c", c, "-d", d, "-p", "r", "-o", "j", url)
+			cmd := pinned(1, "bombardier", "-c", c, "-d", d, "-p", "r", "-o", "j", url)
 			cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 			out, err := cmd.Output()
 			if err != nil {
@@ -146,8 +147,12 @@ func run(rounds int, duration time.Duration, conns int, rateList, ratelab string
 			}})
 		}
 	}
-	fmt.Printf("nginx %s, 1 worker, static 200 on loopback; %d connections, %s per run, %d rounds, tools rotated each round\n",
-		nginxVersion(), conns, d, rounds)
+	pin := "unpinned"
+	if pinned(0, "true").Args[0] == "taskset" {
+		pin = "nginx on CPU 0, each tool on CPU 1 (taskset)"
+	}
+	fmt.Printf("nginx %s, 1 worker, static 200 on loopback; %d connections, %s per run, %d rounds, tools rotated each round; %s\n",
+		nginxVersion(), conns, d, rounds, pin)
 	for round := range rounds {
 		for k := range jobs {
 			j := jobs[(k+round)%len(jobs)]
@@ -221,7 +226,7 @@ func ratelabRun(bin, url string, args ...string) (result, error) {
 // ratelabRSS runs ratelab on n connections for 3 s and returns its
 // largest resident set, in MiB.
 func ratelabRSS(bin, url string, n int) (float64, result, error) {
-	cmd := exec.Command(bin, "bench", "http", url, "-o", "json", "--rate", "0", "--connections", strconv.Itoa(n), "--duration", "3s")
+	cmd := pinned(1, bin, "bench", "http", url, "-o", "json", "--rate", "0", "--connections", strconv.Itoa(n), "--duration", "3s")
 	out, err := cmd.Output()
 	if err != nil {
 		return 0, result{}, fmt.Errorf("ratelab with %d connections: %w", n, err)
@@ -237,9 +242,19 @@ func ratelabRSS(bin, url string, n int) (float64, result, error) {
 	return float64(ru.Maxrss) / 1024, r, nil // Linux reports KiB
 }
 
+// pinned runs name on CPU cpu when taskset is there and the machine has
+// two CPUs or more: nginx on the first, each load generator in turn on the
+// second, so that neither takes the other's core.
+func pinned(cpu int, name string, args ...string) *exec.Cmd {
+	if _, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
+		return exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu), name}, args...)...)
+	}
+	return exec.Command(name, args...)
+}
+
 func output(name string, args ...string) ([]byte, error) {
 	var stderr bytes.Buffer
-	cmd := exec.Command(name, args...)
+	cmd := pinned(1, name, args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -359,7 +374,7 @@ http {
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	cmd := pinned(0, bin, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
