@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
 )
 
 // sample is one response of a consumer, kept for the audit.
@@ -32,19 +35,29 @@ const maxSamples = 5_000_000
 type Audit struct {
 	Limit        int64 `json:"limit"`
 	WindowMillis int64 `json:"window_ms"`
+	// Algorithm is the algorithm the endpoint was held to (--expect-algorithm);
+	// empty for the sliding-window rule of --expect-limit alone. Rule says
+	// in words what its guarantee allows.
+	Algorithm string `json:"algorithm"`
+	Rule      string `json:"rule"`
 	// Samples is the number of responses the audit judged.
 	Samples int64 `json:"samples"`
 	// CappedFromMillis, when not null, is when the audit stopped keeping
 	// responses (it keeps at most 5,000,000), since the measured run began:
 	// what came after was not judged.
 	CappedFromMillis *int64 `json:"capped_from_ms"`
-	// WorstConsumer admitted the most requests inside one window's span;
-	// WorstWindowAdmitted is how many. Only responses whose whole flight
-	// (sent to received) lies inside the span count, so a latency can never
-	// make an honest limiter look leaky; and the span is a millisecond short
-	// of the window, for limiters that keep time in whole milliseconds.
+	// WorstConsumer had the span of time in which it was admitted the most
+	// beyond what the rule allows: WorstWindowAdmitted successes in
+	// WorstSpanMillis, where WorstSpanAllowed were allowed; OverAdmitted is
+	// the difference when positive. Only responses whose whole flight (sent
+	// to received) lies inside the span count, so a latency can never make
+	// an honest limiter look leaky. Under the sliding-window rule the span
+	// is a window less a millisecond, for limiters that keep whole
+	// milliseconds.
 	WorstConsumer       string `json:"worst_consumer"`
 	WorstWindowAdmitted int64  `json:"worst_window_admitted"`
+	WorstSpanMillis     int64  `json:"worst_span_ms"`
+	WorstSpanAllowed    int64  `json:"worst_span_allowed"`
 	OverAdmitted        int64  `json:"over_admitted"`
 	RetryAfter          struct {
 		// Probes is how many denied consumers were asked again around their
@@ -126,11 +139,36 @@ func sfParam(field, name string) (int64, bool) {
 	return 0, false
 }
 
-// audit judges the samples against limit per window. horizon, when not
+// expectation is what the audit holds an endpoint to.
+type expectation struct {
+	policy algorithms.Policy
+	// algorithm is the registry name of the algorithm the endpoint claims;
+	// empty for the sliding-window rule.
+	algorithm string
+	guarantee algorithms.Guarantee
+}
+
+// newExpectation makes the expectation of limit per window under
+// algorithm ("" for the sliding-window rule).
+func newExpectation(limit int64, window time.Duration, algorithm string) (expectation, error) {
+	e := expectation{policy: algorithms.Policy{Limit: limit, Window: window}, algorithm: algorithm, guarantee: algorithms.SlidingWindow}
+	if algorithm != "" {
+		info, ok := algorithms.Lookup(algorithm)
+		if !ok || !info.Algorithm {
+			return e, fmt.Errorf("--expect-algorithm %q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
+		}
+		e.guarantee = info.Guarantee
+	}
+	return e, nil
+}
+
+// audit judges the samples against the expectation. horizon, when not
 // negative, is when samples started to be dropped: checks that need every
 // response up to some time judge only what ended before it.
-func audit(samples []sample, limit int64, window time.Duration, consumers int, horizon time.Duration) Audit {
-	a := Audit{Limit: limit, WindowMillis: window.Milliseconds(), Samples: int64(len(samples))}
+func audit(samples []sample, exp expectation, consumers int, horizon time.Duration) Audit {
+	limit, window := exp.policy.Limit, exp.policy.Window
+	a := Audit{Limit: limit, WindowMillis: window.Milliseconds(), Samples: int64(len(samples)),
+		Algorithm: exp.algorithm, Rule: exp.guarantee.Rule(exp.policy)}
 	if horizon >= 0 {
 		ms := horizon.Milliseconds()
 		a.CappedFromMillis = &ms
@@ -162,14 +200,52 @@ func audit(samples []sample, limit int64, window time.Duration, consumers int, h
 				ok = append(ok, s)
 			}
 		}
-		if n := worstWindow(ok, window-time.Millisecond); n > a.WorstWindowAdmitted {
-			a.WorstWindowAdmitted, a.WorstConsumer = n, consumerName(int32(c))
+		w := worstSpan(ok, exp)
+		if a.WorstConsumer == "" || w.admitted-w.allowed > a.WorstWindowAdmitted-a.WorstSpanAllowed {
+			a.WorstConsumer, a.WorstWindowAdmitted, a.WorstSpanAllowed = consumerName(int32(c)), w.admitted, w.allowed
+			a.WorstSpanMillis = w.span.Milliseconds()
 		}
-		remainingChecks(ok, window, horizon, &a)
+		remainingChecks(ok, window, horizon, exp.guarantee == algorithms.SlidingWindow, &a)
 	}
-	a.OverAdmitted = max(a.WorstWindowAdmitted-limit, 0)
+	if a.WorstConsumer == "" {
+		a.WorstSpanMillis, a.WorstSpanAllowed = (window - time.Millisecond).Milliseconds(), limit
+	}
+	a.OverAdmitted = max(a.WorstWindowAdmitted-a.WorstSpanAllowed, 0)
 	return a
 }
+
+// span is a stretch of time and what one consumer was admitted in it.
+type span struct {
+	span              time.Duration
+	admitted, allowed int64
+}
+
+// worstSpan finds the span of time in which ok (a consumer's successes)
+// went furthest beyond what the expectation allows.
+func worstSpan(ok []sample, exp expectation) span {
+	p, g := exp.policy, exp.guarantee
+	switch g {
+	case algorithms.SlidingWindow:
+		s := p.Window - time.Millisecond
+		return span{span: s, admitted: worstWindow(ok, s), allowed: p.Limit}
+	case algorithms.AlignedWindows, algorithms.ExpiryWindows:
+		// Where the windows lie is the endpoint's business: any span may
+		// cross k edges. Spans of 1, 2 and 3 windows less a millisecond.
+		var worst span
+		for k := range 3 {
+			s := time.Duration(k+1)*p.Window - time.Millisecond
+			w := span{span: s, admitted: worstWindow(ok, s), allowed: g.MaxIn(p, s)}
+			if k == 0 || w.admitted-w.allowed > worst.admitted-worst.allowed {
+				worst = w
+			}
+		}
+		return worst
+	}
+	// A burst then a steady rate: the bound grows with the span. Every
+	// span from one success's send to another's reply is weighed at once.
+	return worstRamp(ok, p, g)
+}
+
 
 func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }
 
@@ -231,7 +307,8 @@ func cmpDur(a, b time.Duration) int {
 }
 
 // remainingChecks judges a consumer's advertised remaining counts with rules
-// that hold for any honest limiter, whatever its algorithm:
+// that hold for any honest limiter (the second only for one that holds the
+// sliding-window rule, zero set):
 //
 //   - remaining falls by at most one per request admitted in between: for
 //     two successes a and b, b sent after a came back, remaining(a) -
@@ -241,12 +318,14 @@ func cmpDur(a, b time.Duration) int {
 //     that said 0 remaining breaks it when b came back before any slot could
 //     have freed, both for a sliding window (a window after the earliest
 //     success that could still be in it) and for a's own advertised reset
-//     (less the second it may have been rounded up by).
+//     (less the second it may have been rounded up by). A token bucket's
+//     slot may free a moment after it said 0, and a fixed window's edge may
+//     come at any moment: for them 0 promises nothing.
 //
 // Only pairs whose second success ended before horizon (when not negative)
 // are judged, so that no success in between can be missing. Each pair costs
 // O(log n).
-func remainingChecks(ok []sample, window, horizon time.Duration, a *Audit) {
+func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, a *Audit) {
 	var ss []sample
 	for _, s := range ok {
 		if s.remaining >= 0 {
@@ -302,7 +381,7 @@ func remainingChecks(ok []sample, window, horizon time.Duration, a *Audit) {
 			violate(y, "remaining fell from "+strconv.FormatInt(x.remaining, 10)+" to "+strconv.FormatInt(y.remaining, 10)+
 				" with "+strconv.FormatInt(between, 10)+" admissions in between")
 		}
-		if x.remaining == 0 && x.reset >= 0 {
+		if zero && x.remaining == 0 && x.reset >= 0 {
 			// The earliest success that may still count in x's window frees
 			// its slot a window after it was sent, less a millisecond for
 			// limiters that keep whole milliseconds.
@@ -349,7 +428,14 @@ func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sam
 	}
 	sort.Slice(picks, func(i, j int) bool { return picks[i].consumer < picks[j].consumer })
 	if len(picks) == 0 {
-		a.RetryAfter.Skipped = "no consumer was denied, with a Retry-After, after its last success"
+		// No denial in the run can be trusted (the limiter refills as it
+		// goes): ask a few consumers until they are denied.
+		picks = driveToDenial(ctx, p, min(cfg.Consumers, 3), a.Limit)
+	}
+	if len(picks) == 0 {
+		if ctx.Err() == nil {
+			a.RetryAfter.Skipped = "no consumer was denied with a Retry-After, in the run or when asked again after it"
+		}
 		return
 	}
 	picks = picks[:min(len(picks), 3)]
@@ -437,6 +523,29 @@ func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sam
 	case a.RetryAfter.Probes > 0:
 		a.RetryAfter.Honest = &honest
 	}
+}
+
+// driveToDenial asks each of the first n consumers, back to back, until a
+// request is denied with a Retry-After: at most twice the limit plus two
+// requests (at most 1,000) and 10 seconds each. It returns the denials.
+func driveToDenial(ctx context.Context, p *plan, n int, limit int64) []sample {
+	var picks []sample
+	for consumer := range n {
+		c := newConn(p, 0)
+		deadline := time.Now().Add(10 * time.Second)
+		for range min(2*limit+2, 1000) {
+			s, err := c.ask(ctx, consumer)
+			if err != nil || time.Now().After(deadline) {
+				break
+			}
+			if s.status == http.StatusTooManyRequests && s.retryAfter > 0 {
+				picks = append(picks, s)
+				break
+			}
+		}
+		c.hangUp()
+	}
+	return picks
 }
 
 func later(a, b time.Time) time.Time {

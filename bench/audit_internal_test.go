@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/ratelab/ratelab/algorithms"
 	"time"
 )
 
@@ -111,7 +113,7 @@ func TestFastRulesAgree(t *testing.T) {
 			t.Fatalf("trial %d: worst window %d, want %d", trial, got, want)
 		}
 		var a Audit
-		remainingChecks(slices.Clone(ok), window, horizon, &a)
+		remainingChecks(slices.Clone(ok), window, horizon, true, &a)
 		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); a.Headers.Violations != want {
 			t.Fatalf("trial %d: %d violations, want %d", trial, a.Headers.Violations, want)
 		}
@@ -129,7 +131,7 @@ func TestAuditIsLinear(t *testing.T) {
 		ss[i] = sample{sent: at, done: at + 2*time.Millisecond, status: 200, remaining: int64(i % 100), reset: time.Second,
 			retryAfter: -1, limit: -1}
 	}
-	a := audit(ss, 2000, time.Second, 1, -1)
+	a := audit(ss, slidingWindow(2000), 1, -1)
 	// 2,000 a second, each flight 2 ms: a window a millisecond short of 1 s
 	// whose start is a send holds 1,994 whole flights.
 	if a.WorstWindowAdmitted != 1994 || a.Samples != n {
@@ -196,7 +198,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 				reset: time.Second, retryAfter: -1, limit: 10})
 		}
 	}
-	full := audit(ss, 10, time.Second, 1, -1)
+	full := audit(ss, slidingWindow(10), 1, -1)
 	if full.Headers.Violations != 0 || full.OverAdmitted != 0 {
 		t.Fatalf("all samples: %+v", full)
 	}
@@ -208,12 +210,69 @@ func TestCappedAuditIsSound(t *testing.T) {
 			capped = append(capped, s)
 		}
 	}
-	a := audit(capped, 10, time.Second, 1, time.Second)
+	a := audit(capped, slidingWindow(10), 1, time.Second)
 	if a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
 	// Without the horizon the gaps look like remaining falling by two.
-	if b := audit(capped, 10, time.Second, 1, -1); b.Headers.Violations == 0 {
+	if b := audit(capped, slidingWindow(10), 1, -1); b.Headers.Violations == 0 {
 		t.Fatal("the gaps went unseen without a horizon: the test proves nothing")
+	}
+}
+
+func slidingWindow(limit int64) expectation {
+	e, err := newExpectation(limit, time.Second, "")
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+// TestRampFindsTheWorstSpan: for the guarantees whose bound grows with the
+// span, the sweep's span counts exactly the flights inside it and goes as
+// far over the bound as the worst of every span from a send to a reply,
+// less the one admission the bound's rounding may hide.
+func TestRampFindsTheWorstSpan(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := range 200 {
+		var ok []sample
+		for _, s := range randomSamples(r, 1+r.IntN(60)) {
+			if s.ok() {
+				ok = append(ok, s)
+			}
+		}
+		if len(ok) == 0 {
+			continue
+		}
+		p := algorithms.Policy{Limit: int64(1 + r.IntN(6)), Window: time.Duration(20+r.IntN(300)) * time.Millisecond}
+		for _, g := range []algorithms.Guarantee{algorithms.BurstRefill, algorithms.WeightedWindows} {
+			got := worstRamp(ok, p, g)
+			matched := false
+			best := int64(math.MinInt64)
+			for _, s := range ok {
+				for _, e := range ok {
+					if s.sent > e.done {
+						continue
+					}
+					var n int64
+					for _, f := range ok {
+						if f.sent >= s.sent && f.done <= e.done {
+							n++
+						}
+					}
+					d := e.done - s.sent
+					if d == got.span && n == got.admitted {
+						matched = true
+					}
+					best = max(best, n-g.MaxIn(p, d))
+				}
+			}
+			if !matched || got.allowed != g.MaxIn(p, got.span) {
+				t.Fatalf("trial %d %s: span %v holds %d, allowed %d: no span from a send to a reply matches", trial, g, got.span, got.admitted, got.allowed)
+			}
+			if got.admitted-got.allowed < best-1 {
+				t.Fatalf("trial %d %s: the sweep found %d over, a span holds %d over", trial, g, got.admitted-got.allowed, best)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -112,31 +113,74 @@ func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 	}
 }
 
-// TestAuditPassesTheEdgeGateway: ratelab's own limiter, the sliding log
-// over a real redis-server, passes every part of the audit.
+// TestAuditPassesTheEdgeGateway: ratelab's own limiter over a real
+// redis-server, with each algorithm, passes every part of the audit held to
+// that algorithm's guarantee; the sliding log passes the sliding-window
+// rule too, at exactly its limit.
 func TestAuditPassesTheEdgeGateway(t *testing.T) {
 	t.Parallel()
-	c := redistest.Client(t, srv)
-	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
-	defer uc.Close()
-	p := algorithms.Policy{Limit: 5, Window: time.Second}
-	lim, err := algorithms.New("sliding-log", uc, p)
+	for _, name := range append(algorithms.Algorithms(), "") {
+		t.Run(cmp.Or(name, "sliding-window rule"), func(t *testing.T) {
+			t.Parallel()
+			redistest.Client(t, srv) // skips, or fails under CI, without redis-server
+			uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
+			defer uc.Close()
+			p := algorithms.Policy{Limit: 5, Window: time.Second}
+			lim, err := algorithms.New(cmp.Or(name, "sliding-log"), uc, p, algorithms.WithClock(algorithms.ClockRedis))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: cmp.Or(name, "rule") + "-" + redistest.Prefix(t), Policy: p,
+				KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			a := auditExpect(t, h, name, false)
+			if a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
+				t.Fatalf("%s: admitted %d in %d ms where %d were allowed", name, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
+			}
+			if name == "" && a.WorstWindowAdmitted != 5 {
+				t.Fatalf("the sliding log admitted %d in one window, want its limit", a.WorstWindowAdmitted)
+			}
+			if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
+				t.Fatalf("headers: %+v", a.Headers)
+			}
+			if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest == nil || !*a.RetryAfter.Honest {
+				t.Fatalf("retry-after: %+v", a.RetryAfter)
+			}
+		})
+	}
+}
+
+// TestAuditCatchesAnOverAdmittingGateway: a server that admits twice the
+// limit it advertises fails the audit whichever algorithm it claims.
+func TestAuditCatchesAnOverAdmittingGateway(t *testing.T) {
+	t.Parallel()
+	for _, name := range algorithms.Algorithms() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a := auditExpect(t, &fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"}, name, true)
+			if a.OverAdmitted == 0 {
+				t.Fatalf("%s: the worst span held %d where %d were allowed: the leak went unseen", name, a.WorstWindowAdmitted, a.WorstSpanAllowed)
+			}
+		})
+	}
+}
+
+// auditExpect is auditRun holding the server to algorithm ("" for the
+// sliding-window rule).
+func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) bench.Audit {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 40, Duration: 2500 * time.Millisecond,
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, ExpectAlgorithm: algorithm,
+		NoProbes: noProbes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "sliding-log-" + redistest.Prefix(t), Policy: p,
-		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	a := auditRun(t, h, false)
-	if a.OverAdmitted != 0 || a.WorstWindowAdmitted != 5 {
-		t.Fatalf("the sliding log admitted %d in one window", a.WorstWindowAdmitted)
+	if res.Audit == nil || res.Audit.Algorithm != algorithm {
+		t.Fatalf("audit %+v, want one held to %q", res.Audit, algorithm)
 	}
-	if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
-		t.Fatalf("headers: %+v", a.Headers)
-	}
-	if a.RetryAfter.Probes == 0 || a.RetryAfter.Honest == nil || !*a.RetryAfter.Honest {
-		t.Fatalf("retry-after: %+v", a.RetryAfter)
-	}
-	_ = c
+	t.Logf("audit: %+v", *res.Audit)
+	return *res.Audit
 }
 
 // TestAuditCatchesFalseRemaining: a server that admits its limit but says
@@ -164,22 +208,22 @@ func TestAuditCatchesFalseRemaining(t *testing.T) {
 	}
 }
 
-// TestMergedAuditCatchesASplitLeak: three load machines share the
+// TestMergedAuditCatchesASplitLeak: four load machines share the
 // consumers of a server that admits twice its limit. Each sees about a
-// third of the admissions and passes its audit; merged, the audit sees
+// quarter of the admissions and passes its audit; merged, the audit sees
 // them all and fails, and the counts and histograms add up.
 func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(&fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"})
 	defer srv.Close()
-	runs := make([]bench.Result, 3)
+	runs := make([]bench.Result, 4)
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
+	errs := make([]error, len(runs))
 	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 20, Duration: 2500 * time.Millisecond,
+			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 15, Duration: 2500 * time.Millisecond,
 				Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: true})
 		}()
 	}

@@ -279,7 +279,9 @@ func TestUnsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requests+res.Unsent != 200 || res.Unsent != 99 || res.ErrorKinds["timeout"].Count != 1 {
-		t.Fatalf("%d sent, %d unsent, errors %v: want 101 sent (one timing out) and 99 unsent", res.Requests, res.Unsent, res.ErrorKinds)
+	// The other connection sends all of its 100 unless the machine stalls
+	// it past the end: then some of its own are unsent too.
+	if res.Requests+res.Unsent != 200 || res.Unsent < 99 || res.ErrorKinds["timeout"].Count != 1 {
+		t.Fatalf("%d sent, %d unsent, errors %v: want 200 due, 99 of them unsent at least, one timing out", res.Requests, res.Unsent, res.ErrorKinds)
 	}
 }

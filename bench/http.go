@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ratelab/ratelab/algorithms"
 )
 
 // HTTPConfig is one load run.
@@ -57,6 +59,10 @@ type HTTPConfig struct {
 	// consumer may get more than ExpectLimit successes in any ExpectWindow.
 	ExpectLimit  int64
 	ExpectWindow time.Duration
+	// ExpectAlgorithm, when set, holds the endpoint to that algorithm's
+	// guarantee (algorithms.Algorithms()) for ExpectLimit per ExpectWindow,
+	// instead of the sliding-window rule.
+	ExpectAlgorithm string
 	// NoProbes skips the audit's Retry-After probes (they can take up to a
 	// Retry-After plus 10 seconds after the run).
 	NoProbes bool
@@ -119,6 +125,16 @@ func (c HTTPConfig) Validate() error {
 		return fmt.Errorf("--expect-limit needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
 	case c.ExpectLimit > 0 && c.Consumers == 0:
 		return errors.New("--expect-limit audits per consumer: it needs --consumer-header")
+	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
+		return errors.New("--expect-algorithm needs --expect-limit")
+	}
+	if c.ExpectLimit > 0 {
+		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
+			return fmt.Errorf("--expect-limit: %w", err)
+		}
+		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
+			return err
+		}
 	}
 	if c.Rate > 0 && c.Duration > 0 && c.Rate*(c.Duration+c.Warmup).Seconds() > 1e12 {
 		return fmt.Errorf("--rate × --duration is over 10^12 requests")
@@ -221,7 +237,8 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		}
 	}
 	if p.audit {
-		a := audit(samples, cfg.ExpectLimit, cfg.ExpectWindow, cfg.Consumers, horizon)
+		exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm) // validated
+		a := audit(samples, exp, cfg.Consumers, horizon)
 		switch {
 		case cfg.NoProbes:
 			a.RetryAfter.Skipped = "probes turned off (--no-probes)"

@@ -186,9 +186,9 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	honest, probed := true, false
 	for i, r := range runs {
 		a := r.Audit
-		if a.Limit != first.Limit || a.WindowMillis != first.WindowMillis {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %d per %d ms, run 1 %d per %d ms",
-				i+1, a.Limit, a.WindowMillis, first.Limit, first.WindowMillis), nil
+		if a.Limit != first.Limit || a.WindowMillis != first.WindowMillis || a.Algorithm != first.Algorithm {
+			return nil, fmt.Sprintf("no merged audit: run %d expected %d per %d ms (%s), run 1 %d per %d ms (%s)",
+				i+1, a.Limit, a.WindowMillis, orRule(a.Algorithm), first.Limit, first.WindowMillis, orRule(first.Algorithm)), nil
 		}
 		if r.AuditSamples == nil {
 			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil
@@ -221,11 +221,22 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			merged.RetryAfter.Skipped = fmt.Sprintf("run %d: %s", i+1, ra.Skipped)
 		}
 	}
-	a := audit(all, first.Limit, time.Duration(first.WindowMillis)*time.Millisecond, consumers, horizon)
+	exp, err := newExpectation(first.Limit, time.Duration(first.WindowMillis)*time.Millisecond, first.Algorithm)
+	if err != nil {
+		return nil, "", fmt.Errorf("run 1: audit: %w", err)
+	}
+	a := audit(all, exp, consumers, horizon)
 	a.RetryAfter = merged.RetryAfter
 	if probed {
 		a.RetryAfter.Honest = &honest
 		a.RetryAfter.Skipped = ""
 	}
 	return &a, "", nil
+}
+
+func orRule(algorithm string) string {
+	if algorithm == "" {
+		return "the sliding-window rule"
+	}
+	return algorithm
 }

@@ -84,7 +84,7 @@ func benchNotes(r bench.Result) []string {
 		status = append(status, fmt.Sprintf("%s × %d", k, r.StatusCounts[k]))
 	}
 	notes := []string{
-		"status: " + strings.Join(status, ", ") + fmt.Sprintf("; transport errors: %d%s; %s of bodies received.",
+		"status: " + orNone(strings.Join(status, ", ")) + fmt.Sprintf("; transport errors: %d%s; %s of bodies received.",
 			r.Errors, errorKindsText(r.ErrorKinds), bytesText(r.Bytes)),
 	}
 	if a := r.Audit; a != nil {
@@ -92,8 +92,13 @@ func benchNotes(r bench.Result) []string {
 		if a.OverAdmitted > 0 {
 			verdict = fmt.Sprintf("LEAKED: %d over", a.OverAdmitted)
 		}
-		notes = append(notes, fmt.Sprintf("Audit against %d per %s: the worst consumer, %s, got %d through in one window (%s).",
-			a.Limit, time.Duration(a.WindowMillis)*time.Millisecond, orDash(a.WorstConsumer), a.WorstWindowAdmitted, verdict))
+		held := "the sliding-window rule"
+		if a.Algorithm != "" {
+			held = a.Algorithm
+		}
+		notes = append(notes, fmt.Sprintf("Audit against %d per %s as %s (%s): the worst consumer, %s, got %d through in %s where %d were allowed (%s).",
+			a.Limit, time.Duration(a.WindowMillis)*time.Millisecond, held, a.Rule, orDash(a.WorstConsumer), a.WorstWindowAdmitted,
+			time.Duration(a.WorstSpanMillis)*time.Millisecond, a.WorstSpanAllowed, verdict))
 		ra := a.RetryAfter
 		switch {
 		case ra.Honest == nil:
@@ -152,6 +157,13 @@ func errorKindsText(kinds map[string]bench.ErrorKind) string {
 		}
 	}
 	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func orDash(s string) string {

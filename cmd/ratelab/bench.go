@@ -41,6 +41,7 @@ type benchOptions struct {
 	MaxP99         time.Duration
 	MaxErrorRate   float64
 	ExpectLimit    string
+	ExpectAlgo     string
 	FailOnLeak     bool
 	NoProbes       bool
 
@@ -105,6 +106,8 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Float64Var(&opts.MaxErrorRate, "max-error-rate", -1, "exit 3 when the share of transport errors and 5xx is above this (0 to 1)")
 	f.StringVar(&opts.ExpectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
+	f.StringVar(&opts.ExpectAlgo, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for --expect-limit: "+
+		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when the audit fails: a consumer over the limit, a false Retry-After, or wrong headers")
 	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
 	cmd.AddCommand(http)
@@ -147,9 +150,11 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		}
 	} else if opts.FailOnLeak {
 		return bench.HTTPConfig{}, "", usagef("--fail-on-leak needs --expect-limit")
+	} else if opts.ExpectAlgo != "" {
+		return bench.HTTPConfig{}, "", usagef("--expect-algorithm needs --expect-limit")
 	}
 	cfg := bench.HTTPConfig{
-		ExpectLimit: expect.Limit, ExpectWindow: expect.Window, NoProbes: opts.NoProbes,
+		ExpectLimit: expect.Limit, ExpectWindow: expect.Window, ExpectAlgorithm: opts.ExpectAlgo, NoProbes: opts.NoProbes,
 		Target: target, Method: opts.Method, Header: header, Body: body,
 		Rate: opts.Rate, Connections: opts.Connections, Insecure: opts.Insecure, Interval: opts.Interval,
 		Duration: opts.Duration, Requests: opts.Requests, Warmup: opts.Warmup,
@@ -251,8 +256,8 @@ func benchThresholds(res bench.Result, opts benchOptions) error {
 	}
 	if a := res.Audit; opts.FailOnLeak && a != nil {
 		if a.OverAdmitted > 0 {
-			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: %s got %d through in one window, over the limit of %d",
-				a.WorstConsumer, a.WorstWindowAdmitted, a.Limit))
+			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: %s got %d through in %s, over the %d allowed (%s)",
+				a.WorstConsumer, a.WorstWindowAdmitted, time.Duration(a.WorstSpanMillis)*time.Millisecond, a.WorstSpanAllowed, a.Rule))
 		}
 		if h := a.RetryAfter.Honest; h != nil && !*h {
 			crossed = append(crossed, fmt.Sprintf("--fail-on-leak: Retry-After was off by up to %d ms", a.RetryAfter.MaxErrorMillis))

@@ -756,6 +756,8 @@ func TestBenchHTTP(t *testing.T) {
 		{[]string{"bench", "http", srv.URL, "--body", "@/nonexistent"}, "--body: open /nonexistent"},
 		{[]string{"bench", "http", srv.URL, "--duration", "0s"}, "--duration or --requests must bound the run"},
 		{[]string{"bench", "http", srv.URL, "--threads", "0"}, "--threads must be between 1 and 1024 (got 0)"},
+		{[]string{"bench", "http", srv.URL, "--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--expect-algorithm", "naive"}, `--expect-algorithm "naive": want one of`},
 		{[]string{"bench", "http", srv.URL, "--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"bench", "http", srv.URL, "--interval", "1ms"}, "--interval must be at least 10ms"},
 		{[]string{"report", "merge", "a.json", "--clock-tolerance", "-1s"}, "--clock-tolerance must be between 0 and 1m"},
@@ -793,7 +795,7 @@ func TestBenchAudit(t *testing.T) {
 	defer leaky.Close()
 	args := []string{"--rate", "40", "--duration", "2500ms", "--consumers", "2", "--expect-limit", "5/1s", "--fail-on-leak"}
 	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes"}, args...)...)
-	if code != exitThreshold || !strings.Contains(stderr, "over the limit of 5") || !strings.Contains(stdout, "LEAKED") {
+	if code != exitThreshold || !strings.Contains(stderr, "over the 5 allowed") || !strings.Contains(stdout, "LEAKED") {
 		t.Fatalf("leaky server: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 	// Two such runs merged: one audit over both, and the same verdict.
@@ -805,7 +807,7 @@ func TestBenchAudit(t *testing.T) {
 		}
 	}
 	code, stdout, stderr = ratelab(t, "report", "merge", dir+"/a.json", dir+"/b.json", "--fail-on-leak")
-	if code != exitThreshold || !strings.Contains(stderr, "over the limit of 5") || !strings.Contains(stdout, "LEAKED") {
+	if code != exitThreshold || !strings.Contains(stderr, "over the 5 allowed") || !strings.Contains(stdout, "LEAKED") {
 		t.Fatalf("merged leaky runs: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 
