@@ -246,7 +246,6 @@ func worstSpan(ok []sample, exp expectation) span {
 	return worstRamp(ok, p, g)
 }
 
-
 func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }
 
 // worstWindow is the most successes whose whole flight lies inside one span
