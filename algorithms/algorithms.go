@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/field"
 )
 
 // Policy is the limit a limiter enforces: Limit requests per Window.
@@ -31,20 +33,21 @@ type Policy struct {
 	Window time.Duration
 }
 
-// Validate reports whether p can be enforced.
+// Validate reports whether p can be enforced. Errors are *field.Error
+// naming Limit or Window.
 func (p Policy) Validate() error {
 	if p.Limit < 1 {
-		return fmt.Errorf("limit must be at least 1 (got %d)", p.Limit)
+		return field.Errorf("Limit", "must be at least 1 (got %d)", p.Limit)
 	}
 	if p.Window <= 0 {
-		return fmt.Errorf("window must be positive (got %s)", p.Window)
+		return field.Errorf("Window", "must be positive (got %s)", p.Window)
 	}
 	if p.Window%time.Millisecond != 0 {
-		return fmt.Errorf("window must be a whole number of milliseconds (got %s)", p.Window)
+		return field.Errorf("Window", "must be a whole number of milliseconds (got %s)", p.Window)
 	}
 	// The scripts multiply the two; Lua's numbers are exact below 2^53.
 	if p.Limit > (1<<53)/p.windowMillis() {
-		return fmt.Errorf("limit × window in ms must be below 2^53 (got %d × %d)", p.Limit, p.windowMillis())
+		return field.Errorf("Limit", "× {Window} in ms must be below 2^53 (got %d × %d)", p.Limit, p.windowMillis())
 	}
 	return nil
 }

@@ -495,9 +495,9 @@ func TestPolicyValidate(t *testing.T) {
 		want string
 	}{
 		{algorithms.Policy{Limit: 5, Window: time.Second}, ""},
-		{algorithms.Policy{Limit: 0, Window: time.Second}, "limit must be at least 1 (got 0)"},
-		{algorithms.Policy{Limit: 5, Window: -time.Second}, "window must be positive (got -1s)"},
-		{algorithms.Policy{Limit: 5, Window: 1500 * time.Microsecond}, "window must be a whole number of milliseconds (got 1.5ms)"},
+		{algorithms.Policy{Limit: 0, Window: time.Second}, "Limit must be at least 1 (got 0)"},
+		{algorithms.Policy{Limit: 5, Window: -time.Second}, "Window must be positive (got -1s)"},
+		{algorithms.Policy{Limit: 5, Window: 1500 * time.Microsecond}, "Window must be a whole number of milliseconds (got 1.5ms)"},
 	} {
 		err := tc.p.Validate()
 		if got := errString(err); got != tc.want {

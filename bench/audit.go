@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
 )
 
 // sample is one response of a consumer, kept for the audit.
@@ -155,7 +155,7 @@ func newExpectation(limit int64, window time.Duration, algorithm string) (expect
 	if algorithm != "" {
 		info, ok := algorithms.Lookup(algorithm)
 		if !ok || !info.Algorithm {
-			return e, fmt.Errorf("--expect-algorithm %q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
+			return e, field.Errorf("ExpectAlgorithm", "%q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
 		}
 		e.guarantee = info.Guarantee
 	}

@@ -10,8 +10,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -21,6 +19,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
 )
 
 // HTTPConfig is one load run.
@@ -95,49 +94,50 @@ const (
 	MaxConnections = 100_000
 )
 
-// Validate checks cfg before anything is sent. Errors name the flag.
+// Validate checks cfg before anything is sent. Errors are *field.Error
+// naming the fields of HTTPConfig.
 func (c HTTPConfig) Validate() error {
 	u, err := url.Parse(c.Target)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("target %q: want an http:// or https:// URL", c.Target)
+		return field.Errorf("Target", "%q: want an http:// or https:// URL", c.Target)
 	case c.Rate < 0 || c.Rate > MaxRate:
-		return fmt.Errorf("--rate must be between 0 (closed model) and %d per second (got %g)", MaxRate, c.Rate)
+		return field.Errorf("Rate", "must be between 0 (closed model) and %d per second (got %g)", MaxRate, c.Rate)
 	case c.Connections < 0 || c.Connections > MaxConnections:
-		return fmt.Errorf("--connections must be between 1 and %d (got %d)", MaxConnections, c.Connections)
+		return field.Errorf("Connections", "must be between 1 and %d (got %d)", MaxConnections, c.Connections)
 	case c.Duration < 0 || c.Duration > MaxDuration:
-		return fmt.Errorf("--duration must be between 0 and %s (got %s)", MaxDuration, c.Duration)
+		return field.Errorf("Duration", "must be between 0 and %s (got %s)", MaxDuration, c.Duration)
 	case c.Requests < 0:
-		return fmt.Errorf("--requests must not be negative (got %d)", c.Requests)
+		return field.Errorf("Requests", "must not be negative (got %d)", c.Requests)
 	case c.Duration == 0 && c.Requests == 0:
-		return errors.New("--duration or --requests must bound the run")
+		return field.Errorf("Duration", "or {Requests} must bound the run")
 	case c.Warmup < 0 || c.Warmup > time.Hour:
-		return fmt.Errorf("--warmup must be between 0 and 1h (got %s)", c.Warmup)
+		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
 	case c.Consumers < 0 || c.Consumers > 10_000_000:
-		return fmt.Errorf("--consumers must be between 0 and 10000000 (got %d)", c.Consumers)
+		return field.Errorf("Consumers", "must be between 0 and 10000000 (got %d)", c.Consumers)
 	case c.Consumers > 0 && c.ConsumerHeader == "":
-		return errors.New("--consumers needs --consumer-header")
+		return field.Errorf("Consumers", "needs {ConsumerHeader}")
 	case c.Timeout < 0 || c.Timeout > time.Hour:
-		return fmt.Errorf("--timeout must be between 1ms and 1h (got %s)", c.Timeout)
+		return field.Errorf("Timeout", "must be between 1ms and 1h (got %s)", c.Timeout)
 	case c.Interval < 0 || (c.Interval > 0 && c.Interval < 10*time.Millisecond):
-		return fmt.Errorf("--interval must be at least 10ms (got %s)", c.Interval)
+		return field.Errorf("Interval", "must be at least 10ms (got %s)", c.Interval)
 	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
-		return fmt.Errorf("--expect-limit needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
+		return field.Errorf("ExpectLimit", "needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
 	case c.ExpectLimit > 0 && c.Consumers == 0:
-		return errors.New("--expect-limit audits per consumer: it needs --consumer-header")
+		return field.Errorf("ExpectLimit", "audits per consumer: it needs {ConsumerHeader}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
-		return errors.New("--expect-algorithm needs --expect-limit")
+		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
 	}
 	if c.ExpectLimit > 0 {
 		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
-			return fmt.Errorf("--expect-limit: %w", err)
+			return field.Errorf("ExpectLimit", ": %v", err)
 		}
 		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
 			return err
 		}
 	}
 	if c.Rate > 0 && c.Duration > 0 && c.Rate*(c.Duration+c.Warmup).Seconds() > 1e12 {
-		return fmt.Errorf("--rate × --duration is over 10^12 requests")
+		return field.Errorf("Rate", "× {Duration} is over 10^12 requests")
 	}
 	return nil
 }

@@ -131,10 +131,10 @@ func TestValidate(t *testing.T) {
 		cfg  bench.HTTPConfig
 		want string
 	}{
-		{bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `target "ftp://x": want an http:// or https:// URL`},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Rate: -1, Duration: time.Second}, "--rate must be between 0"},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "--duration or --requests must bound the run"},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Consumers: 3}, "--consumers needs --consumer-header"},
+		{bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `Target "ftp://x": want an http:// or https:// URL`},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Rate: -1, Duration: time.Second}, "Rate must be between 0"},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Consumers: 3}, "Consumers needs ConsumerHeader"},
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)

@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // Workload names.
@@ -79,57 +81,78 @@ type Config struct {
 	Progress func(algorithm, workload string)
 }
 
-// Validate checks cfg before anything is sent. Errors name the flag the
-// command line binds to the field.
+// Validate checks cfg before anything is sent. Errors are *field.Error,
+// naming the fields of Config (Limit and Window for the policy's). Rules
+// that only some workloads need apply when those workloads are selected.
 func (cfg Config) Validate() error {
+	workloads := cfg.Workloads
+	if len(workloads) == 0 {
+		workloads = Workloads()
+	}
+	for _, w := range workloads {
+		if !slices.Contains(Workloads(), w) {
+			return field.Errorf("Workloads", ": unknown workload %q (known: %s)", w, strings.Join(Workloads(), ", "))
+		}
+	}
+	// Every workload but throughput runs the limiters on a simulated caller clock.
+	var simulated, sequential []string
+	for _, w := range workloads {
+		if w != Throughput {
+			simulated = append(simulated, w)
+		}
+		if w == Burst || w == Boundary || w == Hammer || w == Accuracy {
+			sequential = append(sequential, w)
+		}
+	}
 	if len(cfg.Algorithms) == 0 && len(cfg.Scripts) == 0 {
-		return errors.New("--algorithms names no algorithm")
+		return field.Errorf("Algorithms", "names no algorithm")
 	}
 	for _, s := range cfg.Scripts {
 		if err := s.Validate(); err != nil {
-			return fmt.Errorf("--script-args: %w", err)
+			return field.Errorf("Scripts", ": %v", err)
 		}
-		if !slices.Contains(strings.Fields(s.Args), "{now_ms}") {
-			return fmt.Errorf("--script-args: compare runs scripts on a simulated caller clock, " +
-				"so the script must take its time from {now_ms}")
+		if len(simulated) > 0 && !slices.Contains(strings.Fields(s.Args), "{now_ms}") {
+			return field.Errorf("Scripts", ": the %s workloads run scripts on a simulated caller clock, "+
+				"so the script must take its time from {now_ms}", list(simulated))
 		}
 	}
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
 		if !ok {
-			return fmt.Errorf("--algorithms: %w", &algorithms.UnknownError{Name: name})
+			return field.Errorf("Algorithms", ": %v", &algorithms.UnknownError{Name: name})
 		}
-		if !info.CallerClock {
-			return fmt.Errorf("--algorithms: %s keeps its window in the key's expiry, on Redis's clock, "+
-				"so it cannot run on the simulated clock of the accuracy workloads", name)
+		if !info.CallerClock && len(simulated) > 0 {
+			return field.Errorf("Algorithms", ": %s keeps its window in the key's expiry, on Redis's clock, "+
+				"so it cannot run on the simulated clock of the %s workloads (it can run the throughput workload alone)",
+				name, list(simulated))
 		}
-	}
-	for _, w := range cfg.Workloads {
-		if !slices.Contains(Workloads(), w) {
-			return fmt.Errorf("--workloads: unknown workload %q (known: %s)", w, strings.Join(Workloads(), ", "))
-		}
-	}
-	if cfg.Policy.Limit < 1 {
-		return fmt.Errorf("--limit must be at least 1 (got %d)", cfg.Policy.Limit)
-	}
-	if cfg.Policy.Limit > MaxLimit {
-		return fmt.Errorf("--limit must be at most %d for compare (got %d): the hammer sends 9 × the limit "+
-			"decisions one after another", MaxLimit, cfg.Policy.Limit)
 	}
 	if err := cfg.Policy.Validate(); err != nil {
-		return fmt.Errorf("--window: %w", err)
+		return err
+	}
+	if cfg.Policy.Limit > MaxLimit && len(sequential) > 0 {
+		return field.Errorf("Limit", "must be at most %d for the %s workloads (got %d): they send the limit "+
+			"several times over, one decision after another", MaxLimit, list(sequential), cfg.Policy.Limit)
 	}
 	switch {
 	case cfg.Connections < 0 || cfg.Connections > 10_000:
-		return fmt.Errorf("--connections must be between 1 and 10000 (got %d)", cfg.Connections)
+		return field.Errorf("Connections", "must be between 1 and 10000 (got %d)", cfg.Connections)
 	case cfg.Keys < 0 || cfg.Keys > 10_000_000:
-		return fmt.Errorf("--keys must be between 1 and 10000000 (got %d)", cfg.Keys)
+		return field.Errorf("Keys", "must be between 1 and 10000000 (got %d)", cfg.Keys)
 	case cfg.Duration < 0 || cfg.Duration > 10*time.Minute:
-		return fmt.Errorf("--duration must be between 1ms and 10m (got %s)", cfg.Duration)
+		return field.Errorf("Duration", "must be between 1ms and 10m (got %s)", cfg.Duration)
 	case cfg.AccuracyClients < 0 || cfg.AccuracyClients > 100_000:
-		return fmt.Errorf("--accuracy-clients must be between 1 and 100000 (got %d)", cfg.AccuracyClients)
+		return field.Errorf("AccuracyClients", "must be between 1 and 100000 (got %d)", cfg.AccuracyClients)
 	}
 	return nil
+}
+
+// list joins names as "a, b and c".
+func list(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func (cfg *Config) defaults() {
@@ -167,7 +190,7 @@ type Report struct {
 	// Command is "compare".
 	Command string `json:"command"`
 	// Redis is the server measured; the command line fills it.
-	Redis Server `json:"redis"`
+	Redis redisrun.Info `json:"redis"`
 	// Config is what was run.
 	Config Settings `json:"config"`
 	// PingOpsPerSec is the server's own ceiling: PINGs per second on the
@@ -179,15 +202,6 @@ type Report struct {
 	Results []Result `json:"results"`
 	// ElapsedMillis is the wall time of the comparison.
 	ElapsedMillis int64 `json:"elapsed_ms"`
-}
-
-// Server names the Redis a comparison ran on.
-type Server struct {
-	Mode    string `json:"mode"`
-	Version string `json:"version"`
-	Addr    string `json:"addr"`
-	// Cluster is set when the server is a Redis Cluster.
-	Cluster bool `json:"cluster"`
 }
 
 // Settings is the configuration as reports show it; see Config.

@@ -23,6 +23,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
 )
 
@@ -66,37 +68,34 @@ const (
 	MaxRequests          = 10_000_000 // per trial: concurrency × requests per worker
 )
 
-// Validate checks cfg before anything is sent. Errors name the flag the
-// command line binds to the field.
+// Validate checks cfg before anything is sent. Errors are *field.Error,
+// naming the fields of Config (Limit and Window for the policy's).
 func (cfg Config) Validate() error {
 	switch {
 	case cfg.Concurrency < 1 || cfg.Concurrency > MaxConcurrency:
-		return fmt.Errorf("--concurrency must be between 1 and %d (got %d)", MaxConcurrency, cfg.Concurrency)
+		return field.Errorf("Concurrency", "must be between 1 and %d (got %d)", MaxConcurrency, cfg.Concurrency)
 	case cfg.RequestsPerWorker < 1 || cfg.RequestsPerWorker > MaxRequestsPerWorker:
-		return fmt.Errorf("--requests-per-worker must be between 1 and %d (got %d)", MaxRequestsPerWorker, cfg.RequestsPerWorker)
+		return field.Errorf("RequestsPerWorker", "must be between 1 and %d (got %d)", MaxRequestsPerWorker, cfg.RequestsPerWorker)
 	case int64(cfg.Concurrency)*int64(cfg.RequestsPerWorker) > MaxRequests:
-		return fmt.Errorf("--concurrency × --requests-per-worker must be at most %d (got %d)", MaxRequests, cfg.Concurrency*cfg.RequestsPerWorker)
+		return field.Errorf("Concurrency", "× {RequestsPerWorker} must be at most %d (got %d)", MaxRequests, cfg.Concurrency*cfg.RequestsPerWorker)
 	case cfg.Trials < 1 || cfg.Trials > MaxTrials:
-		return fmt.Errorf("--trials must be between 1 and %d (got %d)", MaxTrials, cfg.Trials)
+		return field.Errorf("Trials", "must be between 1 and %d (got %d)", MaxTrials, cfg.Trials)
 	case cfg.WatchRetries < 0:
-		return fmt.Errorf("--watch-retries must be at least 1 (got %d)", cfg.WatchRetries)
+		return field.Errorf("WatchRetries", "must be at least 1, or 0 for the default of %d (got %d)", algorithms.DefaultWatchRetries, cfg.WatchRetries)
 	case len(cfg.Limiters) == 0 && len(cfg.Scripts) == 0:
-		return errors.New("--limiters names no limiter")
-	}
-	if cfg.Policy.Limit < 1 {
-		return fmt.Errorf("--limit must be at least 1 (got %d)", cfg.Policy.Limit)
+		return field.Errorf("Limiters", "names no limiter")
 	}
 	if err := cfg.Policy.Validate(); err != nil {
-		return fmt.Errorf("--window: %w", err)
+		return err
 	}
 	for _, name := range cfg.Limiters {
 		if _, ok := algorithms.Lookup(name); !ok {
-			return fmt.Errorf("--limiters: %w", &algorithms.UnknownError{Name: name})
+			return field.Errorf("Limiters", ": %v", &algorithms.UnknownError{Name: name})
 		}
 	}
 	for _, s := range cfg.Scripts {
 		if err := s.Validate(); err != nil {
-			return fmt.Errorf("--script-args: %w", err)
+			return field.Errorf("Scripts", ": %v", err)
 		}
 	}
 	return nil
@@ -115,22 +114,12 @@ type Settings struct {
 	WatchRetries int    `json:"watch_retries"`
 }
 
-// Server names the Redis a run was measured on. The command line fills it.
-type Server struct {
-	// Mode is "external", "ephemeral" or "embedded".
-	Mode string `json:"mode"`
-	// Version is the server's version.
-	Version string `json:"version"`
-	// Addr is where it listens, without credentials.
-	Addr string `json:"addr"`
-}
-
 // Report is a whole run.
 type Report struct {
 	// Command is "race".
 	Command string `json:"command"`
-	// Redis is the server the run was measured on.
-	Redis Server `json:"redis"`
+	// Redis is the server the run was measured on; the caller fills it.
+	Redis redisrun.Info `json:"redis"`
 	// Config is what was run.
 	Config Settings `json:"config"`
 	// Results has one entry per limiter, in the order raced.
@@ -784,4 +773,16 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Leaked names each limiter that admitted more than its own guarantee
+// allowed in some trial, with how many over: "naive over-admitted 1385".
+func (r Report) Leaked() []string {
+	var leaked []string
+	for _, res := range r.Results {
+		if res.OverAdmitted > 0 {
+			leaked = append(leaked, fmt.Sprintf("%s over-admitted %d", res.Limiter, res.OverAdmitted))
+		}
+	}
+	return leaked
 }

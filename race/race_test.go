@@ -219,12 +219,12 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"ok", func(*race.Config) {}, ""},
-		{"concurrency", func(c *race.Config) { c.Concurrency = 0 }, "--concurrency must be between 1 and 10000 (got 0)"},
-		{"limit", func(c *race.Config) { c.Policy.Limit = 0 }, "--limit must be at least 1 (got 0)"},
-		{"window", func(c *race.Config) { c.Policy.Window = -time.Second }, "--window: window must be positive (got -1s)"},
-		{"trials", func(c *race.Config) { c.Trials = 0 }, "--trials must be between 1 and 100000 (got 0)"},
-		{"requests", func(c *race.Config) { c.RequestsPerWorker = 0 }, "--requests-per-worker must be between 1 and 100000 (got 0)"},
-		{"limiter", func(c *race.Config) { c.Limiters = []string{"nope"} }, `--limiters: unknown limiter "nope"`},
+		{"concurrency", func(c *race.Config) { c.Concurrency = 0 }, "Concurrency must be between 1 and 10000 (got 0)"},
+		{"limit", func(c *race.Config) { c.Policy.Limit = 0 }, "Limit must be at least 1 (got 0)"},
+		{"window", func(c *race.Config) { c.Policy.Window = -time.Second }, "Window must be positive (got -1s)"},
+		{"trials", func(c *race.Config) { c.Trials = 0 }, "Trials must be between 1 and 100000 (got 0)"},
+		{"requests", func(c *race.Config) { c.RequestsPerWorker = 0 }, "RequestsPerWorker must be between 1 and 100000 (got 0)"},
+		{"limiter", func(c *race.Config) { c.Limiters = []string{"nope"} }, `Limiters: unknown limiter "nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

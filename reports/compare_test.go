@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/reports"
 )
 
@@ -22,7 +23,7 @@ func fixedCompare() compare.Report {
 	}
 	return compare.Report{
 		Command: "compare",
-		Redis:   compare.Server{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
+		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: compare.Settings{Algorithms: []string{"fixed-window", "sliding-log", "sliding-counter"},
 			Workloads: compare.Workloads(), Limit: 100, WindowMillis: 1000, BurstConcurrency: 200, BurstTrials: 5,
 			AccuracyClients: 50, AccuracyWindows: 10, Seed: 1, Connections: 50, Keys: 10000, DurationMillis: 3000},

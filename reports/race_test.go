@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/reports"
 )
@@ -67,7 +68,7 @@ func raceResult(info race.Result, trials ...race.Trial) race.Result {
 func fixedRace() race.Report {
 	return race.Report{
 		Command: "race",
-		Redis:   race.Server{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
+		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: race.Settings{Limiters: []string{"naive", "watch", "lua", "fixed-window", "lua-count-denied"}, Concurrency: 100, Limit: 5,
 			WindowMillis: 10000, Trials: 2, RequestsPerWorker: 1, Clock: "caller", WatchRetries: 100},
 		ElapsedMillis: 912,

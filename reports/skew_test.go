@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/reports"
 	"github.com/ratelab/ratelab/skew"
 )
@@ -21,7 +22,7 @@ func fixedSkew() skew.Report {
 	zero, full := []int64{0, 0, 0, 0}, []int64{0, 50, -200, 1000}
 	return skew.Report{
 		Command: "skew",
-		Redis:   skew.Server{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
+		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: skew.Settings{Algorithms: []string{"sliding-log", "gcra"}, Clocks: []string{"caller", "redis"},
 			SkewsMillis: full, Limit: 5, WindowMillis: 2000, Clients: 40, DurationMilli: 10000, Load: 1.2, Seed: 1,
 			Connections: 64, TimeoutMillis: 1000},

@@ -28,6 +28,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // Config is one skew run. Run gives zero fields the defaults below.
@@ -79,21 +81,6 @@ func DefaultSkews() []time.Duration {
 	return []time.Duration{0, 50 * time.Millisecond, -200 * time.Millisecond, time.Second}
 }
 
-// FieldError is bad input in one field of Config.
-type FieldError struct {
-	// Field names the Config field.
-	Field string
-	// Reason says what is wrong, without the field's name.
-	Reason string
-}
-
-// Error says which field is wrong and why.
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
-
-func fieldErr(field, format string, a ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, a...)}
-}
-
 // withDefaults fills the zero fields.
 func (cfg Config) withDefaults() Config {
 	if len(cfg.Algorithms) == 0 {
@@ -130,56 +117,54 @@ func (cfg Config) withDefaults() Config {
 }
 
 // Validate checks cfg before anything is sent; Run fills zero fields with
-// the defaults first, Validate does not. Errors are *FieldError.
+// the defaults first, Validate does not. Errors are *field.Error, naming the
+// fields of Config (Limit and Window for the policy's).
 func (cfg Config) Validate() error {
 	if len(cfg.Algorithms) == 0 {
-		return fieldErr("Algorithms", "names no algorithm")
+		return field.Errorf("Algorithms", "names no algorithm")
 	}
 	if len(cfg.Clocks) == 0 {
-		return fieldErr("Clocks", "names no clock")
+		return field.Errorf("Clocks", "names no clock")
 	}
 	if len(cfg.Skews) == 0 {
-		return fieldErr("Skews", "names no node")
+		return field.Errorf("Skews", "names no node")
 	}
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
 		if !ok || !info.Algorithm {
-			return fieldErr("Algorithms", "%q is not one of %s", name, strings.Join(algorithms.Algorithms(), ", "))
+			return field.Errorf("Algorithms", ": %q is not one of %s", name, strings.Join(algorithms.Algorithms(), ", "))
 		}
 	}
 	for _, c := range cfg.Clocks {
 		if c != algorithms.ClockCaller && c != algorithms.ClockRedis {
-			return fieldErr("Clocks", "unknown clock %d", c)
+			return field.Errorf("Clocks", ": unknown clock %d", c)
 		}
 	}
 	if len(cfg.Skews) > MaxNodes {
-		return fieldErr("Skews", "at most %d nodes (got %d)", MaxNodes, len(cfg.Skews))
+		return field.Errorf("Skews", "must name at most %d nodes (got %d)", MaxNodes, len(cfg.Skews))
 	}
 	for _, s := range cfg.Skews {
 		if s%time.Millisecond != 0 || s.Abs() > MaxSkew {
-			return fieldErr("Skews", "each offset must be a whole number of milliseconds within ±%s (got %s)", MaxSkew, s)
+			return field.Errorf("Skews", ": each offset must be a whole number of milliseconds within ±%s (got %s)", MaxSkew, s)
 		}
 	}
-	if cfg.Policy.Limit < 1 {
-		return fieldErr("Limit", "must be at least 1 (got %d)", cfg.Policy.Limit)
-	}
 	if err := cfg.Policy.Validate(); err != nil {
-		return fieldErr("Window", "%v", err)
+		return err
 	}
 	switch {
 	case cfg.Clients < 1:
-		return fieldErr("Clients", "must be at least 1 (got %d)", cfg.Clients)
+		return field.Errorf("Clients", "must be at least 1 (got %d)", cfg.Clients)
 	case cfg.Duration < time.Millisecond || cfg.Duration > 10*time.Minute:
-		return fieldErr("Duration", "must be between 1ms and 10m (got %s)", cfg.Duration)
+		return field.Errorf("Duration", "must be between 1ms and 10m (got %s)", cfg.Duration)
 	case !(cfg.Load > 0 && cfg.Load <= 100):
-		return fieldErr("Load", "must be above 0 and at most 100 (got %g)", cfg.Load)
+		return field.Errorf("Load", "must be above 0 and at most 100 (got %g)", cfg.Load)
 	case cfg.Connections < 1 || cfg.Connections > 10_000:
-		return fieldErr("Connections", "must be between 1 and 10000 (got %d)", cfg.Connections)
+		return field.Errorf("Connections", "must be between 1 and 10000 (got %d)", cfg.Connections)
 	case cfg.Timeout < time.Millisecond || cfg.Timeout > time.Minute:
-		return fieldErr("Timeout", "must be between 1ms and 1m (got %s)", cfg.Timeout)
+		return field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", cfg.Timeout)
 	}
 	if n := cfg.expectedRequests(); n > MaxRequests {
-		return fieldErr("Clients", "the stream would make about %.0f decisions, more than %d: lower --clients, --duration or --load", n, MaxRequests)
+		return field.Errorf("Clients", ": the stream would make about %.0f decisions, more than %d: lower {Clients}, {Duration} or {Load}", n, MaxRequests)
 	}
 	return nil
 }
@@ -207,16 +192,6 @@ type Settings struct {
 	TimeoutMillis int64    `json:"timeout_ms"`
 }
 
-// Server names the Redis a run was measured on. The command line fills it.
-type Server struct {
-	// Mode is "external", "ephemeral" or "embedded".
-	Mode string `json:"mode"`
-	// Version is the server's version.
-	Version string `json:"version"`
-	// Addr is where it listens, without credentials.
-	Addr string `json:"addr"`
-}
-
 // Offset is how far Redis's clock is ahead of this process's, as measured
 // with TIME: somewhere between Lo and Hi, in µs.
 type Offset struct {
@@ -236,7 +211,7 @@ type Report struct {
 	// Command is "skew".
 	Command string `json:"command"`
 	// Redis is the server the run was measured on.
-	Redis Server `json:"redis"`
+	Redis redisrun.Info `json:"redis"`
 	// Config is what was run.
 	Config Settings `json:"config"`
 	// RedisClockOffsetMicros is Redis's clock against this process's.

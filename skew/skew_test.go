@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/skew"
@@ -110,7 +111,7 @@ func TestValidate(t *testing.T) {
 		{"Timeout", func(c *skew.Config) { c.Timeout = 0 }},
 	} {
 		err := func() error { c := good; tc.edit(&c); return c.Validate() }()
-		var fe *skew.FieldError
+		var fe *field.Error
 		switch {
 		case tc.field == "" && err != nil:
 			t.Errorf("valid config: %v", err)

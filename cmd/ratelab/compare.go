@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -16,29 +12,22 @@ import (
 	"github.com/ratelab/ratelab/reports"
 )
 
-// compareOptions are the flags of ratelab compare.
+// compareOptions are the flags of ratelab compare; compare.Config holds
+// the rest.
 type compareOptions struct {
-	Algorithms      string
-	Workloads       string
-	Limit           int64
-	Window          time.Duration
-	Redis           string
-	Cluster         bool
-	ClusterLocal    bool
-	Output          string
-	Connections     int
-	Keys            int
-	Duration        time.Duration
-	AccuracyClients int
-	Seed            uint64
-	Script          scriptOptions
-
-	Stdout, Stderr  io.Writer
-	Color, Progress bool
+	compare.Config
+	algorithms, workloads string
+	redis                 redisFlags
+	output                outputFlag
+	script                scriptFlags
 }
 
-func newCompareCmd(stdout, stderr io.Writer) *cobra.Command {
-	opts := compareOptions{Stdout: stdout, Stderr: stderr}
+// compareNames are the flags that set compare.Config's fields.
+var compareNames = flagNames{"Algorithms": "--algorithms", "Workloads": "--workloads", "Connections": "--connections",
+	"Keys": "--keys", "Duration": "--duration", "AccuracyClients": "--accuracy-clients"}
+
+func newCompareCmd(io *ioStreams) *cobra.Command {
+	var opts compareOptions
 	cmd := &cobra.Command{
 		Use:   "compare",
 		Short: "Measure the rate-limiting algorithms side by side on one Redis",
@@ -61,142 +50,83 @@ Workloads (--workloads, comma-separated, all by default):
   ratelab compare --cluster-local --workloads burst,throughput
   ratelab compare --algorithms sliding-log,sliding-counter --output json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
-			opts.Progress = isTerminal(stderr)
-			return runCompare(cmd.Context(), opts)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd.Context(), io, cmd, opts) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Algorithms, "algorithms", "all", "algorithms to measure, comma-separated, or all")
-	f.StringVar(&opts.Workloads, "workloads", "all", "workloads to run, comma-separated, or all")
-	f.Int64Var(&opts.Limit, "limit", 100, "requests admitted per window")
-	f.DurationVar(&opts.Window, "window", time.Second, "window length (whole milliseconds)")
-	f.StringVar(&opts.Redis, "redis", "", "Redis URL, or comma-separated URLs of a Cluster (default $REDIS_URL, else a private redis-server)")
-	f.BoolVar(&opts.Cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
-	f.BoolVar(&opts.ClusterLocal, "cluster-local", false, "start a private three-master Redis Cluster and measure on it")
-	f.StringVarP(&opts.Output, "output", "o", "table", "output format: table, markdown or json")
+	f.StringVar(&opts.algorithms, "algorithms", "all", "algorithms to measure, comma-separated, or all")
+	f.StringVar(&opts.workloads, "workloads", "all", "workloads to run, comma-separated, or all")
+	f.Int64Var(&opts.Policy.Limit, "limit", 100, "requests admitted per window")
+	f.DurationVar(&opts.Policy.Window, "window", time.Second, "window length (whole milliseconds)")
 	f.IntVar(&opts.Connections, "connections", 50, "connections (goroutines) of the throughput workload")
 	f.IntVar(&opts.Keys, "keys", 10_000, "clients the throughput workload spreads over")
 	f.DurationVar(&opts.Duration, "duration", 3*time.Second, "length of each throughput measurement")
 	f.IntVar(&opts.AccuracyClients, "accuracy-clients", 50, "clients in the accuracy workload's Poisson stream")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the accuracy workload's stream")
-	opts.Script.bind(f)
-	_ = cmd.RegisterFlagCompletionFunc("algorithms", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return append(algorithms.Names(), "all"), cobra.ShellCompDirectiveNoFileComp
-	})
-	_ = cmd.RegisterFlagCompletionFunc("workloads", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return append(compare.Workloads(), "all"), cobra.ShellCompDirectiveNoFileComp
-	})
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "markdown", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	opts.redis.bind(f, true)
+	opts.output.bind(cmd)
+	opts.script.bind(f)
+	complete(cmd, "algorithms", append(algorithms.Names(), "all")...)
+	complete(cmd, "workloads", append(compare.Workloads(), "all")...)
 	return cmd
 }
 
 // compareConfig checks every flag and builds the comparison. Nothing is
-// sent to Redis before it succeeds.
-func compareConfig(opts compareOptions) (compare.Config, reports.Format, *redis.UniversalOptions, error) {
-	var cfg compare.Config
-	format, err := reports.ParseFormat(opts.Output)
+// started or sent before it succeeds.
+func compareConfig(cmd *cobra.Command, opts compareOptions) (compare.Config, reports.Format, error) {
+	cfg := opts.Config
+	format, err := opts.output.format()
 	if err != nil {
-		return cfg, "", nil, usagef("--output: %w", err)
+		return cfg, "", err
 	}
 	// "all" here is every production algorithm, not every race limiter.
-	var words []string
-	for _, w := range strings.Split(opts.Algorithms, ",") {
-		if w = strings.TrimSpace(w); w == "all" {
-			words = append(words, algorithms.Algorithms()...)
-		} else {
-			words = append(words, w)
+	list := strings.ReplaceAll(","+opts.algorithms+",", ",all,", ","+strings.Join(algorithms.Algorithms(), ",")+",")
+	if cfg.Algorithms, err = algorithms.ParseNames(list); err != nil {
+		return cfg, "", usagef("--algorithms: %w", err)
+	}
+	if cfg.Scripts, err = opts.script.load(cmd.Flags()); err != nil {
+		return cfg, "", err
+	}
+	if opts.workloads != "all" {
+		if cfg.Workloads = strings.FieldsFunc(opts.workloads, func(r rune) bool { return r == ',' || r == ' ' }); len(cfg.Workloads) == 0 {
+			return cfg, "", usagef("--workloads names no workload")
 		}
 	}
-	names, err := algorithms.ParseNames(strings.Join(words, ","))
-	if err != nil {
-		return cfg, "", nil, usagef("--algorithms: %w", err)
-	}
-	scripts, err := opts.Script.load()
-	if err != nil {
-		return cfg, "", nil, err
-	}
-	var workloads []string
-	if opts.Workloads != "all" {
-		for _, w := range strings.Split(opts.Workloads, ",") {
-			if w = strings.TrimSpace(w); w != "" {
-				workloads = append(workloads, w)
-			}
-		}
-		if len(workloads) == 0 {
-			return cfg, "", nil, usagef("--workloads names no workload")
-		}
-	}
-	for name, v := range map[string]int{"--connections": opts.Connections, "--keys": opts.Keys, "--accuracy-clients": opts.AccuracyClients} {
+	// Zero is the library's default: here it can only be a mistake.
+	for name, v := range map[string]int{"Connections": cfg.Connections, "Keys": cfg.Keys, "AccuracyClients": cfg.AccuracyClients} {
 		if v < 1 {
-			return cfg, "", nil, usagef("%s must be at least 1 (got %d)", name, v)
+			return cfg, "", usagef("%s must be at least 1 (got %d)", compareNames[name], v)
 		}
 	}
-	if opts.Duration <= 0 {
-		return cfg, "", nil, usagef("--duration must be positive (got %s)", opts.Duration)
-	}
-	cfg = compare.Config{
-		Algorithms:      names,
-		Scripts:         scripts,
-		Workloads:       workloads,
-		Policy:          algorithms.Policy{Limit: opts.Limit, Window: opts.Window},
-		Connections:     opts.Connections,
-		Keys:            opts.Keys,
-		Duration:        opts.Duration,
-		AccuracyClients: opts.AccuracyClients,
-		Seed:            opts.Seed,
+	if cfg.Duration <= 0 {
+		return cfg, "", usagef("--duration must be positive (got %s)", cfg.Duration)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, "", nil, &usageError{err}
+		return cfg, "", flagError(err, compareNames, policyNames, scriptNames)
 	}
-	switch {
-	case opts.ClusterLocal && opts.Redis != "":
-		return cfg, "", nil, usagef("--cluster-local starts its own cluster: it cannot be combined with --redis")
-	case opts.ClusterLocal && opts.Cluster:
-		return cfg, "", nil, usagef("--cluster-local starts its own cluster: --cluster names one of yours")
-	case opts.ClusterLocal:
-		return cfg, format, nil, nil // the flag wins over REDIS_URL
-	}
-	ropts, err := redisOptions(opts.Redis, opts.Cluster)
-	if err != nil {
-		return cfg, "", nil, err
-	}
-	return cfg, format, ropts, nil
+	return cfg, format, nil
 }
 
-func runCompare(ctx context.Context, opts compareOptions) error {
-	cfg, format, ropts, err := compareConfig(opts)
+func runCompare(ctx context.Context, io *ioStreams, cmd *cobra.Command, opts compareOptions) error {
+	cfg, format, err := compareConfig(cmd, opts)
 	if err != nil {
 		return err
 	}
-	tgt, err := openCompareTarget(ctx, ropts, opts.ClusterLocal, opts.Stderr)
+	target, err := opts.redis.config()
 	if err != nil {
 		return err
 	}
-	defer tgt.close()
-	cfg.Redis = tgt.opts
-	if opts.Progress {
-		cfg.Progress = func(name, workload string) {
-			fmt.Fprintf(opts.Stderr, "\r\033[Kcomparing %s: %s", name, workload)
-		}
+	t, err := openTarget(ctx, io, target, "compare")
+	if err != nil {
+		return err
 	}
+	defer t.Close()
+	cfg.Redis = t.Options
+	cfg.Progress = func(name, workload string) { io.status("comparing %s: %s", name, workload) }
 	rep, err := compare.Run(ctx, cfg)
-	if opts.Progress {
-		fmt.Fprint(opts.Stderr, "\r\033[K")
-	}
+	io.clearStatus()
 	if err != nil {
 		return err
 	}
-	rep.Redis = compare.Server{Mode: tgt.info.Mode, Version: tgt.info.Version, Addr: tgt.info.Addr,
-		Cluster: tgt.opts.IsClusterMode || len(tgt.opts.Addrs) > 1}
-	return reports.Compare(opts.Stdout, rep, format, reports.Options{Color: opts.Color})
-}
-
-// openCompareTarget is openTarget, or a private three-master Cluster.
-func openCompareTarget(ctx context.Context, ropts *redis.UniversalOptions, clusterLocal bool, stderr io.Writer) (*target, error) {
-	if clusterLocal {
-		return openLocalCluster(ctx)
-	}
-	return openTarget(ctx, ropts, stderr)
+	rep.Redis = t.Info
+	return reports.Compare(io.out, rep, format, io.render())
 }

@@ -20,11 +20,13 @@ import (
 const (
 	exitOK        = 0
 	exitError     = 1 // runtime error: Redis unreachable, a failed run
-	exitUsage     = 2 // bad flags or arguments; nothing was sent
-	exitThreshold = 3 // a --fail-on… threshold was crossed
+	exitUsage     = 2 // bad flags or arguments; nothing was started or sent
+	exitThreshold = 3 // a --fail-on… or --max-… threshold was crossed
 )
 
 func main() {
+	// go-redis logs dial retries of its own; ratelab reports errors itself.
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -33,9 +35,7 @@ func main() {
 
 // run executes one command line and maps its error to an exit code, once.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	// go-redis logs dial retries of its own; ratelab reports errors itself.
-	redis.SetLogger(quietLogger{})
-	root := newRootCmd(stdout, stderr)
+	root := newRootCmd(newIOStreams(stdout, stderr))
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(io *ioStreams) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ratelab",
 		Short: "A lab for Redis rate limiters",
@@ -67,12 +67,32 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(io.out)
+	root.SetErr(io.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newRaceCmd(stdout, stderr), newCompareCmd(stdout, stderr), newEdgeCmd(stdout, stderr),
-		newBenchCmd(stdout, stderr), newSkewCmd(stdout, stderr), newReportCmd(stdout), newVersionCmd(stdout))
+	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newBenchCmd(io),
+		newReportCmd(io), newVersionCmd(io), newDocsCmd(io))
+	root.InitDefaultCompletionCmd()
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (bench, report, completion) answer an unknown subcommand with exit 2,
+// not with help and exit 0.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknownSubcommands(c)
+	}
+	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil && cmd.HasParent() {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], c.CommandPath())
+			}
+			return c.Help()
+		}
+	}
 }
 
 // usageError is bad input: exit status 2.
@@ -83,7 +103,7 @@ func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
 
-// thresholdError is a crossed --fail-on… threshold: exit status 3.
+// thresholdError is a crossed --fail-on… or --max-… threshold: exit status 3.
 type thresholdError struct{ msg string }
 
 func (e *thresholdError) Error() string { return e.msg }

@@ -62,7 +62,7 @@ func decodeJSON(t *testing.T, out string, v any) {
 }
 
 // field is m[key] as a T, failing the test when it is missing or not a T.
-func field[T any](t *testing.T, m map[string]any, key string) T {
+func jsonField[T any](t *testing.T, m map[string]any, key string) T {
 	t.Helper()
 	v, ok := m[key].(T)
 	if !ok {
@@ -81,14 +81,14 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 	}{
 		{[]string{"race", "--concurrency", "0"}, "--concurrency must be between 1 and 10000 (got 0)"},
 		{[]string{"race", "--limit", "0"}, "--limit must be at least 1 (got 0)"},
-		{[]string{"race", "--window", "-1s"}, "--window: window must be positive (got -1s)"},
-		{[]string{"race", "--window", "1500us"}, "--window: window must be a whole number of milliseconds"},
+		{[]string{"race", "--window", "-1s"}, "--window must be positive (got -1s)"},
+		{[]string{"race", "--window", "1500us"}, "--window must be a whole number of milliseconds"},
 		{[]string{"race", "--trials", "0"}, "--trials must be between 1 and 100000 (got 0)"},
 		{[]string{"race", "--requests-per-worker", "0"}, "--requests-per-worker must be between 1"},
 		{[]string{"race", "--limiters", "naive,bogus"}, `--limiters: unknown limiter "bogus"`},
 		{[]string{"race", "--clock", "wall"}, `--clock: unknown clock "wall"`},
 		{[]string{"race", "--output", "yaml"}, `--output: unknown output "yaml"`},
-		{[]string{"race", "--watch-retries", "0"}, "--watch-retries must be at least 1 (got 0)"},
+		{[]string{"race", "--watch-retries", "-1"}, "--watch-retries must be at least 1, or 0 for the default of 100 (got -1)"},
 		{[]string{"race", "--concurrency", "many"}, `invalid argument "many" for "--concurrency`},
 		{[]string{"race", "--nope"}, "unknown flag: --nope"},
 		{[]string{"race", "extra"}, `ratelab race takes no arguments (got "extra")`},
@@ -151,17 +151,17 @@ func TestRaceJSON(t *testing.T) {
 	if rep["command"] != "race" {
 		t.Errorf("command = %v", rep["command"])
 	}
-	redis := field[map[string]any](t, rep, "redis")
+	redis := jsonField[map[string]any](t, rep, "redis")
 	if redis["mode"] != "external" || redis["version"] == "" {
 		t.Errorf("redis = %v", redis)
 	}
-	cfg := field[map[string]any](t, rep, "config")
+	cfg := jsonField[map[string]any](t, rep, "config")
 	for k, want := range map[string]float64{"concurrency": 100, "limit": 5, "window_ms": 10000, "trials": 3, "requests_per_worker": 1} {
 		if cfg[k] != want {
 			t.Errorf("config.%s = %v, want %v", k, cfg[k], want)
 		}
 	}
-	results := field[[]any](t, rep, "results")
+	results := jsonField[[]any](t, rep, "results")
 	if len(results) != 2 {
 		t.Fatalf("%d results, want 2", len(results))
 	}
@@ -178,13 +178,13 @@ func TestRaceJSON(t *testing.T) {
 				t.Errorf("%v: no field %q", r["limiter"], f)
 			}
 		}
-		lat := field[map[string]any](t, r, "latency_us")
+		lat := jsonField[map[string]any](t, r, "latency_us")
 		for _, f := range []string{"p50", "p95", "p99", "max"} {
 			if _, ok := lat[f]; !ok {
 				t.Errorf("%v: no latency_us.%s", r["limiter"], f)
 			}
 		}
-		for _, tr := range field[[]any](t, r, "trial_results") {
+		for _, tr := range jsonField[[]any](t, r, "trial_results") {
 			tr, ok := tr.(map[string]any)
 			if !ok {
 				t.Fatalf("a trial is %T, want an object", tr)
@@ -390,16 +390,16 @@ func TestCompareBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
-		{[]string{"--window", "0s"}, "--window: window must be positive"},
+		{[]string{"--window", "0s"}, "--window must be positive"},
 		{[]string{"--algorithms", "naive"}, "--algorithms: naive keeps its window in the key's expiry"},
 		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown limiter "bogus"`},
 		{[]string{"--workloads", "burst,soak"}, `--workloads: unknown workload "soak"`},
 		{[]string{"--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"--duration", "-1s"}, "--duration must be positive (got -1s)"},
 		{[]string{"--cluster-local"}, "--cluster-local starts its own cluster: it cannot be combined with --redis"},
-		{[]string{"--limit", "20000"}, "--limit must be at most 10000 for compare (got 20000)"},
+		{[]string{"--limit", "20000"}, "--limit must be at most 10000 for the burst, boundary, hammer and accuracy workloads (got 20000)"},
 		{[]string{"--script", "testdata/timestamp_member.lua", "--script-args", "{limit} {window_ms}"},
-			"--script-args: compare runs scripts on a simulated caller clock"},
+			"--script-args: the burst, boundary, hammer, accuracy and memory workloads run scripts on a simulated caller clock"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
@@ -433,7 +433,7 @@ func TestCompareJSON(t *testing.T) {
 	if rep["command"] != "compare" || rep["ping_ops_per_sec"] == nil {
 		t.Errorf("command %v, ping_ops_per_sec %v", rep["command"], rep["ping_ops_per_sec"])
 	}
-	results := field[[]any](t, rep, "results")
+	results := jsonField[[]any](t, rep, "results")
 	if len(results) != 5 {
 		t.Fatalf("%d results, want the 5 algorithms", len(results))
 	}
@@ -449,13 +449,13 @@ func TestCompareJSON(t *testing.T) {
 				t.Errorf("%v: field %q missing or null", r["algorithm"], f)
 			}
 		}
-		mem := field[map[string]any](t, r, "bytes_per_client")
+		mem := jsonField[map[string]any](t, r, "bytes_per_client")
 		for _, l := range []string{"10", "100", "1000", "10000"} {
 			if _, ok := mem[l]; !ok {
 				t.Errorf("%v: no bytes_per_client[%s]", r["algorithm"], l)
 			}
 		}
-		lat := field[map[string]any](t, r, "latency_us")
+		lat := jsonField[map[string]any](t, r, "latency_us")
 		if lat["p50"] == nil || lat["p99"] == nil {
 			t.Errorf("%v: latency_us = %v", r["algorithm"], lat)
 		}
@@ -474,7 +474,7 @@ func TestSkewBadInput(t *testing.T) {
 		{[]string{"--skews", "1.5ms"}, "--skews: each offset must be a whole number of milliseconds"},
 		{[]string{"--skews", "soon"}, `invalid argument "soon" for "--skews"`},
 		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
-		{[]string{"--window", "0s"}, "--window: window must be positive"},
+		{[]string{"--window", "0s"}, "--window must be positive"},
 		{[]string{"--clients", "0"}, "--clients must be at least 1 (got 0)"},
 		{[]string{"--duration", "0s"}, "--duration must be between 1ms and 10m"},
 		{[]string{"--load", "0"}, "--load must be above 0"},
@@ -510,7 +510,7 @@ func TestSkewJSON(t *testing.T) {
 	if rep["command"] != "skew" {
 		t.Errorf("command = %v", rep["command"])
 	}
-	rows := field[[]any](t, rep, "rows")
+	rows := jsonField[[]any](t, rep, "rows")
 	if len(rows) != 2*4 {
 		t.Fatalf("%d rows, want 2 clocks × 4 skew levels (0, 125, 250 and 500 ms)", len(rows))
 	}
@@ -527,7 +527,7 @@ func TestSkewJSON(t *testing.T) {
 		if r["clock"] == "redis" && r["over_admitted"] != 0.0 {
 			t.Errorf("on Redis's clock: %v over-admitted", r["over_admitted"])
 		}
-		if r["algorithm"] != "sliding-log" || field[float64](t, r, "decisions") < 1 {
+		if r["algorithm"] != "sliding-log" || jsonField[float64](t, r, "decisions") < 1 {
 			t.Errorf("row %v", r)
 		}
 	}
@@ -550,7 +550,7 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{"--upstream", "builtin", "--redis-timeout", "0s"}, "--redis-timeout must be between 1ms and 1m"},
 		{[]string{}, "--upstream is required"},
 		{[]string{"--upstream", "builtin", "--engine", "envoy"}, `--engine "envoy": want go or openresty`},
-		{[]string{"--upstream", "builtin", "--engine", "openresty", "--shadow"}, "--engine openresty has no --shadow"},
+		{[]string{"--upstream", "builtin", "--engine", "openresty", "--shadow"}, "--shadow is not in the openresty engine"},
 		{[]string{"--upstream", "builtin", "--clock", "wall"}, `--clock: unknown clock "wall" (want caller or redis)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -755,7 +755,7 @@ func TestBenchHTTP(t *testing.T) {
 		{[]string{"bench", "http", srv.URL, "-H", "nocolon"}, `--header "nocolon"`},
 		{[]string{"bench", "http", srv.URL, "--body", "@/nonexistent"}, "--body: open /nonexistent"},
 		{[]string{"bench", "http", srv.URL, "--duration", "0s"}, "--duration or --requests must bound the run"},
-		{[]string{"bench", "http", srv.URL, "--threads", "0"}, "--threads must be between 1 and 1024 (got 0)"},
+		{[]string{"bench", "http", srv.URL, "--threads", "-1"}, "--threads must be between 0 (every core) and 1024 (got -1)"},
 		{[]string{"bench", "http", srv.URL, "--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
 		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--expect-algorithm", "naive"}, `--expect-algorithm "naive": want one of`},
 		{[]string{"bench", "http", srv.URL, "--connections", "0"}, "--connections must be at least 1 (got 0)"},

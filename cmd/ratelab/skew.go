@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -17,29 +13,20 @@ import (
 	"github.com/ratelab/ratelab/skew"
 )
 
-// skewOptions are the flags of ratelab skew.
+// skewOptions are the flags of ratelab skew; skew.Config holds the rest.
 type skewOptions struct {
-	Algorithms  string
-	Clock       string
-	Skews       []time.Duration
-	Limit       int64
-	Window      time.Duration
-	Clients     int
-	Duration    time.Duration
-	Load        float64
-	Seed        uint64
-	Connections int
-	Timeout     time.Duration
-	Redis       string
-	Cluster     bool
-	Output      string
-
-	Stdout, Stderr  io.Writer
-	Color, Progress bool
+	skew.Config
+	algorithms, clock string
+	redis             redisFlags
+	output            outputFlag
 }
 
-func newSkewCmd(stdout, stderr io.Writer) *cobra.Command {
-	opts := skewOptions{Stdout: stdout, Stderr: stderr}
+// skewNames are the flags that set skew.Config's fields.
+var skewNames = flagNames{"Algorithms": "--algorithms", "Clocks": "--clock", "Skews": "--skews", "Clients": "--clients",
+	"Duration": "--duration", "Load": "--load", "Connections": "--connections", "Timeout": "--timeout"}
+
+func newSkewCmd(io *ioStreams) *cobra.Command {
+	var opts skewOptions
 	cmd := &cobra.Command{
 		Use:   "skew",
 		Short: "Measure what clock skew between edge nodes costs each algorithm, on the callers' clocks and on Redis's",
@@ -58,142 +45,82 @@ port and stops it on exit.`,
   ratelab skew --skews 0,10ms,-10ms,100ms --algorithms sliding-log,gcra
   ratelab skew --clock redis --redis redis://127.0.0.1:6379 --output json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
-			opts.Progress = isTerminal(stderr)
-			return runSkew(cmd.Context(), opts)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSkew(cmd.Context(), io, opts) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Algorithms, "algorithms", "all", "algorithms to measure, comma-separated, or all: "+strings.Join(algorithms.Algorithms(), ", "))
-	f.StringVar(&opts.Clock, "clock", "both", "clocks to run each algorithm on: caller, redis or both")
+	f.StringVar(&opts.algorithms, "algorithms", "all", "algorithms to measure, comma-separated, or all: "+strings.Join(algorithms.Algorithms(), ", "))
+	f.StringVar(&opts.clock, "clock", "both", "clocks to run each algorithm on: caller, redis or both")
 	f.DurationSliceVar(&opts.Skews, "skews", skew.DefaultSkews(), "one clock offset per simulated node, whole milliseconds")
-	f.Int64Var(&opts.Limit, "limit", 5, "requests admitted per window, per client")
-	f.DurationVar(&opts.Window, "window", 2*time.Second, "window length (whole milliseconds)")
+	f.Int64Var(&opts.Policy.Limit, "limit", 5, "requests admitted per window, per client")
+	f.DurationVar(&opts.Policy.Window, "window", 2*time.Second, "window length (whole milliseconds)")
 	f.IntVar(&opts.Clients, "clients", 40, "clients per algorithm, clock and skew")
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "how long the stream runs")
 	f.Float64Var(&opts.Load, "load", 1.2, "each client's mean rate as a multiple of its limit (each draws 0.8 to 1.2 times it)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the stream: arrivals and the node of each request")
 	f.IntVar(&opts.Connections, "connections", 64, "requests in flight at most")
 	f.DurationVar(&opts.Timeout, "timeout", time.Second, "bound on one decision")
-	f.StringVar(&opts.Redis, "redis", "", "Redis URL, or comma-separated URLs of a Cluster (default $REDIS_URL, else a private redis-server)")
-	f.BoolVar(&opts.Cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
-	f.StringVarP(&opts.Output, "output", "o", "table", "output format: table, markdown or json")
-	_ = cmd.RegisterFlagCompletionFunc("algorithms", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return append(algorithms.Algorithms(), "all"), cobra.ShellCompDirectiveNoFileComp
-	})
-	_ = cmd.RegisterFlagCompletionFunc("clock", cobra.FixedCompletions([]string{"both", "caller", "redis"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "markdown", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	opts.redis.bind(f, false)
+	opts.output.bind(cmd)
+	complete(cmd, "algorithms", append(algorithms.Algorithms(), "all")...)
+	complete(cmd, "clock", "both", "caller", "redis")
 	return cmd
 }
 
-// skewFlagError names the flag that sets a field of skew.Config, in one
-// table, and says what is wrong with it.
-func skewFlagError(fe *skew.FieldError) error {
-	flag := map[string]string{
-		"Algorithms": "--algorithms", "Clocks": "--clock", "Skews": "--skews", "Limit": "--limit", "Window": "--window",
-		"Clients": "--clients", "Duration": "--duration", "Load": "--load", "Connections": "--connections", "Timeout": "--timeout",
-	}[fe.Field]
-	if flag == "" {
-		return &usageError{fe}
-	}
-	if strings.HasPrefix(fe.Reason, "must ") || strings.HasPrefix(fe.Reason, "names ") {
-		return usagef("%s %s", flag, fe.Reason)
-	}
-	return usagef("%s: %s", flag, fe.Reason)
-}
-
-// skewConfig checks every flag and builds the run. Nothing is sent to
-// Redis before it succeeds.
-func skewConfig(opts skewOptions) (skew.Config, reports.Format, *redis.UniversalOptions, error) {
-	var cfg skew.Config
-	format, err := reports.ParseFormat(opts.Output)
+// skewConfig checks every flag and builds the run. Nothing is started or
+// sent before it succeeds.
+func skewConfig(opts skewOptions) (skew.Config, reports.Format, error) {
+	cfg := opts.Config
+	format, err := opts.output.format()
 	if err != nil {
-		return cfg, "", nil, usagef("--output: %w", err)
+		return cfg, "", err
 	}
-	var names []string
-	for _, w := range strings.Split(opts.Algorithms, ",") {
-		switch w = strings.TrimSpace(w); w {
-		case "":
-		case "all":
-			names = append(names, algorithms.Algorithms()...)
-		default:
-			names = append(names, w)
+	cfg.Algorithms = nil
+	for _, w := range strings.Split(opts.algorithms, ",") {
+		names := []string{strings.TrimSpace(w)}
+		if names[0] == "all" {
+			names = algorithms.Algorithms()
+		}
+		for _, n := range names {
+			if n != "" && !slices.Contains(cfg.Algorithms, n) {
+				cfg.Algorithms = append(cfg.Algorithms, n)
+			}
 		}
 	}
-	var clocks []algorithms.Clock
-	switch opts.Clock {
-	case "both":
-		clocks = []algorithms.Clock{algorithms.ClockCaller, algorithms.ClockRedis}
-	default:
-		c, err := algorithms.ParseClock(opts.Clock)
+	cfg.Clocks = []algorithms.Clock{algorithms.ClockCaller, algorithms.ClockRedis}
+	if opts.clock != "both" {
+		c, err := algorithms.ParseClock(opts.clock)
 		if err != nil {
-			return cfg, "", nil, usagef("--clock: %w (or both)", err)
+			return cfg, "", usagef("--clock: %w (or both)", err)
 		}
-		clocks = []algorithms.Clock{c}
-	}
-	cfg = skew.Config{
-		Algorithms:  dedupe(names),
-		Clocks:      clocks,
-		Skews:       opts.Skews,
-		Policy:      algorithms.Policy{Limit: opts.Limit, Window: opts.Window},
-		Clients:     opts.Clients,
-		Duration:    opts.Duration,
-		Load:        opts.Load,
-		Seed:        opts.Seed,
-		Connections: opts.Connections,
-		Timeout:     opts.Timeout,
+		cfg.Clocks = []algorithms.Clock{c}
 	}
 	if err := cfg.Validate(); err != nil {
-		var fe *skew.FieldError
-		if errors.As(err, &fe) {
-			return cfg, "", nil, skewFlagError(fe)
-		}
-		return cfg, "", nil, &usageError{err}
+		return cfg, "", flagError(err, skewNames, policyNames)
 	}
-	ropts, err := redisOptions(opts.Redis, opts.Cluster)
-	if err != nil {
-		return cfg, "", nil, err
-	}
-	return cfg, format, ropts, nil
+	return cfg, format, nil
 }
 
-// dedupe drops repeated names, keeping the first.
-func dedupe(names []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, n := range names {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func runSkew(ctx context.Context, opts skewOptions) error {
-	cfg, format, ropts, err := skewConfig(opts)
+func runSkew(ctx context.Context, io *ioStreams, opts skewOptions) error {
+	cfg, format, err := skewConfig(opts)
 	if err != nil {
 		return err
 	}
-	tgt, err := openTarget(ctx, ropts, opts.Stderr)
+	target, err := opts.redis.config()
 	if err != nil {
 		return err
 	}
-	defer tgt.close()
-	cfg.Redis = tgt.opts
-	if opts.Progress {
-		cfg.Progress = func(done, total int) {
-			fmt.Fprintf(opts.Stderr, "\r\033[Kskew: %d of %d decisions", done, total)
-		}
+	t, err := openTarget(ctx, io, target, "skew")
+	if err != nil {
+		return err
 	}
+	defer t.Close()
+	cfg.Redis = t.Options
+	cfg.Progress = func(done, total int) { io.status("skew: %d of %d decisions", done, total) }
 	rep, err := skew.Run(ctx, cfg)
-	if opts.Progress {
-		fmt.Fprint(opts.Stderr, "\r\033[K")
-	}
+	io.clearStatus()
 	if err != nil {
 		return err
 	}
-	rep.Redis = skew.Server{Mode: tgt.info.Mode, Version: tgt.info.Version, Addr: tgt.info.Addr}
-	return reports.Skew(opts.Stdout, rep, format, reports.Options{Color: opts.Color})
+	rep.Redis = t.Info
+	return reports.Skew(io.out, rep, format, io.render())
 }

@@ -2,42 +2,53 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// it comes from the module's build information.
-var version = ""
+// version and commit are set by make build:
+// -ldflags "-X main.version=… -X main.commit=…". Otherwise they come from
+// the module's build information.
+var (
+	version = ""
+	commit  = ""
+)
 
-func newVersionCmd(stdout io.Writer) *cobra.Command {
+func newVersionCmd(io *ioStreams) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print ratelab's version",
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(stdout, "ratelab %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintf(io.out, "ratelab %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err
 		},
 	}
 }
 
+// buildVersion is "v1.2.3 0123456789ab": the version and the commit.
 func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
+	v, c := version, commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
 		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && c == "" {
+				c = s.Value
+			}
+		}
+	}
+	if v == "" {
+		v = "unknown"
+	}
+	if len(c) > 12 {
+		c = c[:12]
+	}
+	if c != "" {
+		v += " " + c
 	}
 	return v
 }

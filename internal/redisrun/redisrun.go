@@ -15,10 +15,10 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -54,6 +54,14 @@ type Options struct {
 	// Port, when set, is the port to listen on (to restart a server where
 	// its clients expect it); a free one by default.
 	Port int
+	// TLS, when set, also serves TLS on a free port (Server.TLSAddr) with
+	// these PEM files; clients need no certificate of their own.
+	TLS *TLSFiles
+}
+
+// TLSFiles are a server's certificate, its key, and the CA that signs it.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Server is a running private Redis.
@@ -64,6 +72,8 @@ type Server struct {
 	Mode Mode
 	// Version is the server's version ("7.0.15", or "miniredis v2.40.0").
 	Version string
+	// TLSAddr is where it serves TLS, when started with Options.TLS.
+	TLSAddr string
 
 	cmd  *exec.Cmd
 	dir  string
@@ -96,7 +106,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	defer cancel()
 	var lastErr error
 	for range 5 {
-		srv, err := startOnce(ctx, path, opts.Args, opts.MaxPort, opts.Port)
+		args := opts.Args
+		tlsAddr := ""
+		if t := opts.TLS; t != nil {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			args = append(slices.Clone(args), "--tls-port", strconv.Itoa(port), "--tls-cert-file", t.CertFile,
+				"--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "no")
+		}
+		srv, err := startOnce(ctx, path, args, opts.MaxPort, opts.Port)
+		if srv != nil {
+			srv.TLSAddr = tlsAddr
+		}
 		if err == nil {
 			return srv, nil
 		}
@@ -266,14 +290,23 @@ func embeddedVersion() string {
 
 // Pause stops the server's process (SIGSTOP) without closing its sockets:
 // clients connect and then hear nothing, as from a hung server.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error {
+	stop, _ := pauseSignals()
+	return s.signal(stop)
+}
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() error {
+	_, cont := pauseSignals()
+	return s.signal(cont)
+}
 
-func (s *Server) signal(sig syscall.Signal) error {
+func (s *Server) signal(sig os.Signal) error {
 	if s.cmd == nil {
 		return errors.New("the embedded server cannot be paused")
+	}
+	if sig == nil {
+		return errors.New("pausing a process needs SIGSTOP, which this system has not")
 	}
 	return s.cmd.Process.Signal(sig)
 }
@@ -293,7 +326,9 @@ func (s *Server) Stop() {
 			s.mini.Close()
 			return
 		}
-		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on the interrupt
+		if _, cont := pauseSignals(); cont != nil {
+			_ = s.cmd.Process.Signal(cont) // a paused server cannot act on the interrupt
+		}
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-s.done:

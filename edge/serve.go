@@ -1,0 +1,248 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+)
+
+// Engines that can serve the limiter.
+const (
+	// EngineGo serves it in this process: the middleware and a gateway.
+	EngineGo = "go"
+	// EngineOpenResty renders edge/openresty's nginx.conf and runs nginx
+	// with the Lua module.
+	EngineOpenResty = "openresty"
+)
+
+// Options are what ratelab edge serves: an engine running the limiter in
+// front of an upstream.
+type Options struct {
+	// Engine is EngineGo or EngineOpenResty.
+	Engine string
+	// Listen and Admin are the addresses of the gateway and of its admin
+	// endpoints (none when Admin is empty).
+	Listen, Admin string
+	// Upstream is an http:// or https:// URL, or "builtin".
+	Upstream string
+	// Off serves the upstream with no limiter.
+	Off bool
+	// Policy is the limit; Algorithm the registry name of the algorithm
+	// (one of algorithms.Algorithms()); Clock where it takes the time from.
+	Policy    algorithms.Policy
+	Algorithm string
+	Clock     algorithms.Clock
+	// KeyBy is "ip" or "header:NAME"; TrustedProxies are the CIDRs whose
+	// X-Forwarded-For is believed.
+	KeyBy          string
+	TrustedProxies []string
+	// OnError is "open" or "closed"; Headers "draft", "legacy" or "both".
+	OnError, Headers string
+	// Timeout bounds one decision; Pool the Redis connections.
+	Timeout time.Duration
+	Pool    int
+	// DenyCache and Shadow: see Config.
+	DenyCache, Shadow bool
+	// Log receives the start-up and shutdown lines.
+	Log io.Writer
+}
+
+// Validate checks o before anything listens or is sent. Errors are
+// *field.Error naming the fields of Options.
+func (o Options) Validate() error {
+	if _, err := o.config(); err != nil {
+		return err
+	}
+	if o.Engine != EngineOpenResty {
+		return nil
+	}
+	switch {
+	case o.Off:
+		return nil
+	case o.Algorithm != "sliding-log":
+		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
+	case o.Shadow:
+		return field.Errorf("Shadow", "is not in the openresty engine")
+	case len(o.TrustedProxies) > 0:
+		return field.Errorf("TrustedProxies", "is not in the openresty engine: use nginx's realip module (set_real_ip_from)")
+	}
+	return nil
+}
+
+// CheckRedis says whether the engine can use a Redis reached with r (nil
+// for a private server). Errors are *field.Error naming Redis.
+func (o Options) CheckRedis(r *redis.UniversalOptions) error {
+	if o.Engine != EngineOpenResty || o.Off || r == nil {
+		return nil
+	}
+	switch {
+	case r.IsClusterMode || len(r.Addrs) > 1 || r.Dialer != nil || r.TLSConfig != nil:
+		return field.Errorf("Redis", ": the openresty engine reaches one Redis over plain TCP: no Cluster, unix socket or TLS")
+	case r.DB != 0 || r.Username != "":
+		return field.Errorf("Redis", ": the openresty engine uses database 0 and password-only AUTH: drop the database and user")
+	}
+	return nil
+}
+
+// config builds the gateway's configuration from o.
+func (o Options) config() (GatewayConfig, error) {
+	var cfg GatewayConfig
+	switch {
+	case o.Engine != EngineGo && o.Engine != EngineOpenResty:
+		return cfg, field.Errorf("Engine", "%q: want go or openresty", o.Engine)
+	case o.Upstream == "":
+		return cfg, field.Errorf("Upstream", "is required: a URL, or builtin")
+	case o.Upstream != "builtin" && !httpURL(o.Upstream):
+		return cfg, field.Errorf("Upstream", "%q: want an http:// or https:// URL, or builtin", o.Upstream)
+	case o.Timeout <= 0 || o.Timeout > time.Minute:
+		return cfg, field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", o.Timeout)
+	case o.Pool < 1:
+		return cfg, field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
+	}
+	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+		return cfg, field.Errorf("Listen", "%q: want host:port or :port", o.Listen)
+	}
+	if o.Admin != "" {
+		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
+			return cfg, field.Errorf("Admin", "%q: want host:port or :port, or empty for none", o.Admin)
+		}
+	}
+	if !o.Off {
+		if err := o.Policy.Validate(); err != nil {
+			return cfg, err
+		}
+		if info, ok := algorithms.Lookup(o.Algorithm); !ok || !info.Algorithm {
+			return cfg, field.Errorf("Algorithm", "%q: want one of %s", o.Algorithm, strings.Join(algorithms.Algorithms(), ", "))
+		}
+	}
+	keyBy, err := ParseKeyBy(o.KeyBy, o.TrustedProxies)
+	if err != nil {
+		return cfg, field.Errorf("KeyBy", ": %v", err)
+	}
+	onErr := OnError(o.OnError)
+	if onErr != FailOpen && onErr != FailClosed {
+		return cfg, field.Errorf("OnError", "%q: want open or closed", o.OnError)
+	}
+	headers := Headers(o.Headers)
+	if !slices.Contains([]Headers{HeadersDraft, HeadersLegacy, HeadersBoth}, headers) {
+		return cfg, field.Errorf("Headers", "%q: want draft, legacy or both", o.Headers)
+	}
+	return GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
+		Limit: Config{Algorithm: o.Algorithm, Policy: o.Policy, Clock: o.Clock, KeyBy: keyBy, OnError: onErr,
+			Timeout: o.Timeout, Headers: headers, DenyCache: o.DenyCache, Shadow: o.Shadow}}, nil
+}
+
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// Serve runs the engine o names until ctx is done, deciding in the Redis
+// that r reaches (addr names it in messages). With Off, r may be nil.
+func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr string) error {
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	if o.Engine == EngineOpenResty {
+		return serveOpenResty(ctx, o, cfg, r, addr)
+	}
+	if !o.Off {
+		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+		defer client.Close()
+		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
+		if err != nil {
+			return err
+		}
+		if l, ok := lim.(algorithms.Loader); ok {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := l.Load(lctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("cannot load the limiter's script into Redis at %s: %w", addr, err)
+			}
+		}
+		cfg.Limit.Limiter = lim
+	}
+	g, err := NewGateway(cfg)
+	if err != nil {
+		return err
+	}
+	return g.Serve(ctx)
+}
+
+// serveOpenResty renders edge/openresty/nginx.conf for o and runs nginx
+// with the module until ctx is done.
+func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.UniversalOptions, addr string) error {
+	if _, _, err := FindNginx(); err != nil {
+		return err
+	}
+	nc := NginxConfig{
+		Listen: hostPort(o.Listen), Upstream: o.Upstream,
+		Policy: o.Policy, Clock: o.Clock.String(), Timeout: o.Timeout,
+		KeyBy: o.KeyBy, OnError: o.OnError, Headers: o.Headers,
+		DenyCache: o.DenyCache, Workers: 2, Off: o.Off,
+	}
+	if o.Admin != "" {
+		nc.Admin = hostPort(o.Admin)
+	}
+	if !o.Off {
+		host, portText, err := net.SplitHostPort(r.Addrs[0])
+		if err != nil {
+			return err
+		}
+		// nginx resolves nothing without a resolver line: give it an address.
+		if _, err := netip.ParseAddr(host); err != nil {
+			addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+			if err != nil || len(addrs) == 0 {
+				return fmt.Errorf("redis host %s: %v", host, err)
+			}
+			host = addrs[0]
+		}
+		nc.RedisHost, nc.RedisPassword = host, r.Password
+		nc.RedisPort, _ = strconv.Atoi(portText)
+	}
+	n, err := StartNginx(ctx, nc)
+	if err != nil {
+		return err
+	}
+	defer n.Stop()
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
+			nc.Listen, o.Upstream, orNone(nc.Admin), n.Dir())
+		if !o.Off {
+			fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
+				o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		if o.Log != nil {
+			fmt.Fprintln(o.Log, "ratelab edge: stopping nginx")
+		}
+		return nil
+	case <-n.Exited():
+		return fmt.Errorf("nginx exited; see its error.log in %s", n.Dir())
+	}
+}
+
+// hostPort gives an address an explicit host, as nginx and a dialer both take it.
+func hostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("0.0.0.0", port)
+}
