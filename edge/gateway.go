@@ -117,10 +117,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		}
 		g.lnAdmin = aln
 		mux := http.NewServeMux()
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			_, _ = g.metrics.WriteTo(w)
-		})
+		mux.Handle("GET /metrics", g.metrics.Handler())
 		mux.HandleFunc("GET /__ratelab/forwarded", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			if g.builtin == nil {

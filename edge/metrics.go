@@ -1,12 +1,13 @@
 package edge
 
 import (
-	"fmt"
-	"io"
-	"sort"
-	"sync"
-	"sync/atomic"
+	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Outcomes of a decision, as counted in metrics.
@@ -20,106 +21,110 @@ const (
 	OutcomeContended    = "contended" // a limiter gave up under contention
 )
 
-// Metrics counts what the middleware decided, for Prometheus. The zero
-// value is not ready; use NewMetrics.
+// Kinds of Redis error, as counted in metrics.
+const (
+	RedisErrorTimeout = "timeout" // the decision's deadline passed
+	RedisErrorOther   = "other"   // anything else: refused, reset, a bad reply
+)
+
+// decisionBuckets are the bounds of ratelab_edge_decision_seconds, in seconds.
+var decisionBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+// Metrics counts what the middleware decided, for Prometheus, on a registry
+// of its own that also holds the Go runtime and process collectors, so that
+// two gateways in one process never share or collide. The zero value is not
+// ready; use NewMetrics.
 type Metrics struct {
-	mu        sync.Mutex
-	decisions map[string]*atomic.Int64
-	redisErr  map[string]*atomic.Int64
-	cacheHits atomic.Int64
-	latency   histogram
+	registry *prometheus.Registry
+	// The children of every label value, resolved once: a decision counts
+	// without a label lookup in the client library.
+	decisions map[string]prometheus.Counter // by outcome
+	redisErr  map[string]prometheus.Counter // by kind
+	cacheHits prometheus.Counter
+	latency   prometheus.Histogram
 }
 
-// NewMetrics returns empty metrics.
+// NewMetrics returns metrics at zero, every outcome and kind included, on a
+// new registry.
 func NewMetrics() *Metrics {
-	m := &Metrics{decisions: map[string]*atomic.Int64{}, redisErr: map[string]*atomic.Int64{}}
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelab_edge_decisions_total",
+		Help: "Rate-limit decisions by outcome.",
+	}, []string{"outcome"})
+	redisErr := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelab_edge_redis_errors_total",
+		Help: "Redis calls that failed, by kind.",
+	}, []string{"kind"})
+	m := &Metrics{
+		registry:  prometheus.NewRegistry(),
+		decisions: map[string]prometheus.Counter{},
+		redisErr:  map[string]prometheus.Counter{},
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelab_edge_deny_cache_hits_total",
+			Help: "Requests denied from memory, without Redis.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ratelab_edge_decision_seconds",
+			Help:    "Time to decide, Redis included.",
+			Buckets: decisionBuckets,
+		}),
+	}
 	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeDenyCache, OutcomeShadowDenied,
 		OutcomeErrorOpen, OutcomeErrorClosed, OutcomeContended} {
-		m.decisions[o] = &atomic.Int64{}
+		m.decisions[o] = decisions.WithLabelValues(o)
 	}
-	for _, k := range []string{"timeout", "other"} {
-		m.redisErr[k] = &atomic.Int64{}
+	for _, k := range []string{RedisErrorTimeout, RedisErrorOther} {
+		m.redisErr[k] = redisErr.WithLabelValues(k)
 	}
-	m.latency.bounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
-	m.latency.counts = make([]atomic.Int64, len(m.latency.bounds)+1)
+	// A new registry and collectors of fixed, distinct names: registration
+	// cannot fail.
+	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *Metrics) decision(outcome string) { m.decisions[outcome].Add(1) }
+// decision counts one decision with outcome, one of the Outcome constants.
+func (m *Metrics) decision(outcome string) { m.decisions[outcome].Inc() }
 
-// Decisions returns the count of decisions with outcome.
-func (m *Metrics) Decisions(outcome string) int64 { return m.decisions[outcome].Load() }
+// redisError counts one failed Redis call of kind, RedisErrorTimeout or RedisErrorOther.
+func (m *Metrics) redisError(kind string) { m.redisErr[kind].Inc() }
 
-// RedisErrors returns the count of Redis errors of kind "timeout" or "other".
-func (m *Metrics) RedisErrors(kind string) int64 { return m.redisErr[kind].Load() }
+// denyCacheHit counts one request denied from the deny cache.
+func (m *Metrics) denyCacheHit() { m.cacheHits.Inc() }
+
+// observe records how long one decision took.
+func (m *Metrics) observe(d time.Duration) { m.latency.Observe(d.Seconds()) }
+
+// Decisions returns the count of decisions with outcome; 0 for an outcome
+// that is not one of the Outcome constants.
+func (m *Metrics) Decisions(outcome string) int64 { return counterValue(m.decisions[outcome]) }
+
+// RedisErrors returns the count of Redis errors of kind RedisErrorTimeout
+// ("timeout") or RedisErrorOther ("other"); 0 for any other kind.
+func (m *Metrics) RedisErrors(kind string) int64 { return counterValue(m.redisErr[kind]) }
 
 // DenyCacheHits returns how many requests the deny cache answered.
-func (m *Metrics) DenyCacheHits() int64 { return m.cacheHits.Load() }
+func (m *Metrics) DenyCacheHits() int64 { return counterValue(m.cacheHits) }
 
-// histogram is a Prometheus histogram of seconds with fixed bounds.
-type histogram struct {
-	bounds []float64
-	counts []atomic.Int64 // one per bound, then +Inf; not cumulative
-	sumNs  atomic.Int64
+// Registry is the registry the metrics are on, with the Go runtime and
+// process collectors: gather from it, or register a program's own
+// collectors beside them.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus exposition format the
+// scraper asks for (text by default).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
-func (h *histogram) observe(d time.Duration) {
-	s := d.Seconds()
-	i := sort.SearchFloat64s(h.bounds, s)
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
-}
-
-// WriteTo writes the metrics in Prometheus's text exposition format.
-func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cw := &countingWriter{w: w}
-	p := func(format string, a ...any) { fmt.Fprintf(cw, format, a...) }
-	p("# HELP ratelab_edge_decisions_total Rate-limit decisions by outcome.\n# TYPE ratelab_edge_decisions_total counter\n")
-	for _, o := range sortedKeys(m.decisions) {
-		p("ratelab_edge_decisions_total{outcome=%q} %d\n", o, m.decisions[o].Load())
+// counterValue reads c through its own Write; 0 when c is nil.
+func counterValue(c prometheus.Counter) int64 {
+	if c == nil {
+		return 0
 	}
-	p("# HELP ratelab_edge_redis_errors_total Redis calls that failed, by kind.\n# TYPE ratelab_edge_redis_errors_total counter\n")
-	for _, k := range sortedKeys(m.redisErr) {
-		p("ratelab_edge_redis_errors_total{kind=%q} %d\n", k, m.redisErr[k].Load())
+	var pb dto.Metric
+	if err := c.Write(&pb); err != nil {
+		return 0
 	}
-	p("# HELP ratelab_edge_deny_cache_hits_total Requests denied from memory, without Redis.\n# TYPE ratelab_edge_deny_cache_hits_total counter\n")
-	p("ratelab_edge_deny_cache_hits_total %d\n", m.cacheHits.Load())
-	p("# HELP ratelab_edge_decision_seconds Time to decide, Redis included.\n# TYPE ratelab_edge_decision_seconds histogram\n")
-	var cum int64
-	for i, b := range m.latency.bounds {
-		cum += m.latency.counts[i].Load()
-		p("ratelab_edge_decision_seconds_bucket{le=\"%g\"} %d\n", b, cum)
-	}
-	cum += m.latency.counts[len(m.latency.bounds)].Load()
-	p("ratelab_edge_decision_seconds_bucket{le=\"+Inf\"} %d\n", cum)
-	p("ratelab_edge_decision_seconds_sum %g\n", time.Duration(m.latency.sumNs.Load()).Seconds())
-	p("ratelab_edge_decision_seconds_count %d\n", cum)
-	return cw.n, cw.err
-}
-
-func sortedKeys(m map[string]*atomic.Int64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-type countingWriter struct {
-	w   io.Writer
-	n   int64
-	err error
-}
-
-func (c *countingWriter) Write(b []byte) (int, error) {
-	if c.err != nil {
-		return 0, c.err
-	}
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	c.err = err
-	return n, err
+	return int64(pb.GetCounter().GetValue())
 }

@@ -118,7 +118,7 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// it never holds a denial longer than Redis would.
 	now := l.cfg.Now().Truncate(time.Millisecond)
 	if until, ok := l.cachedDenial(key, now); ok && !l.cfg.Shadow {
-		l.cfg.Metrics.cacheHits.Add(1)
+		l.cfg.Metrics.denyCacheHit()
 		l.cfg.Metrics.decision(OutcomeDenyCache)
 		l.tooMany(w, until.Sub(now))
 		return
@@ -128,7 +128,7 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	d, err := l.cfg.Limiter.Allow(ctx, key)
 	cancel()
-	l.cfg.Metrics.latency.observe(time.Since(start))
+	l.cfg.Metrics.observe(time.Since(start))
 
 	switch {
 	case errors.Is(err, algorithms.ErrRetriesExhausted):
@@ -143,9 +143,9 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the client went away: nothing to answer, and not Redis's fault
 	case err != nil:
 		if isTimeout(err) {
-			l.cfg.Metrics.redisErr["timeout"].Add(1)
+			l.cfg.Metrics.redisError(RedisErrorTimeout)
 		} else {
-			l.cfg.Metrics.redisErr["other"].Add(1)
+			l.cfg.Metrics.redisError(RedisErrorOther)
 		}
 		if l.cfg.OnError == FailClosed {
 			l.cfg.Metrics.decision(OutcomeErrorClosed)
