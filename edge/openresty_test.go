@@ -272,6 +272,30 @@ func TestEnginesShareOneClock(t *testing.T) {
 	}
 }
 
+// TestOpenRestyAdmin: nginx's admin port serves the built-in upstream's
+// counts at /__ratelab/forwarded and nothing else; /metrics and /healthz,
+// which the Go gateway serves, answer 404 there.
+func TestOpenRestyAdmin(t *testing.T) {
+	redistest.Client(t, srv)
+	nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}})
+	consumer := redistest.Prefix(t)
+	for range 2 {
+		get(t, "http://"+nc.Listen+"/", map[string]string{"X-Consumer-Id": consumer})
+	}
+	resp, _ := get(t, "http://"+nc.Admin+"/__ratelab/forwarded", nil)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "application/json" {
+		t.Fatalf("/__ratelab/forwarded: %d, Content-Type %q; want 200 and application/json", resp.StatusCode, ct)
+	}
+	if f := forwarded(t, nc.Admin); f.Total != 1 || f.Consumers[consumer] != 1 {
+		t.Fatalf("/__ratelab/forwarded says %+v, want the one admitted request", f)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/", "/__ratelab/forwarded/x"} {
+		if resp, _ := get(t, "http://"+nc.Admin+path, nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s on the admin port: %d, want 404", path, resp.StatusCode)
+		}
+	}
+}
+
 func TestNginxConfRenders(t *testing.T) {
 	conf, err := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
 		RedisPort: 6379, Policy: algorithms.Policy{Limit: 100, Window: time.Minute}, Timeout: 200 * time.Millisecond,
