@@ -38,7 +38,7 @@ func RedisOptions(base redis.UniversalOptions, timeout time.Duration, pool int) 
 type GatewayConfig struct {
 	// Listen is the address clients connect to, such as ":8080".
 	Listen string
-	// Admin is the address of /metrics and /__ratelab/forwarded; none when empty.
+	// Admin is the address of /metrics, /healthz and /__ratelab/forwarded; none when empty.
 	Admin string
 	// Upstream is the URL requests are proxied to, or "builtin" for a fast
 	// 200 responder that counts what it received per consumer.

@@ -33,9 +33,11 @@ func newEdgeCmd(io *ioStreams) *cobra.Command {
 		Long: `edge serves the limiter in front of --upstream: every request is decided in Redis
 before it is proxied; clients over the limit get 429 with an honest Retry-After, and every
 response carries RateLimit-Policy/RateLimit (the IETF draft) and RateLimit-Limit/Remaining/Reset.
-Metrics are on --admin at /metrics (Prometheus); with --upstream builtin, the counts the
-built-in upstream received are at /__ratelab/forwarded. SIGINT or SIGTERM shuts it down
-gracefully.
+--admin serves /metrics (Prometheus: decisions by outcome, Redis errors, deny-cache hits and
+decision latency, with the Go runtime's and the process's metrics), /healthz and, with
+--upstream builtin, the counts the built-in upstream received at /__ratelab/forwarded. With
+--engine openresty it serves /__ratelab/forwarded alone: the nginx module keeps no metrics
+(edge/openresty/README.md). SIGINT or SIGTERM shuts it down gracefully.
 
 --key-by header:NAME trusts the header as sent: use it only behind something that
 authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only from
@@ -53,7 +55,7 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", ":8080", "address clients connect to")
-	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics and /__ratelab/forwarded (empty: none)")
+	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics, /healthz and /__ratelab/forwarded; with --engine openresty, of /__ratelab/forwarded only (empty: none)")
 	f.StringVar(&opts.Upstream, "upstream", "", "URL to proxy to, or builtin (a 200 responder that counts per consumer)")
 	f.StringVar(&opts.limit, "limit", "100/1m", "the policy: requests/window, such as 100/1m or 10/1s; off serves with no limiter")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
