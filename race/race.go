@@ -7,13 +7,10 @@ package race
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +21,8 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/randid"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
 )
@@ -136,15 +135,6 @@ type Spread struct {
 	Max int64 `json:"max"`
 }
 
-// Latency holds decision-latency percentiles in microseconds, from the
-// merged HDR histogram of every decision.
-type Latency struct {
-	P50 int64 `json:"p50"`
-	P95 int64 `json:"p95"`
-	P99 int64 `json:"p99"`
-	Max int64 `json:"max"`
-}
-
 // Result is one limiter over all its trials.
 type Result struct {
 	// Limiter is the registry name.
@@ -207,8 +197,9 @@ type Result struct {
 	TrialsOutlastingWindow int `json:"trials_outlasting_window"`
 	// ReleaseSpreadMicros is the release spread over the trials, in µs.
 	ReleaseSpreadMicros Spread `json:"release_spread_us"`
-	// LatencyMicros is the per-decision latency, retries included, in µs.
-	LatencyMicros Latency `json:"latency_us"`
+	// LatencyMicros is the per-decision latency, retries included, in µs,
+	// from the merged histogram of every decision.
+	LatencyMicros hdr.Percentiles `json:"latency_us"`
 	// ElapsedMillis is the wall time of all the limiter's trials.
 	ElapsedMillis int64 `json:"elapsed_ms"`
 	// TrialResults has every trial, in order.
@@ -266,13 +257,6 @@ type Trial struct {
 	State int64 `json:"state"`
 }
 
-// Histogram range: 1 µs to 60 s at three significant digits.
-const (
-	histMin    = 1
-	histMax    = 60_000_000
-	histDigits = 3
-)
-
 // Run races every limiter in cfg and returns the report. It stops at the
 // first error, and when ctx is cancelled.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -290,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.TrialTimeout = 30 * time.Second
 	}
 	if cfg.Consumer == "" {
-		cfg.Consumer = "race-" + randomHex(4)
+		cfg.Consumer = "race-" + randid.Hex(4)
 	}
 	client, err := openPool(ctx, cfg.Redis, cfg.Concurrency)
 	if err != nil {
@@ -353,8 +337,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // initialises every connection it will ever hand out, so no handshake is sent
 // (and counted) during a trial.
 func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
-	if err := probe(ctx, base); err != nil {
-		return nil, err
+	// One connection first, so that an unreachable address fails once,
+	// quickly, before the pool tries to dial it n times.
+	if _, err := redisrun.Ping(ctx, base); err != nil {
+		return nil, fmt.Errorf("race: %w", err)
 	}
 	opts := *base
 	opts.PoolSize = n
@@ -456,11 +442,11 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 		Guarantee:     string(info.Guarantee),
 		GuaranteeRule: info.Guarantee.Rule(cfg.Policy),
 		Clock:         info.Decides(cfg.Clock).String(),
-		Histogram:     hdrhistogram.New(histMin, histMax, histDigits),
+		Histogram:     hdr.New(),
 	}
 	workers := make([]*worker, cfg.Concurrency)
 	for i := range workers {
-		workers[i] = &worker{hist: hdrhistogram.New(histMin, histMax, histDigits)}
+		workers[i] = &worker{hist: hdr.New()}
 	}
 	if l, ok := lim.(algorithms.Loader); ok {
 		if err := l.Load(ctx); err != nil {
@@ -523,12 +509,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	for _, w := range workers {
 		res.Histogram.Merge(w.hist)
 	}
-	res.LatencyMicros = Latency{
-		P50: res.Histogram.ValueAtPercentile(50),
-		P95: res.Histogram.ValueAtPercentile(95),
-		P99: res.Histogram.ValueAtPercentile(99),
-		Max: res.Histogram.Max(),
-	}
+	res.LatencyMicros = hdr.PercentilesOf(res.Histogram)
 	slices.Sort(spreads)
 	res.ReleaseSpreadMicros = Spread{P50: spreads[(len(spreads)-1)/2], Max: spreads[len(spreads)-1]}
 	return res, nil
@@ -559,7 +540,7 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 			for range cfg.RequestsPerWorker {
 				t0 := time.Now()
 				d, err := lim.Allow(tctx, key)
-				_ = w.hist.RecordValue(max(time.Since(t0).Microseconds(), histMin))
+				hdr.Record(w.hist, time.Since(t0).Microseconds())
 				w.attempts += int64(d.Attempts)
 				switch {
 				case errors.Is(err, algorithms.ErrRetriesExhausted):
@@ -751,28 +732,6 @@ func matches(kind algorithms.State, s keyState, admitted int64, members []string
 		}
 	}
 	return int64(len(members)) == admitted
-}
-
-// probe checks with one connection that the server answers, so that an
-// unreachable address fails once, quickly, before a pool tries to dial it.
-func probe(ctx context.Context, base *redis.UniversalOptions) error {
-	opts := *base
-	opts.PoolSize = 1
-	opts.MinIdleConns = 0
-	c := redis.NewUniversalClient(&opts)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("race: cannot reach Redis at %s: %w", strings.Join(base.Addrs, ","), err)
-	}
-	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Leaked names each limiter that admitted more than its own guarantee

@@ -114,8 +114,12 @@ func checkInvariants(t *testing.T, rep race.Report) {
 		if int(r.Requests) != 100*r.Trials || int(r.ExpectedAdmitted) < 5*r.Trials {
 			t.Errorf("%s: %d requests, %d expected in %d trials", r.Limiter, r.Requests, r.ExpectedAdmitted, r.Trials)
 		}
-		if r.Histogram.TotalCount() != r.Requests {
-			t.Errorf("%s: %d latencies recorded for %d requests", r.Limiter, r.Histogram.TotalCount(), r.Requests)
+		if r.Histogram.TotalCount() != r.Requests || r.LatencyMicros.Count != r.Requests {
+			t.Errorf("%s: %d latencies recorded (%d in latency_us) for %d requests",
+				r.Limiter, r.Histogram.TotalCount(), r.LatencyMicros.Count, r.Requests)
+		}
+		if l := r.LatencyMicros; l.P50 < 1 || l.P50 > l.P99 || l.P99 > l.Max {
+			t.Errorf("%s: latency_us %+v: want 1 µs ≤ p50 ≤ p99 ≤ max", r.Limiter, l)
 		}
 		for i, tr := range r.TrialResults {
 			if tr.RoundTrips != tr.ReportedRoundTrips {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/reports"
@@ -76,27 +77,27 @@ func fixedRace() race.Report {
 			raceResult(race.Result{Limiter: "naive", Description: "GET the counter, compare, INCR: racy by design",
 				Guarantee: "expiry-windows", GuaranteeRule: "at most 5 per 10s key lifetime", Clock: "redis",
 				ReleaseSpreadMicros: race.Spread{P50: 180, Max: 240}, ElapsedMillis: 6,
-				LatencyMicros: race.Latency{P50: 1510, P95: 2480, P99: 2700, Max: 2950}},
+				LatencyMicros: hdr.Percentiles{P50: 1510, P90: 2200, P95: 2480, P99: 2700, P999: 2950, Max: 2950, Count: 200}},
 				raceTrial(90, 5, 191, 0, 0, 90), raceTrial(100, 5, 201, 0, 0, 100)),
 			raceResult(race.Result{Limiter: "watch", Atomic: true,
 				Guarantee: "expiry-windows", GuaranteeRule: "at most 5 per 10s key lifetime", Clock: "redis",
 				ReleaseSpreadMicros: race.Spread{P50: 190, Max: 200}, ElapsedMillis: 40,
-				LatencyMicros: race.Latency{P50: 9870, P95: 17020, P99: 18110, Max: 18500}},
+				LatencyMicros: hdr.Percentiles{P50: 9870, P90: 15400, P95: 17020, P99: 18110, P999: 18500, Max: 18500, Count: 200}},
 				raceTrial(5, 5, 3*585, 485, 0, 5), raceTrial(5, 5, 3*580, 480, 0, 5)),
 			raceResult(race.Result{Limiter: "lua", Atomic: true,
 				Guarantee: "sliding-window", GuaranteeRule: "at most 5 in any 10s span", Clock: "caller",
 				ReleaseSpreadMicros: race.Spread{P50: 170, Max: 210}, ElapsedMillis: 5,
-				LatencyMicros: race.Latency{P50: 990, P95: 1800, P99: 1950, Max: 2010}},
+				LatencyMicros: hdr.Percentiles{P50: 990, P90: 1610, P95: 1800, P99: 1950, P999: 2010, Max: 2010, Count: 200}},
 				raceTrial(5, 5, 100, 0, 0, 5), raceTrial(5, 5, 100, 0, 0, 5)),
 			raceResult(race.Result{Limiter: "fixed-window", Atomic: true,
 				Guarantee: "aligned-windows", GuaranteeRule: "at most 5 per aligned 10s window", Clock: "caller",
 				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 190}, ElapsedMillis: 5,
-				LatencyMicros: race.Latency{P50: 960, P95: 1750, P99: 1900, Max: 1980}},
+				LatencyMicros: hdr.Percentiles{P50: 960, P90: 1560, P95: 1750, P99: 1900, P999: 1980, Max: 1980, Count: 200}},
 				raceTrial(5, 5, 100, 0, 0, 5), raceTrial(8, 10, 100, 0, 0, 8)),
 			raceResult(race.Result{Limiter: "lua-count-denied", Atomic: true,
 				Guarantee: "sliding-window", GuaranteeRule: "at most 5 in any 10s span", Clock: "caller",
 				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, ElapsedMillis: 5,
-				LatencyMicros: race.Latency{P50: 1000, P95: 1820, P99: 1990, Max: 1_250_000}},
+				LatencyMicros: hdr.Percentiles{P50: 1000, P90: 1630, P95: 1820, P99: 1990, P999: 1_250_000, Max: 1_250_000, Count: 200}},
 				raceTrial(5, 5, 100, 0, 2, 98), raceTrial(5, 5, 100, 0, 1, 99)),
 		},
 	}
@@ -123,6 +124,24 @@ func TestRaceFixtureAddsUp(t *testing.T) {
 		if trips != r.RoundTrips || aborted != r.AbortedTransactions {
 			t.Errorf("%s: %d round trips and %d aborts, its trials add up to %d and %d", r.Limiter, r.RoundTrips, r.AbortedTransactions, trips, aborted)
 		}
+		// Every decision is timed, failed ones too.
+		checkPercentiles(t, r.Limiter+" latency", r.LatencyMicros, r.Requests)
+	}
+}
+
+// checkPercentiles fails the test unless p could be read from a histogram
+// of count values: in order, and counting them all.
+func checkPercentiles(t *testing.T, what string, p hdr.Percentiles, count int64) {
+	t.Helper()
+	ordered := []int64{p.P50, p.P90, p.P95, p.P99, p.P999, p.Max}
+	for i := 1; i < len(ordered); i++ {
+		if ordered[i] < ordered[i-1] {
+			t.Errorf("%s: percentiles out of order: %+v", what, p)
+			break
+		}
+	}
+	if p.Count != count {
+		t.Errorf("%s: count %d, want %d", what, p.Count, count)
 	}
 }
 
