@@ -23,6 +23,8 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/randid"
 	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
@@ -181,7 +183,7 @@ func (cfg *Config) defaults() {
 		cfg.Duration = 3 * time.Second
 	}
 	if cfg.Consumer == "" {
-		cfg.Consumer = "compare-" + randomHex(4)
+		cfg.Consumer = "compare-" + randid.Hex(4)
 	}
 }
 
@@ -197,7 +199,7 @@ type Report struct {
 	// throughput workload's connections; null when it was not run.
 	PingOpsPerSec *float64 `json:"ping_ops_per_sec"`
 	// PingLatencyMicros is the PING latency in µs on those connections.
-	PingLatencyMicros *Latency `json:"ping_latency_us"`
+	PingLatencyMicros *hdr.Percentiles `json:"ping_latency_us"`
 	// Results has one entry per algorithm.
 	Results []Result `json:"results"`
 	// ElapsedMillis is the wall time of the comparison.
@@ -218,12 +220,6 @@ type Settings struct {
 	Connections      int      `json:"connections"`
 	Keys             int      `json:"keys"`
 	DurationMillis   int64    `json:"duration_ms"`
-}
-
-// Latency holds percentiles in microseconds.
-type Latency struct {
-	P50 int64 `json:"p50"`
-	P99 int64 `json:"p99"`
 }
 
 // Result is one algorithm over every workload. A figure is null when its
@@ -272,7 +268,7 @@ type Result struct {
 	// OpsPerSec is decisions per second over Keys clients on Connections connections.
 	OpsPerSec *float64 `json:"ops_per_sec"`
 	// LatencyMicros is the throughput workload's decision latency in µs.
-	LatencyMicros *Latency `json:"latency_us"`
+	LatencyMicros *hdr.Percentiles `json:"latency_us"`
 	// Recommendation says in one line when to use the algorithm, from the figures.
 	Recommendation string `json:"recommendation"`
 }

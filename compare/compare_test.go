@@ -55,8 +55,10 @@ func TestCompare(t *testing.T) {
 		if r.BurstOverAdmitted == nil || *r.BurstOverAdmitted != 0 {
 			t.Errorf("%s: burst over-admitted %v", r.Algorithm, r.BurstOverAdmitted)
 		}
-		if r.OpsPerSec == nil || *r.OpsPerSec <= 0 || r.LatencyMicros == nil {
+		if r.OpsPerSec == nil || *r.OpsPerSec <= 0 || r.LatencyMicros == nil || r.LatencyMicros.Count < 1 {
 			t.Errorf("%s: no throughput measured", r.Algorithm)
+		} else if l := *r.LatencyMicros; l.P50 < 1 || l.P50 > l.P99 || l.P99 > l.Max {
+			t.Errorf("%s: latency_us %+v: want 1 µs ≤ p50 ≤ p99 ≤ max", r.Algorithm, l)
 		}
 		if r.RoundTrips == nil || *r.RoundTrips != 1 {
 			t.Errorf("%s: %v round trips per decision, want 1 (one EVALSHA)", r.Algorithm, r.RoundTrips)
@@ -95,7 +97,7 @@ func TestCompare(t *testing.T) {
 	if b := res["sliding-counter"].BytesPerClient; b["10000"] > b["10"]+64 {
 		t.Errorf("sliding-counter memory grows with the limit: %v", b)
 	}
-	if rep.PingOpsPerSec == nil || *rep.PingOpsPerSec <= 0 {
+	if rep.PingOpsPerSec == nil || *rep.PingOpsPerSec <= 0 || rep.PingLatencyMicros == nil || rep.PingLatencyMicros.Count < 1 {
 		t.Errorf("no PING ceiling")
 	}
 	if keys := c.Keys(context.Background(), "rl:{"+cfg.Consumer+"*").Val(); len(keys) != 0 {
@@ -178,5 +180,21 @@ func TestSimulatedClockOutrun(t *testing.T) {
 	_, err := compare.Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "use a longer --window or a lower --limit") {
 		t.Fatalf("err = %v, want the workload to refuse", err)
+	}
+}
+
+// TestUnreachableRedis: a closed port fails before any workload, with the
+// address in the error.
+func TestUnreachableRedis(t *testing.T) {
+	cfg := config(t, "127.0.0.1:1")
+	cfg.Redis.DialTimeout = time.Second
+	var started atomic.Bool
+	cfg.Progress = func(string, string) { started.Store(true) }
+	_, err := compare.Run(context.Background(), cfg)
+	if err == nil || !strings.HasPrefix(err.Error(), "compare: cannot reach Redis at 127.0.0.1:1: ") {
+		t.Fatalf("err = %v, want compare: cannot reach Redis at 127.0.0.1:1", err)
+	}
+	if started.Load() {
+		t.Error("a workload started on an unreachable server")
 	}
 }

@@ -2,8 +2,6 @@ package compare
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -19,13 +17,20 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
 	"github.com/ratelab/ratelab/race"
 )
 
-// open connects a client with n pooled connections, no retries (a retried
-// decision could count twice) and the round-trip hook, and checks it answers.
+// open checks on one connection that the server answers, so that an
+// unreachable address fails once, quickly, before the pool dials it; then it
+// connects a client with n pooled connections, no retries (a retried
+// decision could count twice) and the round-trip hook.
 func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
+	if _, err := redisrun.Ping(ctx, base); err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
 	opts := *base
 	opts.PoolSize = n + 4
 	opts.MinIdleConns = n
@@ -33,12 +38,6 @@ func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.Unive
 	opts.PipelinePoolSize = -1
 	c := redis.NewUniversalClient(&opts)
 	roundtrip.Attach(c)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("compare: cannot reach Redis at %s: %w", strings.Join(base.Addrs, ","), err)
-	}
 	return c, nil
 }
 
@@ -372,9 +371,6 @@ func fill(ctx context.Context, lim algorithms.Limiter, key string, limit int64) 
 	return g.Wait()
 }
 
-// Histogram range for latencies: 1 µs to 60 s.
-func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
-
 // throughput runs Connections goroutines of back-to-back decisions over Keys
 // clients for Duration, on the real clock.
 func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
@@ -410,7 +406,8 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e
 	decisions := float64(hist.TotalCount())
 	rt := float64(counter.Trips()) / decisions
 	res.OpsPerSec, res.RoundTrips = &ops, &rt
-	res.LatencyMicros = &Latency{P50: hist.ValueAtPercentile(50), P99: hist.ValueAtPercentile(99)}
+	lat := hdr.PercentilesOf(hist)
+	res.LatencyMicros = &lat
 	if statsErr == nil && statsErr2 == nil {
 		var n int64
 		for cmd, calls := range after {
@@ -434,7 +431,7 @@ func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range hists {
-		hists[w] = newHist()
+		hists[w] = hdr.New()
 		g.Go(func() error {
 			rng := mrand.New(mrand.NewPCG(uint64(w), cfg.Seed))
 			for {
@@ -445,7 +442,7 @@ func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context
 				if err := op(gctx, rng.IntN(math.MaxInt32)); err != nil {
 					return err
 				}
-				_ = hists[w].RecordValue(max(time.Since(t0).Microseconds(), 1))
+				hdr.Record(hists[w], time.Since(t0).Microseconds())
 			}
 		})
 	}
@@ -453,7 +450,7 @@ func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context
 		return 0, nil, err
 	}
 	elapsed := time.Since(start)
-	total := newHist()
+	total := hdr.New()
 	for _, h := range hists {
 		total.Merge(h)
 	}
@@ -461,16 +458,16 @@ func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context
 }
 
 // pingCeiling is the server's own ceiling on the same connections: PINGs per second.
-func pingCeiling(ctx context.Context, client redis.UniversalClient, cfg Config) (float64, Latency, error) {
+func pingCeiling(ctx context.Context, client redis.UniversalClient, cfg Config) (float64, hdr.Percentiles, error) {
 	ping := func(ctx context.Context, _ int) error { return client.Ping(ctx).Err() }
 	if _, _, err := drive(ctx, cfg, cfg.Duration/10, ping); err != nil {
-		return 0, Latency{}, err
+		return 0, hdr.Percentiles{}, err
 	}
 	ops, hist, err := drive(ctx, cfg, cfg.Duration, ping)
 	if err != nil {
-		return 0, Latency{}, err
+		return 0, hdr.Percentiles{}, err
 	}
-	return ops, Latency{P50: hist.ValueAtPercentile(50), P99: hist.ValueAtPercentile(99)}, nil
+	return ops, hdr.PercentilesOf(hist), nil
 }
 
 // commandStats reads calls per command from INFO commandstats, summed over
@@ -530,10 +527,4 @@ func cleanup(client redis.UniversalClient, lim algorithms.Limiter, keys ...strin
 		}
 	}
 	_, _ = pipe.Exec(ctx)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
