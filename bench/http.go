@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
 )
@@ -155,11 +153,6 @@ func (c *HTTPConfig) defaults() {
 	if c.Interval == 0 {
 		c.Interval = time.Second
 	}
-}
-
-// Histogram range: 1 µs to 1 hour, three significant digits.
-func newHist() *hdrhistogram.Histogram {
-	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
 }
 
 // RunHTTP runs the load and returns what it measured. Cancelling ctx stops

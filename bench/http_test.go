@@ -106,8 +106,9 @@ func TestRequestsWarmupConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requests != 100 {
-		t.Fatalf("%d measured requests, want 100", res.Requests)
+	if res.Requests != 100 || res.LatencyMicros.Count != 100 || res.SendLagMicros.Count != 100 {
+		t.Fatalf("%d measured requests (%d latencies, %d send lags), want 100", res.Requests,
+			res.LatencyMicros.Count, res.SendLagMicros.Count)
 	}
 	if res.StatusCounts["200"]+res.StatusCounts["429"] != 100 || res.Latency429Micros.Count != res.StatusCounts["429"] {
 		t.Fatalf("statuses %v, 429 latencies %d", res.StatusCounts, res.Latency429Micros.Count)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ratelab/ratelab/internal/hdr"
 )
 
 // Merge combines runs of one test from several load machines into one
@@ -28,7 +30,7 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	hists := map[string]*hdrhistogram.Histogram{}
 	for _, name := range []string{"all", "2xx", "429", "other", "errors", "send_lag"} {
-		hists[name] = newHist()
+		hists[name] = hdr.New()
 	}
 	t := newTally(0)
 	var first [numKinds]string

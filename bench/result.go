@@ -5,26 +5,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ratelab/ratelab/internal/hdr"
 )
-
-// Percentiles are latencies in microseconds.
-type Percentiles struct {
-	P50  int64 `json:"p50"`
-	P90  int64 `json:"p90"`
-	P95  int64 `json:"p95"`
-	P99  int64 `json:"p99"`
-	P999 int64 `json:"p999"`
-	Max  int64 `json:"max"`
-	// Count is the number of responses behind them.
-	Count int64 `json:"count"`
-}
-
-func percentiles(h *hdrhistogram.Histogram) Percentiles {
-	return Percentiles{
-		P50: h.ValueAtPercentile(50), P90: h.ValueAtPercentile(90), P95: h.ValueAtPercentile(95),
-		P99: h.ValueAtPercentile(99), P999: h.ValueAtPercentile(99.9), Max: h.Max(), Count: h.TotalCount(),
-	}
-}
 
 // Settings is the configuration as reports show it.
 type Settings struct {
@@ -82,18 +65,15 @@ type Result struct {
 	// RateShortfall is set when the open model achieved under 99% of the rate.
 	RateShortfall bool `json:"rate_shortfall"`
 	// LatencyMicros is measured from when each request should have been sent
-	// (open model) or was sent (closed model), in µs; the others split it by outcome.
-	LatencyMicros      Percentiles `json:"latency_us"`
-	Latency2xxMicros   Percentiles `json:"latency_2xx_us"`
-	Latency429Micros   Percentiles `json:"latency_429_us"`
-	LatencyOtherMicros Percentiles `json:"latency_other_us"`
-	LatencyErrorMicros Percentiles `json:"latency_error_us"`
+	// (open model) or was sent (closed model), in µs; the others split it by
+	// outcome. Each Count is the number of responses (or errors) behind it.
+	LatencyMicros      hdr.Percentiles `json:"latency_us"`
+	Latency2xxMicros   hdr.Percentiles `json:"latency_2xx_us"`
+	Latency429Micros   hdr.Percentiles `json:"latency_429_us"`
+	LatencyOtherMicros hdr.Percentiles `json:"latency_other_us"`
+	LatencyErrorMicros hdr.Percentiles `json:"latency_error_us"`
 	// SendLagMicros is actual minus intended send time, in µs.
-	SendLagMicros struct {
-		P50 int64 `json:"p50"`
-		P99 int64 `json:"p99"`
-		Max int64 `json:"max"`
-	} `json:"send_lag_us"`
+	SendLagMicros hdr.Percentiles `json:"send_lag_us"`
 	// Timeline is the run interval by interval.
 	Timeline Timeline `json:"timeline"`
 	// Histograms keeps every histogram, HdrHistogram V2 compressed and base64
@@ -163,11 +143,12 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 		StatusCounts:       map[string]int64{},
 		ErrorKinds:         map[string]ErrorKind{},
 		WarmupRequests:     t.warmup,
-		LatencyMicros:      percentiles(t.all),
-		Latency2xxMicros:   percentiles(t.ok),
-		Latency429Micros:   percentiles(t.limited),
-		LatencyOtherMicros: percentiles(t.other),
-		LatencyErrorMicros: percentiles(t.failed),
+		LatencyMicros:      hdr.PercentilesOf(t.all),
+		Latency2xxMicros:   hdr.PercentilesOf(t.ok),
+		Latency429Micros:   hdr.PercentilesOf(t.limited),
+		LatencyOtherMicros: hdr.PercentilesOf(t.other),
+		LatencyErrorMicros: hdr.PercentilesOf(t.failed),
+		SendLagMicros:      hdr.PercentilesOf(t.lag),
 		Histograms:         map[string]string{},
 		all:                t.all,
 	}
@@ -188,7 +169,6 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 			r.Errors += n
 		}
 	}
-	r.SendLagMicros.P50, r.SendLagMicros.P99, r.SendLagMicros.Max = t.lag.ValueAtPercentile(50), t.lag.ValueAtPercentile(99), t.lag.Max()
 	for name, h := range map[string]*hdrhistogram.Histogram{"all": t.all, "2xx": t.ok, "429": t.limited,
 		"other": t.other, "errors": t.failed, "send_lag": t.lag} {
 		if b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ratelab/ratelab/internal/hdr"
 )
 
 // errKind is why a request failed without a response.
@@ -56,7 +58,7 @@ type tally struct {
 }
 
 func newTally(interval time.Duration) *tally {
-	return &tally{all: newHist(), ok: newHist(), limited: newHist(), other: newHist(), failed: newHist(), lag: newHist(),
+	return &tally{all: hdr.New(), ok: hdr.New(), limited: hdr.New(), other: hdr.New(), failed: hdr.New(), lag: hdr.New(),
 		timeline: timeline{interval: interval}}
 }
 
@@ -70,28 +72,28 @@ func (t *tally) add(events []event) {
 			t.warmup++
 			continue
 		}
-		lat := max(e.latency, 1)
-		_ = t.all.RecordValue(lat)
-		_ = t.lag.RecordValue(max(e.lag, 1))
+		lat := e.latency
+		hdr.Record(t.all, lat)
+		hdr.Record(t.lag, e.lag)
 		class := classErrors
 		switch {
 		case e.status == 0:
 			t.kinds[e.kind]++
-			_ = t.failed.RecordValue(lat)
+			hdr.Record(t.failed, lat)
 		case e.status == 429:
 			class = class429
 			t.status[e.status]++
-			_ = t.limited.RecordValue(lat)
+			hdr.Record(t.limited, lat)
 		case e.status >= 200 && e.status < 300:
 			class = class2xx
 			t.status[e.status]++
-			_ = t.ok.RecordValue(lat)
+			hdr.Record(t.ok, lat)
 		default:
 			class = statusClass(int(e.status))
 			if e.status > 0 && int(e.status) < len(t.status) {
 				t.status[e.status]++
 			}
-			_ = t.other.RecordValue(lat)
+			hdr.Record(t.other, lat)
 		}
 		t.timeline.add(e.done, lat, class)
 	}
@@ -139,10 +141,11 @@ type slot struct {
 	hist   *hdrhistogram.Histogram
 }
 
-// newSlotHist is an interval's histogram: 1 µs to 1 hour at two
-// significant digits (26 KB), which is enough to draw percentiles by.
+// newSlotHist is an interval's histogram: the range of every latency
+// histogram (hdr.Lowest to hdr.Highest µs) at two significant digits
+// (26 KB), which is enough to draw percentiles by.
 func newSlotHist() *hdrhistogram.Histogram {
-	return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 2)
+	return hdrhistogram.New(hdr.Lowest, hdr.Highest, 2)
 }
 
 func (t *timeline) add(done time.Duration, lat int64, class int) {
@@ -162,7 +165,7 @@ func (t *timeline) add(done time.Duration, lat int64, class int) {
 	}
 	s := &t.slots[i]
 	s.counts[class]++
-	_ = s.hist.RecordValue(lat)
+	hdr.Record(s.hist, lat)
 }
 
 // coarsen merges each pair of intervals into one twice as long.

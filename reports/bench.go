@@ -12,6 +12,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/hdr"
 )
 
 // BenchHTTP renders an HTTP load run in the given format.
@@ -49,7 +50,7 @@ func benchHeaders() []string {
 }
 
 func benchRows(r bench.Result) [][]string {
-	row := func(name string, p bench.Percentiles) []string {
+	row := func(name string, p hdr.Percentiles) []string {
 		if p.Count == 0 {
 			return []string{name, "0", "–", "–", "–", "–", "–", "–"}
 		}
