@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/reports"
 	"github.com/ratelab/ratelab/skew"
@@ -27,7 +28,8 @@ func fixedSkew() skew.Report {
 			SkewsMillis: full, Limit: 5, WindowMillis: 2000, Clients: 40, DurationMilli: 10000, Load: 1.2, Seed: 1,
 			Connections: 64, TimeoutMillis: 1000},
 		RedisClockOffsetMicros: skew.Offset{Lo: -24, Hi: 23},
-		SendLagMicros:          skew.Lag{P50: 403, P99: 1380, Max: 11500},
+		SendLagMicros: hdr.Percentiles{P50: 403, P90: 820, P95: 1010, P99: 1380, P999: 4100, Max: 11500,
+			Count: 8 * 1184}, // every row's decisions
 		Rows: []skew.Row{
 			row("sliding-log", "caller", 0, zero, 777, 0, 0, "", 0, 0),
 			row("sliding-log", "caller", 1200, full, 729, 65, 184, "client-36", 3, 10),
@@ -40,6 +42,16 @@ func fixedSkew() skew.Report {
 		},
 		ElapsedMillis: 12210,
 	}
+}
+
+// TestSkewFixtureAddsUp: the send lag counts every request of the stream.
+func TestSkewFixtureAddsUp(t *testing.T) {
+	rep := fixedSkew()
+	var requests int64
+	for _, r := range rep.Rows {
+		requests += r.Decisions
+	}
+	checkPercentiles(t, "send lag", rep.SendLagMicros, requests)
 }
 
 func TestSkewGolden(t *testing.T) {

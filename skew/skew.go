@@ -11,8 +11,6 @@ package skew
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -29,6 +27,8 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/randid"
 	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
@@ -199,13 +199,6 @@ type Offset struct {
 	Hi int64 `json:"hi"`
 }
 
-// Lag is how late requests were sent after they were due, in µs.
-type Lag struct {
-	P50 int64 `json:"p50"`
-	P99 int64 `json:"p99"`
-	Max int64 `json:"max"`
-}
-
 // Report is a whole run.
 type Report struct {
 	// Command is "skew".
@@ -216,8 +209,9 @@ type Report struct {
 	Config Settings `json:"config"`
 	// RedisClockOffsetMicros is Redis's clock against this process's.
 	RedisClockOffsetMicros Offset `json:"redis_clock_offset_us"`
-	// SendLagMicros is how late the stream's requests left.
-	SendLagMicros Lag `json:"send_lag_us"`
+	// SendLagMicros is how late the stream's requests left after they were
+	// due, in µs; its count is the requests of the whole stream.
+	SendLagMicros hdr.Percentiles `json:"send_lag_us"`
 	// Rows has one row per algorithm, clock and skew level.
 	Rows []Row `json:"rows"`
 	// ElapsedMillis is the run's wall time.
@@ -328,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, errors.New("skew: no Redis options")
 	}
 	if cfg.Consumer == "" {
-		cfg.Consumer = "skew-" + randomHex(4)
+		cfg.Consumer = "skew-" + randid.Hex(4)
 	}
 	rep := Report{Command: "skew", Config: settings(cfg)}
 	client, err := open(ctx, cfg.Redis, cfg.Connections)
@@ -375,21 +369,19 @@ func settings(cfg Config) Settings {
 	return s
 }
 
-// open connects a pool of n connections, opened before the stream starts,
-// with no retries (a retried decision could count twice), and checks it.
+// open checks on one connection that the server answers, so that an
+// unreachable address fails once, quickly, before the pool dials it; then it
+// connects a pool of n connections, opened before the stream starts, with no
+// retries (a retried decision could count twice).
 func open(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
+	if _, err := redisrun.Ping(ctx, base); err != nil {
+		return nil, fmt.Errorf("skew: %w", err)
+	}
 	opts := *base
 	opts.PoolSize = n + 4
 	opts.MinIdleConns = n
 	opts.MaxRetries = -1
-	c := redis.NewUniversalClient(&opts)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("skew: cannot reach Redis at %s: %w", strings.Join(base.Addrs, ","), err)
-	}
-	return c, nil
+	return redis.NewUniversalClient(&opts), nil
 }
 
 // redisOffset measures Redis's clock against this process's with TIME: of
@@ -496,14 +488,14 @@ func schedule(cfg Config, cells []*cell) []request {
 
 // drive sends the stream at its due times from a pool of workers and
 // records every decision's flight; it returns how late requests left.
-func drive(ctx context.Context, cfg Config, cells []*cell, reqs []request) (Lag, error) {
+func drive(ctx context.Context, cfg Config, cells []*cell, reqs []request) (hdr.Percentiles, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	jobs := make(chan int, cfg.Connections)
 	var done atomic.Int64
 	begin := time.Now().Add(50 * time.Millisecond)
 	lags := make([]*hdrhistogram.Histogram, cfg.Connections)
 	for w := range cfg.Connections {
-		lags[w] = hdrhistogram.New(1, 600_000_000, 3)
+		lags[w] = hdr.New()
 		g.Go(func() error {
 			for i := range jobs {
 				r := &reqs[i]
@@ -513,7 +505,7 @@ func drive(ctx context.Context, cfg Config, cells []*cell, reqs []request) (Lag,
 				d, err := c.nodes[r.node].Allow(dctx, c.keys[r.client])
 				r.reply = time.Now()
 				cancel()
-				_ = lags[w].RecordValue(max(r.send.Sub(begin.Add(r.due)).Microseconds(), 1))
+				hdr.Record(lags[w], r.send.Sub(begin.Add(r.due)).Microseconds())
 				switch {
 				case gctx.Err() != nil:
 					return gctx.Err()
@@ -551,13 +543,13 @@ func drive(ctx context.Context, cfg Config, cells []*cell, reqs []request) (Lag,
 		return nil
 	})
 	if err := g.Wait(); err != nil {
-		return Lag{}, err
+		return hdr.Percentiles{}, err
 	}
-	all := hdrhistogram.New(1, 600_000_000, 3)
+	all := hdr.New()
 	for _, h := range lags {
 		all.Merge(h)
 	}
-	return Lag{P50: all.ValueAtPercentile(50), P99: all.ValueAtPercentile(99), Max: all.Max()}, nil
+	return hdr.PercentilesOf(all), nil
 }
 
 // cleanup deletes every client's keys, one UNLINK per key so that a Cluster
@@ -574,12 +566,6 @@ func cleanup(client redis.UniversalClient, cells []*cell) {
 		}
 	}
 	_, _ = pipe.Exec(ctx)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // clientName is how rows name client k.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,14 @@ func TestSkew(t *testing.T) {
 	}
 	if len(rep.Rows) != 5*2*4 {
 		t.Fatalf("%d rows, want 5 algorithms × 2 clocks × 4 skew levels", len(rep.Rows))
+	}
+	// Every request of the stream was sent, and its lag timed.
+	var requests int64
+	for _, r := range rep.Rows {
+		requests += r.Decisions
+	}
+	if rep.SendLagMicros.Count != requests {
+		t.Errorf("send_lag_us counts %d requests, want the stream's %d", rep.SendLagMicros.Count, requests)
 	}
 	caller := map[int64]int64{} // max skew -> over-admitted, summed over the algorithms
 	over := map[string]map[int64]int64{}
@@ -118,5 +127,18 @@ func TestValidate(t *testing.T) {
 		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
 			t.Errorf("want a %s field error, got %v", tc.field, err)
 		}
+	}
+}
+
+// TestUnreachableRedis: a closed port fails before the stream starts, with
+// the address in the error.
+func TestUnreachableRedis(t *testing.T) {
+	cfg := skew.Config{
+		Redis:    &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, DialTimeout: time.Second},
+		Consumer: redistest.Prefix(t),
+	}
+	_, err := skew.Run(context.Background(), cfg)
+	if err == nil || !strings.HasPrefix(err.Error(), "skew: cannot reach Redis at 127.0.0.1:1: ") {
+		t.Fatalf("err = %v, want skew: cannot reach Redis at 127.0.0.1:1", err)
 	}
 }
