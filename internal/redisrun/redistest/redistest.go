@@ -7,8 +7,6 @@ package redistest
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ratelab/ratelab/internal/randid"
 	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
@@ -93,10 +92,8 @@ func Client(t testing.TB, srv *redisrun.Server) *redis.Client {
 // package's server never see each other's keys.
 func Prefix(t testing.TB) string {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
 	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
-	return name + "." + hex.EncodeToString(b)
+	return name + "." + randid.Hex(4)
 }
 
 // Monitor is a MONITOR connection to a server: it sees every command any
