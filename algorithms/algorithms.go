@@ -217,7 +217,7 @@ type entry struct {
 // scripted makes the constructor of a script limiter.
 func scripted(name, src string, mode memberMode, keys int) func(redis.UniversalClient, Policy, Options) Limiter {
 	return func(c redis.UniversalClient, p Policy, o Options) Limiter {
-		return newScripted(name, c, p, o, src, mode, keys)
+		return newScripted(name, c, p, o, src, keys, policyArgs(p, mode), parseReply)
 	}
 }
 

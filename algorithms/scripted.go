@@ -46,11 +46,13 @@ const sharedMember = "request"
 
 // Scripted is a limiter decided by one Lua script per request: the
 // algorithms of this package (fixed window, sliding log, sliding counter,
-// token bucket, GCRA) and the broken variants of the log. Every script takes
-// the client's keys, then limit, window in ms, the caller's time in ms (or ""
-// to read TIME inside Redis) and, for the log, this request's member, and
-// returns {allowed, remaining, retry_after_ms}. It runs with EVALSHA, and
-// EVAL when the server answers NOSCRIPT.
+// token bucket, GCRA), the broken variants of the log, and users' own
+// scripts (UserScript). It runs with EVALSHA, and EVAL when the server
+// answers NOSCRIPT. The scripts differ in the ARGV a request sends and in
+// how their reply reads: this package's take the client's keys, then limit,
+// window in ms, the caller's time in ms (or "" to read TIME inside Redis)
+// and, for the log, this request's member, and return {allowed, remaining,
+// retry_after_ms}.
 //
 // The sliding-window log (slidinglog.lua) is the exact one: prune members
 // older than the window, count, and add this request's member only when it is
@@ -58,30 +60,60 @@ const sharedMember = "request"
 // prefix and a counter), so concurrent requests in one millisecond never
 // collapse into one entry.
 type Scripted struct {
-	name    string
-	client  redis.Scripter
-	policy  Policy
-	clock   Clock
-	now     func() time.Time
-	script  *redis.Script
-	members *members
-	mode    memberMode
-	keys    int // keys per client: the key itself, or key:0 and key:1
+	name   string
+	client redis.Scripter
+	policy Policy
+	clock  Clock
+	now    func() time.Time
+	script *redis.Script
+	keys   int // keys per client: the key itself, or key:0 and key:1
+	argv   argvFunc
+	parse  replyFunc
 }
 
-var _ Limiter = (*Scripted)(nil)
+var (
+	_ Limiter = (*Scripted)(nil)
+	_ Loader  = (*Scripted)(nil)
+)
 
-func newScripted(name string, c redis.Scripter, p Policy, o Options, src string, mode memberMode, keys int) *Scripted {
+// argvFunc builds one request's ARGV from the caller's time in ms ("" on
+// Redis's clock). member is what the request writes to the client's log
+// when admitted, reported in Decision.Member; "" when the state is no log.
+type argvFunc func(now string) (args []any, member string)
+
+// replyFunc reads a script's reply into a Decision's Allowed, Remaining and
+// RetryAfter.
+type replyFunc func(reply any) (Decision, error)
+
+func newScripted(name string, c redis.Scripter, p Policy, o Options, src string, keys int, argv argvFunc, parse replyFunc) *Scripted {
 	return &Scripted{
-		name:    name,
-		client:  c,
-		policy:  p,
-		clock:   o.Clock,
-		now:     o.Now,
-		script:  redis.NewScript(src),
-		members: newMembers(),
-		mode:    mode,
-		keys:    keys,
+		name:   name,
+		client: c,
+		policy: p,
+		clock:  o.Clock,
+		now:    o.Now,
+		script: redis.NewScript(src),
+		keys:   keys,
+		argv:   argv,
+		parse:  parse,
+	}
+}
+
+// policyArgs is the ARGV of this package's scripts: limit, window in ms,
+// the caller's time and, for a log, the request's member (unique, or the
+// same for every request with memberShared).
+func policyArgs(p Policy, mode memberMode) argvFunc {
+	ms := newMembers()
+	return func(now string) ([]any, string) {
+		args := []any{p.Limit, p.windowMillis(), now}
+		switch mode {
+		case memberUnique:
+			m := ms.next()
+			return append(args, m), m
+		case memberShared:
+			return append(args, sharedMember), sharedMember
+		}
+		return args, ""
 	}
 }
 
@@ -112,31 +144,18 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 	if s.clock == ClockCaller {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
-	keys := s.Keys(key)
-	args := []any{s.policy.Limit, s.policy.windowMillis(), now}
-	member := ""
-	switch s.mode {
-	case memberUnique:
-		member = s.members.next()
-	case memberShared:
-		member = sharedMember
-	}
-	if member != "" {
-		args = append(args, member)
-	}
-	reply, trips, err := eval(ctx, s.script, s.client, keys, args...)
+	args, member := s.argv(now)
+	reply, trips, err := eval(ctx, s.script, s.client, s.Keys(key), args...)
 	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", s.name, err)
 	}
-	allowed, remaining, retryMillis, err := parseReply(reply)
+	v, err := s.parse(reply)
 	if err != nil {
 		return d, fmt.Errorf("%s: %w", s.name, err)
 	}
-	d.Allowed = allowed
-	d.Remaining = remaining
-	d.RetryAfter = time.Duration(retryMillis) * time.Millisecond
-	if allowed && s.mode != memberNone {
+	d.Allowed, d.Remaining, d.RetryAfter = v.Allowed, v.Remaining, v.RetryAfter
+	if d.Allowed {
 		d.Member = member
 	}
 	return d, nil
@@ -154,19 +173,19 @@ func eval(ctx context.Context, script *redis.Script, c redis.Scripter, keys []st
 	return reply, 1, err
 }
 
-// parseReply checks a {allowed, remaining, retry_after_ms} script reply.
-func parseReply(reply any) (allowed bool, remaining, retryMillis int64, err error) {
+// parseReply reads this package's {allowed, remaining, retry_after_ms} reply.
+func parseReply(reply any) (Decision, error) {
 	vals, ok := reply.([]any)
 	if !ok || len(vals) != 3 {
-		return false, 0, 0, fmt.Errorf("bad reply %v: want {allowed, remaining, retry_after_ms}", reply)
+		return Decision{}, fmt.Errorf("bad reply %v: want {allowed, remaining, retry_after_ms}", reply)
 	}
 	nums := make([]int64, 3)
 	for i, v := range vals {
 		n, ok := v.(int64)
 		if !ok {
-			return false, 0, 0, fmt.Errorf("bad reply %v: element %d is %T, want an integer", reply, i+1, v)
+			return Decision{}, fmt.Errorf("bad reply %v: element %d is %T, want an integer", reply, i+1, v)
 		}
 		nums[i] = n
 	}
-	return nums[0] == 1, nums[1], nums[2], nil
+	return Decision{Allowed: nums[0] == 1, Remaining: nums[1], RetryAfter: time.Duration(nums[2]) * time.Millisecond}, nil
 }

@@ -1,9 +1,8 @@
 package algorithms
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -62,7 +61,8 @@ func (u UserScript) Info() Info {
 		RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow}
 }
 
-// New builds the limiter on any client that runs scripts.
+// New builds the limiter on any client that runs scripts: a Scripted with
+// ARGV from the template and the reply read as described on UserScript.
 func (u UserScript) New(client redis.Scripter, p Policy, opts ...Option) (Limiter, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -74,73 +74,61 @@ func (u UserScript) New(client redis.Scripter, p Policy, opts ...Option) (Limite
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &userLimiter{spec: u, client: client, policy: p, clock: o.Clock, now: o.Now,
-		script: redis.NewScript(u.Source), members: newMembers(), words: strings.Fields(u.Args)}, nil
+	return newScripted(u.Name, client, p, o, u.Source, 1, templateArgs(p, strings.Fields(u.Args)), parseUserReply), nil
 }
 
-type userLimiter struct {
-	spec    UserScript
-	client  redis.Scripter
-	policy  Policy
-	clock   Clock
-	now     func() time.Time
-	script  *redis.Script
-	members *members
-	words   []string
-}
-
-func (l *userLimiter) Load(ctx context.Context) error {
-	if err := l.script.Load(ctx, l.client).Err(); err != nil {
-		return fmt.Errorf("%s: script load: %w", l.spec.Name, err)
-	}
-	return nil
-}
-
-func (l *userLimiter) Allow(ctx context.Context, key string) (Decision, error) {
-	d := Decision{Limit: l.policy.Limit, Attempts: 1}
-	args := make([]any, len(l.words))
-	for i, w := range l.words {
-		switch w {
-		case "{limit}":
-			args[i] = l.policy.Limit
-		case "{window_ms}":
-			args[i] = l.policy.windowMillis()
-		case "{now_ms}":
-			args[i] = ""
-			if l.clock == ClockCaller {
-				args[i] = strconv.FormatInt(l.now().UnixMilli(), 10)
+// templateArgs builds ARGV from the template's words. A request has one
+// member however often {member} appears; it is not reported in the
+// Decision, since what the script keeps is its own.
+func templateArgs(p Policy, words []string) argvFunc {
+	ms := newMembers()
+	return func(now string) ([]any, string) {
+		args := make([]any, len(words))
+		member := ""
+		for i, w := range words {
+			switch w {
+			case "{limit}":
+				args[i] = p.Limit
+			case "{window_ms}":
+				args[i] = p.windowMillis()
+			case "{now_ms}":
+				args[i] = now
+			case "{member}":
+				if member == "" {
+					member = ms.next()
+				}
+				args[i] = member
+			default:
+				args[i] = w
 			}
-		case "{member}":
-			args[i] = l.members.next()
-		default:
-			args[i] = w
 		}
+		return args, ""
 	}
-	keys := []string{key}
-	reply, trips, err := eval(ctx, l.script, l.client, keys, args...)
-	d.Attempts = trips
-	if err != nil {
-		return d, fmt.Errorf("%s: eval: %w", l.spec.Name, err)
-	}
+}
+
+// parseUserReply reads a user script's reply: 1 (allowed) or 0, or an array
+// that starts with it, optionally followed by remaining and retry-after in
+// ms (kept only for a denial); further elements are ignored.
+func parseUserReply(reply any) (Decision, error) {
 	vals, ok := reply.([]any)
 	if !ok {
 		vals = []any{reply}
 	}
 	if len(vals) == 0 {
-		return d, fmt.Errorf("%s: empty reply: want 1 or 0 first", l.spec.Name)
+		return Decision{}, errors.New("empty reply: want 1 or 0 first")
 	}
 	nums := make([]int64, 0, 3)
 	for i, v := range vals[:min(len(vals), 3)] {
 		n, ok := v.(int64)
 		if !ok {
-			return d, fmt.Errorf("%s: reply element %d is %T (%v), want an integer", l.spec.Name, i+1, v, v)
+			return Decision{}, fmt.Errorf("reply element %d is %T (%v), want an integer", i+1, v, v)
 		}
 		nums = append(nums, n)
 	}
 	if nums[0] != 0 && nums[0] != 1 {
-		return d, fmt.Errorf("%s: reply starts with %d, want 1 (allowed) or 0", l.spec.Name, nums[0])
+		return Decision{}, fmt.Errorf("reply starts with %d, want 1 (allowed) or 0", nums[0])
 	}
-	d.Allowed = nums[0] == 1
+	d := Decision{Allowed: nums[0] == 1}
 	if len(nums) > 1 {
 		d.Remaining = nums[1]
 	}

@@ -68,6 +68,14 @@ func TestUserScriptArgs(t *testing.T) {
 			}
 		})
 	}
+	t.Run("one member per request", func(t *testing.T) {
+		twice := algorithms.UserScript{Name: "echo", Source: echoArgs, Args: "{member} {member}"}
+		key := redistest.Prefix(t)
+		allow(t, newUserScript(t, twice, p), key)
+		if args := c.LRange(ctx, key, 0, -1).Val(); len(args) != 2 || args[0] == "" || args[0] != args[1] {
+			t.Fatalf("ARGV %q, want the request's member twice", args)
+		}
+	})
 }
 
 // TestUserScriptReplies: an integer or an array of up to three integers is
