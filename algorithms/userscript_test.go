@@ -165,7 +165,7 @@ func TestUserScriptNew(t *testing.T) {
 	}{
 		{algorithms.UserScript{Name: "empty", Source: " \n", Args: "{limit}"}, p, "script empty is empty"},
 		{algorithms.UserScript{Name: "x", Source: "return 1", Args: "{limit} {bogus}"}, p, "unknown placeholder {bogus}"},
-		{algorithms.UserScript{Name: "x", Source: "return 1", Args: "{limit}"}, algorithms.Policy{Window: time.Second}, "limit must be at least 1"},
+		{algorithms.UserScript{Name: "x", Source: "return 1", Args: "{limit}"}, algorithms.Policy{Window: time.Second}, "Limit must be at least 1"},
 	} {
 		if _, err := tc.u.New(c, tc.p); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("New(%+v, %v) = %v, want %q", tc.u, tc.p, err, tc.want)
