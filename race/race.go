@@ -422,7 +422,10 @@ func holdConns(ctx context.Context, c interface {
 
 // worker holds one goroutine's measurements over a limiter's trials.
 type worker struct {
-	hist      *hdrhistogram.Histogram
+	// latencies holds this trial's decision latencies in µs; the trial
+	// records them into the limiter's histogram when it ends, so that
+	// 10,000 goroutines do not each hold a histogram.
+	latencies []int64
 	firstSend time.Time
 	lastReply time.Time
 	admitted  int64
@@ -446,7 +449,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	}
 	workers := make([]*worker, cfg.Concurrency)
 	for i := range workers {
-		workers[i] = &worker{hist: hdr.New()}
+		workers[i] = &worker{}
 	}
 	if l, ok := lim.(algorithms.Loader); ok {
 		if err := l.Load(ctx); err != nil {
@@ -498,6 +501,12 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 			}
 		}
 		spreads = append(spreads, t.ReleaseSpreadMicros)
+		for _, w := range workers {
+			for _, us := range w.latencies {
+				hdr.Record(res.Histogram, us)
+			}
+			w.latencies = w.latencies[:0]
+		}
 		if cfg.Progress != nil {
 			cfg.Progress(name, trial+1, cfg.Trials)
 		}
@@ -505,9 +514,6 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	res.ElapsedMillis = time.Since(began).Milliseconds()
 	if checked > 0 {
 		res.StateVerified = &verified
-	}
-	for _, w := range workers {
-		res.Histogram.Merge(w.hist)
 	}
 	res.LatencyMicros = hdr.PercentilesOf(res.Histogram)
 	slices.Sort(spreads)
@@ -540,7 +546,7 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 			for range cfg.RequestsPerWorker {
 				t0 := time.Now()
 				d, err := lim.Allow(tctx, key)
-				hdr.Record(w.hist, time.Since(t0).Microseconds())
+				w.latencies = append(w.latencies, time.Since(t0).Microseconds())
 				w.attempts += int64(d.Attempts)
 				switch {
 				case errors.Is(err, algorithms.ErrRetriesExhausted):

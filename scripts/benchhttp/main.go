@@ -235,11 +235,11 @@ func ratelabRSS(bin, url string, n int) (float64, result, error) {
 	if err := json.Unmarshal(out, &r); err != nil {
 		return 0, r, err
 	}
-	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	rss, ok := maxRSS(cmd.ProcessState)
 	if !ok {
 		return 0, r, errors.New("no resource usage on this system")
 	}
-	return float64(ru.Maxrss) / 1024, r, nil // Linux reports KiB
+	return rss, r, nil
 }
 
 // pinned runs name on CPU cpu when taskset is there and the machine has
