@@ -2,12 +2,19 @@
 GO  ?= go
 BIN := bin/ratelab
 
-.PHONY: all build demo test bench deps clean
+# The version make build stamps: the tag at HEAD, else a Go pseudo-version
+# of the commit; and the commit itself.
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
+VERSION := $(shell git describe --tags --exact-match 2>/dev/null || \
+	TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h --abbrev=12 2>/dev/null || echo v0.0.0-dev)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: all build demo test test-short check docs bench deps clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/ratelab
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ratelab
 
 # The default race: naive, multi, watch and lua, 100 goroutines, limit 5, 20 trials,
 # on a private redis-server that ratelab starts and stops.
@@ -16,11 +23,32 @@ demo: build
 	./$(BIN) race
 
 # Installs redis-server, nginx and its lua module when missing (apt-get, as
-# root), then vets and runs every test with the race detector. The tests
-# start their own servers.
-test: deps
-	$(GO) vet ./...
+# root), checks the tree, then runs every test with the race detector. The
+# tests start their own servers.
+test: deps check
 	$(GO) test -race ./...
+
+# The quick tier: no apt, no nginx, no drills; tests that need a
+# redis-server it does not find are skipped.
+test-short:
+	$(GO) test -short ./...
+
+# Formatting, go.mod, vet, a build for each system, and the generated
+# command reference.
+check:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
+	$(GO) vet ./...
+	GOOS=linux $(GO) build ./...
+	GOOS=darwin $(GO) build ./...
+	GOOS=windows $(GO) build ./...
+	@dir=$$(mktemp -d) && $(GO) run ./cmd/ratelab gen-docs $$dir && \
+		if ! diff -r $$dir docs/cli >/dev/null; then rm -rf $$dir; echo "docs/cli is out of date: run make docs"; exit 1; fi; rm -rf $$dir
+
+# The command reference in docs/cli, generated from the commands.
+docs:
+	rm -rf docs/cli && mkdir -p docs/cli
+	$(GO) run ./cmd/ratelab gen-docs docs/cli
 
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,

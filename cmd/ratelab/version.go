@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -47,7 +48,7 @@ func buildVersion() string {
 	if len(c) > 12 {
 		c = c[:12]
 	}
-	if c != "" {
+	if c != "" && !strings.HasSuffix(v, c) { // a pseudo-version ends with it already
 		v += " " + c
 	}
 	return v
