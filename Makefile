@@ -24,9 +24,10 @@ demo: build
 
 # Installs redis-server, nginx and its lua module when missing (apt-get, as
 # root), checks the tree, then runs every test with the race detector. The
-# tests start their own servers.
+# tests start their own servers; most wait on them more than they compute,
+# hence eight at a time.
 test: deps check
-	$(GO) test -race ./...
+	$(GO) test -race -parallel 8 ./...
 
 # The quick tier: no apt, no nginx, no drills; tests that need a
 # redis-server it does not find are skipped.

@@ -87,6 +87,9 @@ func TestAuditCatchesALeak(t *testing.T) {
 // consumer 8 s after its first request (over 4 s late) is caught, and the
 // live line says the probes are under way while they wait.
 func TestAuditCatchesALyingRetryAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	t.Parallel()
 	var mu sync.Mutex
 	var probing []time.Duration
@@ -118,6 +121,9 @@ func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 // that algorithm's guarantee; the sliding log passes the sliding-window
 // rule too, at exactly its limit.
 func TestAuditPassesTheEdgeGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	t.Parallel()
 	for _, name := range append(algorithms.Algorithms(), "") {
 		t.Run(cmp.Or(name, "sliding-window rule"), func(t *testing.T) {
@@ -213,6 +219,9 @@ func TestAuditCatchesFalseRemaining(t *testing.T) {
 // quarter of the admissions and passes its audit; merged, the audit sees
 // them all and fails, and the counts and histograms add up.
 func TestMergedAuditCatchesASplitLeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	t.Parallel()
 	srv := httptest.NewServer(&fixedWindow{admit: 10, advertised: 5, real: time.Second, sayRetry: "1"})
 	defer srv.Close()

@@ -43,6 +43,9 @@ func stallOnce(stallAfter int64, stall time.Duration) http.Handler {
 // the p99 shows the stall; the closed model, which waits for the server
 // before sending, records the stall once and its p99 hides it.
 func TestOpenModelSeesTheStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	run := func(cfg bench.HTTPConfig) bench.Result {
 		srv := httptest.NewServer(stallOnce(100, 500*time.Millisecond))
 		defer srv.Close()

@@ -43,6 +43,10 @@ func byName(rep compare.Report) map[string]compare.Result {
 }
 
 func TestCompare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	c := redistest.Client(t, srv)
 	cfg := config(t, srv.Addr)
 	rep, err := compare.Run(context.Background(), cfg)
@@ -118,6 +122,10 @@ func deref[T any](p *T) any {
 // TestCompareOnCluster: every workload runs on a three-master Cluster with
 // no CROSSSLOT error, and leaves no key behind.
 func TestCompareOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
 	if err != nil {

@@ -168,6 +168,10 @@ func waitForStatus(t *testing.T, url string, hdr map[string]string, status int) 
 // 10: exactly 10 reach the upstream, 190 get 429 with Retry-After and both
 // header forms, and the consumer's log in Redis holds exactly 10 members.
 func TestConcurrentBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, denyCache := range []bool{true, false} {
 		t.Run(fmt.Sprintf("deny cache %v", denyCache), func(t *testing.T) {
@@ -223,6 +227,10 @@ func TestConcurrentBurst(t *testing.T) {
 // within the timeout plus a margin and fail-closed answers 503; once Redis
 // is back, limiting resumes without a restart.
 func TestRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, mode := range []edge.OnError{edge.FailOpen, edge.FailClosed} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -322,6 +330,7 @@ func scriptCalls(t *testing.T, c redis.UniversalClient) int64 {
 // change the key; from a trusted proxy it does; hostile header values make
 // bounded keys with one hash tag.
 func TestIdentity(t *testing.T) {
+	t.Parallel()
 	c := redistest.Client(t, srv)
 	p := algorithms.Policy{Limit: 1, Window: time.Minute}
 	lim, err := algorithms.New("sliding-log", c, p)
@@ -373,6 +382,7 @@ func TestIdentity(t *testing.T) {
 // connection is no wait), and a new Redis on the same port is used without
 // a restart of the gateway.
 func TestRedisRestart(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	r, err := redisrun.Start(context.Background(), redisrun.Options{})
 	if err != nil {
@@ -405,6 +415,7 @@ func TestRedisRestart(t *testing.T) {
 // TestHeaderForms: --headers selects the fields; Retry-After rounds the
 // script's milliseconds up to whole seconds.
 func TestHeaderForms(t *testing.T) {
+	t.Parallel()
 	deny := limiterFunc(func(context.Context, string) (algorithms.Decision, error) {
 		return algorithms.Decision{Limit: 5, RetryAfter: 1500 * time.Millisecond}, nil
 	})

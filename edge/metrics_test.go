@@ -56,6 +56,7 @@ func byLabel(t *testing.T, family *dto.MetricFamily, label string) map[string]fl
 // histogram's buckets, agrees with the Go API, and carries the Go runtime's
 // metrics (and the process's, on Linux). The other gateway counted nothing.
 func TestMetricsScrape(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	g, _ := startGateway(t, srv.Addr, setup{limit: 1, denyCache: true})
 	idle, _ := startGateway(t, srv.Addr, setup{limit: 1})

@@ -221,6 +221,23 @@ func (n *Nginx) Stop() {
 	}
 }
 
+// StopNow asks nginx for a fast stop (SIGTERM), which drops requests in
+// flight, and kills it 5 seconds later; it removes nginx's directory.
+func (n *Nginx) StopNow() {
+	for _, step := range []struct {
+		sig  os.Signal
+		wait time.Duration
+	}{{syscallTerm, 5 * time.Second}, {os.Kill, time.Minute}} {
+		_ = n.cmd.Process.Signal(step.sig)
+		select {
+		case <-n.exited:
+			os.RemoveAll(n.dir)
+			return
+		case <-time.After(step.wait):
+		}
+	}
+}
+
 func lastLines(s string, k int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > k {

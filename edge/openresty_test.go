@@ -38,6 +38,9 @@ func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.Nginx
 // startNginxUpstream runs nginx with the module in front of upstream.
 func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, upstream string) edge.NginxConfig {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no nginx")
+	}
 	if _, _, err := edge.FindNginx(); err != nil {
 		if redistest.InCI() {
 			t.Fatalf("under CI: %v", err)
@@ -63,7 +66,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 			log, _ := os.ReadFile(n.Dir() + "/error.log")
 			t.Logf("nginx error.log:\n%s", log)
 		}
-		n.Stop()
+		n.StopNow()
 	})
 	return c
 }
@@ -72,6 +75,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 // from one consumer with limit 10: exactly 10 reach the upstream and 190 get
 // 429 with Retry-After and both header forms; the Go gateway's key holds them.
 func TestOpenRestyBurst(t *testing.T) {
+	t.Parallel()
 	c := redistest.Client(t, srv)
 	for _, denyCache := range []bool{true, false} {
 		nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 10, Window: time.Minute},
@@ -121,6 +125,7 @@ func TestOpenRestyBurst(t *testing.T) {
 // TestOpenRestyRedisDown: with Redis hung, the module fails open within its
 // timeout or closed with 503; SCRIPT FLUSH mid-run counts nothing twice.
 func TestOpenRestyRedisDown(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, mode := range []string{"open", "closed"} {
 		r, err := redisrun.Start(context.Background(), redisrun.Options{})
@@ -222,6 +227,7 @@ func TestOpenRestyProxy(t *testing.T) {
 // an hour old, prunes them, and admits 10 more. MONITOR shows the time each
 // engine hands the script: none on Redis's clock, its own on the caller's.
 func TestEnginesShareOneClock(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	p := algorithms.Policy{Limit: 10, Window: time.Minute}
 	ahead := func() time.Time { return time.Now().Add(time.Hour) }
@@ -276,6 +282,7 @@ func TestEnginesShareOneClock(t *testing.T) {
 // counts at /__ratelab/forwarded and nothing else; /metrics and /healthz,
 // which the Go gateway serves, answer 404 there.
 func TestOpenRestyAdmin(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}})
 	consumer := redistest.Prefix(t)
@@ -297,6 +304,7 @@ func TestOpenRestyAdmin(t *testing.T) {
 }
 
 func TestNginxConfRenders(t *testing.T) {
+	t.Parallel()
 	conf, err := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
 		RedisPort: 6379, Policy: algorithms.Policy{Limit: 100, Window: time.Minute}, Timeout: 200 * time.Millisecond,
 		KeyBy: "ip", OnError: "closed", Headers: "both", Dir: "/tmp/x"}.Render()

@@ -148,6 +148,7 @@ func ptr(b *bool) any {
 }
 
 func TestRaceOnRedisServer(t *testing.T) {
+	t.Parallel()
 	c := redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, algorithms.Names()...)
 	rep, err := race.Run(context.Background(), cfg)
@@ -162,6 +163,10 @@ func TestRaceOnRedisServer(t *testing.T) {
 }
 
 func TestRaceOnEmbeddedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	emb, err := redisrun.StartEmbedded()
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +183,7 @@ func TestRaceOnEmbeddedRedis(t *testing.T) {
 
 // TestRedisClock: the Lua limiter holds with the time read inside Redis.
 func TestRedisClock(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "lua")
 	cfg.Clock = algorithms.ClockRedis
@@ -194,6 +200,7 @@ func TestRedisClock(t *testing.T) {
 // TestManyRequestsPerWorker: with several decisions per goroutine, both
 // log limiters admit exactly the limit of a fresh window.
 func TestManyRequestsPerWorker(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "lua", "multi")
 	cfg.Policy = algorithms.Policy{Limit: 50, Window: 10 * time.Second}
@@ -215,6 +222,7 @@ func TestManyRequestsPerWorker(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	good := race.Config{Limiters: []string{"lua"}, Policy: algorithms.Policy{Limit: 5, Window: time.Second},
 		Concurrency: 10, RequestsPerWorker: 1, Trials: 1}
 	for _, tc := range []struct {
@@ -247,6 +255,7 @@ func TestValidate(t *testing.T) {
 
 // TestUnreachableRedis: a closed port fails fast with the address in the error.
 func TestUnreachableRedis(t *testing.T) {
+	t.Parallel()
 	cfg := config(t, "127.0.0.1:1", "lua")
 	cfg.Redis.DialTimeout = time.Second
 	start := time.Now()
@@ -263,6 +272,7 @@ func TestUnreachableRedis(t *testing.T) {
 // reaching Redis brings a stale time; the Lua log takes it as the newest
 // logged time, so it cannot count against a window already pruned.
 func TestTrialsOutlastingTheWindow(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "lua", "watch")
 	cfg.Policy = algorithms.Policy{Limit: 5, Window: 5 * time.Millisecond}
@@ -290,6 +300,10 @@ func TestTrialsOutlastingTheWindow(t *testing.T) {
 // TestRaceOnCluster: every limiter keeps its invariants on a three-master
 // Redis Cluster, with no CROSSSLOT error (errors would fail the run).
 func TestRaceOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv) // skips without redis-server, fails under CI
 	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
 	if err != nil {
@@ -325,6 +339,7 @@ func (c *stepClock) Now() time.Time {
 // clock, each algorithm's guarantee allows exactly the limit, and each
 // admits exactly that in every trial.
 func TestFrozenCallerClock(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	frozen := time.UnixMilli(1_700_000_003_000) // 3 s into an aligned 10 s window
 	cfg := config(t, srv.Addr, append([]string{"lua", "multi"}, algorithms.Algorithms()...)...)
@@ -354,6 +369,7 @@ func TestFrozenCallerClock(t *testing.T) {
 // a limit on each side, the bucket and GCRA their refill, the counter its
 // estimate; and the fixed window does admit more than the limit.
 func TestTrialStraddlesAnEdge(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	edge := time.UnixMilli(1_700_000_000_000) // a multiple of 1 s
 	for _, name := range append([]string{"lua", "multi"}, algorithms.Algorithms()...) {
@@ -394,6 +410,10 @@ func TestTrialStraddlesAnEdge(t *testing.T) {
 // no limiter that keeps its guarantee is reported as leaking, in any trial,
 // and the naive one still leaks.
 func TestNoCorrectLimiterAccused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, append([]string{"naive", "lua", "multi", "watch"}, algorithms.Algorithms()...)...)
 	cfg.Policy = algorithms.Policy{Limit: 100, Window: time.Second}
@@ -421,6 +441,7 @@ func TestNoCorrectLimiterAccused(t *testing.T) {
 // the policy, so they count as exhausted retries, and the trial is not
 // short of its minimum.
 func TestExhaustedRetriesAreNotUnderAdmission(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "watch")
 	cfg.WatchRetries = 1

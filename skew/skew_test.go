@@ -28,6 +28,9 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 // sliding log and the fixed window from a quarter of the offsets to all of
 // them.
 func TestSkew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	c := redistest.Client(t, srv)
 	cfg := skew.Config{
 		Redis:    &redis.UniversalOptions{Addrs: []string{srv.Addr}},

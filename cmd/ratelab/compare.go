@@ -111,7 +111,7 @@ func runCompare(ctx context.Context, io *ioStreams, cmd *cobra.Command, opts com
 	if err != nil {
 		return err
 	}
-	target, err := opts.redis.config()
+	target, err := opts.redis.config(io)
 	if err != nil {
 		return err
 	}

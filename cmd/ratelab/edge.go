@@ -97,7 +97,7 @@ func edgeConfig(io *ioStreams, opts edgeOptions) (edge.Options, redisrun.TargetC
 	if err := o.Validate(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, edgeNames)
 	}
-	target, err := opts.redis.config()
+	target, err := opts.redis.config(io)
 	if err != nil {
 		return o, target, err
 	}

@@ -67,10 +67,10 @@ func (r *redisFlags) bind(f *pflag.FlagSet, withLocal bool) {
 
 // config resolves the flags (and REDIS_URL) into a target, checked; its
 // errors name the flag. Nothing is sent.
-func (r *redisFlags) config() (redisrun.TargetConfig, error) {
+func (r *redisFlags) config(io *ioStreams) (redisrun.TargetConfig, error) {
 	url, source := r.url, "--redis"
 	if url == "" && !r.local {
-		url, source = os.Getenv("REDIS_URL"), "REDIS_URL"
+		url, source = io.getenv("REDIS_URL"), "REDIS_URL"
 		if url == "" {
 			source = "--redis (or REDIS_URL)"
 		}

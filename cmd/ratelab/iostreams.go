@@ -17,10 +17,12 @@ type ioStreams struct {
 	color bool
 	// live is set when err is a terminal: live lines are drawn there.
 	live bool
+	// getenv reads the environment (REDIS_URL).
+	getenv func(string) string
 }
 
-func newIOStreams(out, err io.Writer) *ioStreams {
-	return &ioStreams{out: out, err: err, color: isTerminal(out) && os.Getenv("NO_COLOR") == "", live: isTerminal(err)}
+func newIOStreams(out, err io.Writer, getenv func(string) string) *ioStreams {
+	return &ioStreams{out: out, err: err, color: isTerminal(out) && getenv("NO_COLOR") == "", live: isTerminal(err), getenv: getenv}
 }
 
 func isTerminal(w io.Writer) bool {

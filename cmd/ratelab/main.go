@@ -35,7 +35,12 @@ func main() {
 
 // run executes one command line and maps its error to an exit code, once.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(newIOStreams(stdout, stderr))
+	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// runEnv is run with the environment read through getenv.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := newRootCmd(newIOStreams(stdout, stderr, getenv))
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

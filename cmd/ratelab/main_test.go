@@ -31,13 +31,29 @@ var srv *redisrun.Server
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
-// ratelab runs one command line in-process and returns its exit code and output.
+// ratelab runs one command line in-process, with no REDIS_URL whatever
+// the environment, and returns its exit code and output.
 func ratelab(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	t.Setenv("REDIS_URL", "")
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, &stdout, &stderr)
+	code := runEnv(context.Background(), args, &stdout, &stderr, noRedisURL)
 	return code, stdout.String(), stderr.String()
+}
+
+// noRedisURL is the environment with REDIS_URL unset.
+func noRedisURL(name string) string {
+	if name == "REDIS_URL" {
+		return ""
+	}
+	return os.Getenv(name)
+}
+
+// goRatelab runs one command line in-process, in a goroutine, until ctx
+// ends; the exit code comes on the channel.
+func goRatelab(ctx context.Context, stderr io.Writer, args ...string) <-chan int {
+	done := make(chan int, 1)
+	go func() { done <- runEnv(ctx, args, io.Discard, stderr, noRedisURL) }()
+	return done
 }
 
 // connections reads how many connections the server has accepted so far.
@@ -119,8 +135,8 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 	})
 	t.Run("bad REDIS_URL", func(t *testing.T) {
 		var stderr bytes.Buffer
-		t.Setenv("REDIS_URL", "http://u:secret@127.0.0.1:1")
-		code := run(context.Background(), []string{"race"}, io.Discard, &stderr)
+		env := func(name string) string { return map[string]string{"REDIS_URL": "http://u:secret@127.0.0.1:1"}[name] }
+		code := runEnv(context.Background(), []string{"race"}, io.Discard, &stderr, env)
 		if code != exitUsage || !strings.Contains(stderr.String(), `REDIS_URL "http://…@127.0.0.1:1"`) {
 			t.Fatalf("exit %d, stderr %q; want exit 2 naming REDIS_URL without its password", code, stderr.String())
 		}
@@ -128,6 +144,7 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 }
 
 func TestUnreachableRedisExitsOneQuickly(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	code, _, stderr := ratelab(t, "race", "--redis", "redis://127.0.0.1:1")
 	if code != exitError || !strings.Contains(stderr, "cannot reach Redis at 127.0.0.1:1") {
@@ -140,6 +157,7 @@ func TestUnreachableRedisExitsOneQuickly(t *testing.T) {
 }
 
 func TestRaceJSON(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	code, stdout, stderr := ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--output", "json",
 		"--limiters", "naive,lua")
@@ -210,6 +228,7 @@ func TestRaceJSON(t *testing.T) {
 }
 
 func TestFailOnLeak(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, tc := range []struct {
 		limiters string
@@ -237,6 +256,7 @@ func TestFailOnLeak(t *testing.T) {
 // TestPrivateServer: with no --redis, ratelab starts its own redis-server
 // and names it in the report.
 func TestPrivateServer(t *testing.T) {
+	t.Parallel()
 	if srv == nil {
 		t.Skip("no redis-server on PATH")
 	}
@@ -270,6 +290,7 @@ func TestEmbeddedFallback(t *testing.T) {
 }
 
 func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
 	code, stdout, _ := ratelab(t, "version")
 	if code != exitOK || !strings.HasPrefix(stdout, "ratelab ") {
 		t.Fatalf("version: exit %d, %q", code, stdout)
@@ -351,6 +372,7 @@ func privateServers(t *testing.T) []string {
 // TestRaceUserScript: a script whose member is the millisecond timestamp is
 // caught; ratelab's own sliding log, raced as a user script, holds.
 func TestRaceUserScript(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	code, stdout, stderr := ratelab(t, "race", "--redis", srv.URL(), "--trials", "3", "--fail-on-leak", "--output", "json",
 		"--script", "testdata/timestamp_member.lua", "--script-args", "{limit} {window_ms} {now_ms} {now_ms}")
@@ -422,6 +444,10 @@ func TestCompareBadInput(t *testing.T) {
 
 // TestCompareJSON checks the fields the JSON promises, on a short run.
 func TestCompareJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	code, stdout, stderr := ratelab(t, "compare", "--redis", srv.URL(), "--limit", "10", "--duration", "200ms",
 		"--keys", "100", "--connections", "4", "--accuracy-clients", "5", "--output", "json")
@@ -499,6 +525,10 @@ func TestSkewBadInput(t *testing.T) {
 // TestSkewJSON: a short run prints the rows the JSON promises, one per
 // clock and skew level, and nothing over-admitted on Redis's clock.
 func TestSkewJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	code, stdout, stderr := ratelab(t, "skew", "--redis", srv.URL(), "--algorithms", "sliding-log", "--skews", "0,500ms",
 		"--clients", "3", "--duration", "1s", "--output", "json")
@@ -568,6 +598,7 @@ func TestEdgeBadInput(t *testing.T) {
 
 // TestEdgeServes: ratelab edge answers, limits, and stops on cancel.
 func TestEdgeServes(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := freeAddr(t)
@@ -610,6 +641,10 @@ func TestEdgeServes(t *testing.T) {
 // argument on Redis's clock (the default), this host's time in ms with
 // --clock caller.
 func TestEdgeClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, engine := range []string{"go", "openresty"} {
 		for _, clock := range []string{"redis", "caller"} {
@@ -681,6 +716,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestBenchHTTP(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if n.Add(1)%10 == 0 {
@@ -777,6 +813,10 @@ func TestBenchHTTP(t *testing.T) {
 // TestBenchAudit: a server that admits twice what it advertises fails
 // --fail-on-leak with exit 3; ratelab edge in front of redis-server passes.
 func TestBenchAudit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
 	redistest.Client(t, srv)
 	var mu sync.Mutex
 	count := map[string]int{}

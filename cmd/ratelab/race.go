@@ -98,7 +98,7 @@ func runRace(ctx context.Context, io *ioStreams, cmd *cobra.Command, opts raceOp
 	if err != nil {
 		return err
 	}
-	target, err := opts.redis.config()
+	target, err := opts.redis.config(io)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func runSkew(ctx context.Context, io *ioStreams, opts skewOptions) error {
 	if err != nil {
 		return err
 	}
-	target, err := opts.redis.config()
+	target, err := opts.redis.config(io)
 	if err != nil {
 		return err
 	}

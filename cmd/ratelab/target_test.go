@@ -25,6 +25,7 @@ func startRedis(t *testing.T, opts redisrun.Options) *redisrun.Server {
 // TestStartupLineNamesTheRedis: every command that decides says which
 // Redis it uses, an external one included, and never prints a password.
 func TestStartupLineNamesTheRedis(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t, redisrun.Options{Args: []string{"--requirepass", "s3cret"}})
 	code, stdout, stderr := ratelab(t, "race", "--redis", "redis://:s3cret@"+s.Addr, "--trials", "1", "--limiters", "lua")
 	if code != exitOK || !strings.Contains(stderr, "race on Redis "+s.Version+" at "+s.Addr) {
@@ -38,6 +39,7 @@ func TestStartupLineNamesTheRedis(t *testing.T) {
 // TestCredentialsRefused: a wrong password is said to be one, not a
 // network failure, and exits 1 without printing it.
 func TestCredentialsRefused(t *testing.T) {
+	t.Parallel()
 	s := startRedis(t, redisrun.Options{Args: []string{"--requirepass", "s3cret"}})
 	for _, url := range []string{"redis://:wrong@" + s.Addr, "redis://" + s.Addr} {
 		code, stdout, stderr := ratelab(t, "race", "--redis", url)
@@ -52,6 +54,7 @@ func TestCredentialsRefused(t *testing.T) {
 // fails as a TLS failure; --redis-ca or --redis-insecure make it work; the
 // TLS flags on a redis:// URL are bad input.
 func TestRedisTLS(t *testing.T) {
+	t.Parallel()
 	files := redistest.TLSFiles(t)
 	s := startRedis(t, redisrun.Options{TLS: &files})
 	url := "rediss://" + s.TLSAddr
@@ -108,6 +111,7 @@ func TestArgumentsAndFlagsRefused(t *testing.T) {
 // TestCompareWorkloadRules: rules that only some workloads need apply only
 // when they run.
 func TestCompareWorkloadRules(t *testing.T) {
+	t.Parallel()
 	redistest.Client(t, srv)
 	for _, tc := range []struct {
 		args []string

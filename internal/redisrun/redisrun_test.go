@@ -116,6 +116,9 @@ func TestInCI(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
 	needRedisServer(t)
 	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
 	if err != nil {
