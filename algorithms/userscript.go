@@ -3,10 +3,14 @@ package algorithms
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/field"
 )
 
 // UserScript is a user's own Lua limiter, raced and compared like the
@@ -136,4 +140,25 @@ func parseUserReply(reply any) (Decision, error) {
 		d.RetryAfter = time.Duration(nums[2]) * time.Millisecond
 	}
 	return d, nil
+}
+
+// ReadUserScript reads a user's Lua limiter from path, with the ARGV
+// template args, called name in reports ("script:" and the file's name when
+// empty). Errors are *field.Error naming Path, Name or Args.
+func ReadUserScript(path, args, name string) (UserScript, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return UserScript{}, field.Errorf("Path", ": %v", err)
+	}
+	if name == "" {
+		name = "script:" + strings.TrimSuffix(filepath.Base(path), ".lua")
+	}
+	if _, taken := Lookup(name); taken {
+		return UserScript{}, field.Errorf("Name", "%q is a built-in limiter's name", name)
+	}
+	u := UserScript{Name: name, Source: string(src), Args: args}
+	if err := u.Validate(); err != nil {
+		return u, field.Errorf("Args", ": %v", err)
+	}
+	return u, nil
 }

@@ -208,3 +208,16 @@ func benchMarkdown(w io.Writer, r bench.Result) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// BenchProgress is the live line of a run.
+func BenchProgress(p bench.Progress) string {
+	if p.Phase == "probes" {
+		return fmt.Sprintf("probing Retry-After: %s left, --no-probes skips this", p.ProbesLeft.Round(time.Second))
+	}
+	line := fmt.Sprintf("%s  done %d  %.0f/s  p99 %s  429 %.1f%%", p.Elapsed.Round(time.Second), p.Done, p.RatePerSec,
+		micros(p.P99Micros), 100*p.LimitedShare)
+	if p.Phase == "warm-up" {
+		line = "warm-up  " + line
+	}
+	return line
+}

@@ -157,7 +157,7 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	if err != nil {
 		return err
 	}
-	cfg.Progress = func(p bench.Progress) { io.status("%s", progressLine(p)) }
+	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p)) }
 	if opts.threads > 0 { // the load generator's share of the machine, as wrk's -t
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(opts.threads))
 	}
@@ -191,19 +191,6 @@ func crossed(errs []*field.Error) error {
 		msgs[i] = e.Render(func(f string) string { return benchNames[f] })
 	}
 	return &thresholdError{strings.Join(msgs, "; ")}
-}
-
-// progressLine is the live line of a run.
-func progressLine(p bench.Progress) string {
-	if p.Phase == "probes" {
-		return fmt.Sprintf("probing Retry-After: %s left, --no-probes skips this", p.ProbesLeft.Round(time.Second))
-	}
-	line := fmt.Sprintf("%s  done %d  %.0f/s  p99 %s  429 %.1f%%", p.Elapsed.Round(time.Second), p.Done, p.RatePerSec,
-		time.Duration(p.P99Micros)*time.Microsecond, 100*p.LimitedShare)
-	if p.Phase == "warm-up" {
-		line = "warm-up  " + line
-	}
-	return line
 }
 
 // writeFile creates path and writes it with write.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -138,20 +136,9 @@ func (s *scriptFlags) load(f *pflag.FlagSet) ([]algorithms.UserScript, error) {
 		}
 		return nil, nil
 	}
-	src, err := os.ReadFile(s.path)
+	u, err := algorithms.ReadUserScript(s.path, s.args, s.name)
 	if err != nil {
-		return nil, usagef("--script: %w", err)
-	}
-	name := s.name
-	if name == "" {
-		name = "script:" + strings.TrimSuffix(filepath.Base(s.path), ".lua")
-	}
-	if _, taken := algorithms.Lookup(name); taken {
-		return nil, usagef("--script-name %q is a built-in limiter's name", name)
-	}
-	u := algorithms.UserScript{Name: name, Source: string(src), Args: s.args}
-	if err := u.Validate(); err != nil {
-		return nil, usagef("--script: %w", err)
+		return nil, flagError(err, flagNames{"Path": "--script", "Name": "--script-name", "Args": "--script"})
 	}
 	return []algorithms.UserScript{u}, nil
 }

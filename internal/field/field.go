@@ -11,7 +11,8 @@ import (
 
 // Error is bad input in one field. Reason reads after the field's name
 // ("must be at least 1 (got 0)"), and may name other fields in braces
-// ("needs {ConsumerHeader}"), which Render replaces too.
+// ("needs {ConsumerHeader}": a capital first, as Go field names have), which
+// Render replaces too; lower-case words in braces are left as they are.
 type Error struct {
 	Field  string
 	Reason string
@@ -24,7 +25,7 @@ func Errorf(field, format string, a ...any) *Error {
 
 func (e *Error) Error() string { return e.Render(func(f string) string { return f }) }
 
-var braces = regexp.MustCompile(`\{([A-Za-z][A-Za-z0-9.]*)\}`)
+var braces = regexp.MustCompile(`\{([A-Z][A-Za-z0-9.]*)\}`)
 
 // Render writes the error with every field named by name: its own at the
 // front, and those in braces in the reason.

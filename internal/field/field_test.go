@@ -12,6 +12,7 @@ func TestRender(t *testing.T) {
 		{Errorf("Limit", "must be at least 1 (got %d)", 0), "--limit must be at least 1 (got 0)"},
 		{Errorf("Limit", "needs {Window}"), "--limit needs --window"},
 		{Errorf("Window", ": %s", "not a duration"), "--window: not a duration"},
+		{Errorf("Limit", ": unknown placeholder {bogus} (known: {limit})"), "--limit: unknown placeholder {bogus} (known: {limit})"},
 	} {
 		if got := tc.err.Render(name); got != tc.want {
 			t.Errorf("Render = %q, want %q", got, tc.want)
