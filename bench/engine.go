@@ -25,6 +25,10 @@ type plan struct {
 	warmup  time.Duration // the measured run begins at start + warmup
 	end     time.Duration // no request is sent at or after start + end; 0: no end
 	timeout time.Duration
+	// shard of shards: this run sends the requests whose index is
+	// ≡ shard (mod shards) of the whole schedule.
+	shard, shards   int64
+	sharedConsumers bool
 	// slack is how much sooner than timeout a request may be cut: 1% of
 	// it, at most 10 ms, so that a connection's deadline moves at most
 	// once per slack rather than once per request.
@@ -56,6 +60,24 @@ func (p *plan) probesUntil() time.Time {
 		return time.Unix(0, n)
 	}
 	return time.Time{}
+}
+
+// consumer is the consumer of this shard's j-th request; -1 for none.
+// One shard sends consumer j mod K; a shard of several, the consumers whose
+// index is ≡ shard (mod shards) in turn, or with sharedConsumers every one,
+// from its own offset.
+func (p *plan) consumer(j int64) int {
+	k := int64(p.consumers)
+	switch {
+	case k == 0:
+		return -1
+	case p.shards == 1:
+		return int(j % k)
+	case p.sharedConsumers:
+		return int((p.shard + j) % k)
+	}
+	mine := (k - p.shard + p.shards - 1) / p.shards // consumers ≡ shard (mod shards)
+	return int(p.shard + p.shards*(j%mine))
 }
 
 // due is when request i should be sent, since start.
@@ -109,7 +131,8 @@ func (c *conn) run(ctx context.Context) {
 	}
 	var measured int64
 	for k := int64(0); ; k++ {
-		i := int64(c.id) + k*int64(p.conns) // the run's sequence number
+		j := int64(c.id) + k*int64(p.conns) // this shard's sequence number
+		i := p.shard + p.shards*j           // the whole run's
 		var due time.Duration
 		if p.open {
 			due = p.due(i)
@@ -141,10 +164,7 @@ func (c *conn) run(ctx context.Context) {
 		if !warm {
 			measured++
 		}
-		consumer := -1
-		if p.consumers > 0 {
-			consumer = int(i % int64(p.consumers))
-		}
+		consumer := p.consumer(j)
 		err := c.roundTrip(ctx, sentAt, consumer)
 		doneAt := time.Now()
 		if err != nil && ctx.Err() != nil {
@@ -294,7 +314,7 @@ func (c *conn) countUnsent(i int64, now time.Duration) {
 		hi = min(hi, p.firstMeasured+p.requests)
 	}
 	lo := max(i, p.firstMeasured)
-	c.unsent += congruent(lo, hi, int64(c.id), int64(p.conns))
+	c.unsent += congruent(lo, hi, p.shard+p.shards*int64(c.id), p.shards*int64(p.conns))
 }
 
 // congruent counts the j in [lo, hi) with j ≡ r (mod m).
@@ -373,18 +393,21 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		return nil, err
 	}
 	p := &plan{
-		warmup:    cfg.Warmup,
-		timeout:   cfg.Timeout,
-		slack:     min(cfg.Timeout/100, 10*time.Millisecond),
-		conns:     cfg.Connections,
-		open:      cfg.Rate > 0,
-		requests:  cfg.Requests,
-		consumers: cfg.Consumers,
-		req:       newRequest(cfg, u),
-		head:      cfg.Method == http.MethodHead,
-		audit:     cfg.ExpectLimit > 0,
-		addr:      u.Host,
-		tally:     t,
+		warmup:          cfg.Warmup,
+		timeout:         cfg.Timeout,
+		shard:           int64(cfg.Shard),
+		shards:          int64(cfg.Shards),
+		sharedConsumers: cfg.SharedConsumers,
+		slack:           min(cfg.Timeout/100, 10*time.Millisecond),
+		conns:           cfg.Connections,
+		open:            cfg.Rate > 0,
+		requests:        cfg.Requests,
+		consumers:       cfg.Consumers,
+		req:             newRequest(cfg, u),
+		head:            cfg.Method == http.MethodHead,
+		audit:           cfg.ExpectLimit > 0,
+		addr:            u.Host,
+		tally:           t,
 	}
 	if u.Port() == "" {
 		p.addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])

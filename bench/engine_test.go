@@ -285,3 +285,59 @@ func TestUnsent(t *testing.T) {
 		t.Fatalf("%d sent, %d unsent, errors %v: want 200 due, 99 of them unsent at least, one timing out", res.Requests, res.Unsent, res.ErrorKinds)
 	}
 }
+
+// TestShardsShareOneSchedule: three shards of one run, started at the same
+// instant, send between them what one machine would: the rate in total,
+// each its own consumers, or every consumer when they share them.
+func TestShardsShareOneSchedule(t *testing.T) {
+	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		var mu sync.Mutex
+		seen := map[string]map[string]int{} // shard -> consumer -> requests
+		srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			s := r.Header.Get("X-Shard")
+			if seen[s] == nil {
+				seen[s] = map[string]int{}
+			}
+			seen[s][r.Header.Get("X-Consumer-Id")]++
+		}))
+		start := time.Now().Add(200 * time.Millisecond)
+		var wg sync.WaitGroup
+		results := make([]bench.Result, 3)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 300, Requests: 300,
+					Connections: 6, Consumers: 6, ConsumerHeader: "X-Consumer-Id", Header: http.Header{"X-Shard": {fmt.Sprint(i)}},
+					Shard: i, Shards: 3, SharedConsumers: shared, StartAt: start})
+				if err != nil {
+					t.Error(err)
+				}
+				results[i] = res
+			}()
+		}
+		wg.Wait()
+		srv.Close()
+		var total int64
+		for i, r := range results {
+			total += r.Requests
+			if r.Requests != 100 || r.Config.Connections != 2 || r.Config.RatePerSec != 100 || r.Config.Shards != 3 {
+				t.Errorf("shard %d: %d requests on %d connections at %g/s", i, r.Requests, r.Config.Connections, r.Config.RatePerSec)
+			}
+			consumers := seen[fmt.Sprint(i)]
+			for c := range 6 {
+				n := consumers[fmt.Sprintf("consumer-%d", c)]
+				mine := c%3 == i
+				if (shared || mine) != (n > 0) {
+					t.Errorf("shared %v: shard %d sent consumer-%d %d requests", shared, i, c, n)
+				}
+			}
+		}
+		if total != 300 {
+			t.Errorf("shared %v: the shards sent %d, want the 300 of the run", shared, total)
+		}
+	}
+}

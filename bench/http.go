@@ -52,6 +52,16 @@ type HTTPConfig struct {
 	Insecure bool
 	// Interval is the length of the timeline's intervals; 1s by default.
 	Interval time.Duration
+	// Shard and Shards make this run the Shard-th (from 0) of Shards load
+	// machines sharing one schedule: Rate, Connections and Requests are
+	// totals over the shards, and this one sends its share. Each shard sends
+	// the consumers with index ≡ Shard (mod Shards), or all of them with
+	// SharedConsumers. 0 of 1 by default: the whole run.
+	Shard, Shards   int
+	SharedConsumers bool
+	// StartAt, when set, is the wall-clock time the run begins at (every
+	// shard of a run gets the same); the run waits for it.
+	StartAt time.Time
 	// ExpectLimit and ExpectWindow, when set, audit the endpoint: no
 	// consumer may get more than ExpectLimit successes in any ExpectWindow.
 	ExpectLimit  int64
@@ -125,6 +135,17 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("ExpectLimit", "audits per consumer: it needs {ConsumerHeader}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
 		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
+	case c.Shards < 0 || c.Shards > 10_000 || c.Shard < 0 || (c.Shards > 0 && c.Shard >= c.Shards):
+		return field.Errorf("Shard", "must be I/N with 0 ≤ I < N ≤ 10000 (got %d/%d)", c.Shard, c.Shards)
+	case c.Shards > 1 && c.Connections > 0 && c.Connections < c.Shards:
+		return field.Errorf("Connections", "are a total over the shards: at least one each, %d (got %d)", c.Shards, c.Connections)
+	case c.Shards > 1 && c.Consumers > 0 && c.Consumers < c.Shards && !c.SharedConsumers:
+		return field.Errorf("Consumers", "must be at least the shards, %d, each sending its own (got %d): or share them with {SharedConsumers}",
+			c.Shards, c.Consumers)
+	case c.SharedConsumers && c.Shards <= 1:
+		return field.Errorf("SharedConsumers", "needs {Shard}")
+	case !c.StartAt.IsZero() && (time.Until(c.StartAt) < -time.Second || time.Until(c.StartAt) > 24*time.Hour):
+		return field.Errorf("StartAt", "must be within the next 24 hours (got %s)", c.StartAt.Format(time.RFC3339))
 	}
 	if c.ExpectLimit > 0 {
 		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
@@ -153,6 +174,24 @@ func (c *HTTPConfig) defaults() {
 	if c.Interval == 0 {
 		c.Interval = time.Second
 	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	// This shard's share of the connections, and of the closed model's
+	// requests.
+	c.Connections = share(c.Connections, c.Shard, c.Shards)
+	if c.Rate == 0 {
+		c.Requests = int64(share(int(c.Requests), c.Shard, c.Shards))
+	}
+}
+
+// share is shard's part of total split over shards as evenly as it goes.
+func share(total, shard, shards int) int {
+	n := total / shards
+	if shard < total%shards {
+		n++
+	}
+	return n
 }
 
 // RunHTTP runs the load and returns what it measured. Cancelling ctx stops
@@ -172,6 +211,11 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	for i := range conns {
 		conns[i] = newConn(p, i)
 	}
+	if !cfg.StartAt.IsZero() {
+		if err := wait(ctx, cfg.StartAt); err != nil {
+			return Result{}, err
+		}
+	}
 	p.start = time.Now()
 	stopProgress := make(chan struct{})
 	var wg sync.WaitGroup
@@ -187,7 +231,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		// its millisecond, and rarely enough that the wake-ups cost little
 		// beside the requests: once per 8 request intervals, at least every
 		// 200 µs (at 20,000/s, every 400 µs), and not at all below 8,000/s.
-		if period := max(8*time.Duration(p.every), 200*time.Microsecond); period < time.Millisecond {
+		if period := max(8*time.Duration(p.every*float64(p.shards)), 200*time.Microsecond); period < time.Millisecond {
 			if stop, err := startPacer(period); err == nil {
 				defer stop()
 			}

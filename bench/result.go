@@ -26,6 +26,15 @@ type Settings struct {
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
 	TimeoutMillis int64 `json:"timeout_ms"`
+	// Shard of Shards (from 0) is this load machine's part of a run that
+	// several share; RatePerSec, Connections and Requests are then its share.
+	// SharedConsumers is set when every shard sends every consumer.
+	Shard           int  `json:"shard"`
+	Shards          int  `json:"shards"`
+	SharedConsumers bool `json:"shared_consumers"`
+	// StartAt is the wall-clock time the run was told to begin at
+	// (RFC 3339), empty when it began at once.
+	StartAt string `json:"start_at"`
 }
 
 // ErrorKind counts the transport errors of one kind.
@@ -131,13 +140,20 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 	if cfg.Rate > 0 {
 		model = "open"
 	}
+	shards := max(cfg.Shards, 1)
+	rate := cfg.Rate / float64(shards) // this shard's part
+	startAt := ""
+	if !cfg.StartAt.IsZero() {
+		startAt = cfg.StartAt.UTC().Format(time.RFC3339Nano)
+	}
 	r := Result{
 		Command: "bench_http",
 		Target:  cfg.Target,
-		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: cfg.Rate, Connections: cfg.Connections,
+		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: rate, Connections: cfg.Connections,
 			MaxInFlight: cfg.Connections, DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
-			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds()},
+			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
+			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},
 		Requests:           t.all.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},
@@ -155,7 +171,7 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 	if elapsed > 0 {
 		r.ThroughputRPS = float64(r.Requests) / elapsed.Seconds()
 	}
-	if cfg.Rate > 0 && r.ThroughputRPS < 0.99*cfg.Rate {
+	if rate > 0 && r.ThroughputRPS < 0.99*rate {
 		r.RateShortfall = true
 	}
 	for code, n := range t.status {

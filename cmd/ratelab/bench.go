@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,8 @@ type benchOptions struct {
 	expectLimit string
 	threads     int
 	maxInFlight int
+	shard       string
+	startAt     string
 	hgrm        string
 	output      outputFlag
 }
@@ -37,7 +40,8 @@ type benchOptions struct {
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
-	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak"}
+	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "Shard": "--shard",
+	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load-test a live endpoint"}
@@ -94,6 +98,9 @@ Ctrl-C stops the run and still reports what was measured.`,
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when the audit fails: a consumer over the limit, a false Retry-After, or wrong headers")
 	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
+	f.StringVar(&opts.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
+	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
+	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time (RFC 3339), the same on every shard")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
 	cmd.AddCommand(http)
@@ -135,6 +142,20 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		cfg.ExpectLimit, cfg.ExpectWindow = p.Limit, p.Window
 	} else if opts.FailOnLeak {
 		return cfg, "", usagef("--fail-on-leak needs --expect-limit")
+	}
+	if opts.shard != "" {
+		i, n, _ := strings.Cut(opts.shard, "/")
+		var errI, errN error
+		cfg.Shard, errI = strconv.Atoi(i)
+		cfg.Shards, errN = strconv.Atoi(n)
+		if errI != nil || errN != nil || cfg.Shards < 1 {
+			return cfg, "", usagef("--shard %q: want I/N, such as 0/3", opts.shard)
+		}
+	}
+	if opts.startAt != "" {
+		if cfg.StartAt, err = time.Parse(time.RFC3339Nano, opts.startAt); err != nil {
+			return cfg, "", usagef("--start-at %q: want an RFC 3339 time, such as 2026-12-02T18:00:00Z", opts.startAt)
+		}
 	}
 	switch {
 	case cfg.Connections < 1:

@@ -29,7 +29,13 @@ import (
 
 var srv *redisrun.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+func TestMain(m *testing.M) {
+	// The test binary runs ratelab itself when a test asks for a process.
+	if os.Getenv("RATELAB_TEST_MAIN") == "1" {
+		main()
+	}
+	os.Exit(redistest.Main(m, &srv))
+}
 
 // ratelab runs one command line in-process, with no REDIS_URL whatever
 // the environment, and returns its exit code and output.
