@@ -23,7 +23,7 @@ func TestKubernetesJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	type container struct {
-		Env []struct{ Name, Value string }
+		Env  []struct{ Name, Value string }
 		Args []string
 	}
 	type doc struct {
