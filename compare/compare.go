@@ -222,6 +222,13 @@ type Settings struct {
 	DurationMillis   int64    `json:"duration_ms"`
 }
 
+// Decision is one decision of a workload: when it was made, in ms since
+// the workload began on its simulated clock, and whether it admitted.
+type Decision struct {
+	AtMillis int64 `json:"at_ms"`
+	Allowed  bool  `json:"allowed"`
+}
+
 // Result is one algorithm over every workload. A figure is null when its
 // workload did not run or could not be measured on this server.
 type Result struct {
@@ -252,6 +259,10 @@ type Result struct {
 	HammerRecoveryMillis *int64 `json:"hammer_recovery_ms"`
 	// HammerLockedOut is set when the client was never admitted again.
 	HammerLockedOut bool `json:"hammer_locked_out"`
+	// BoundaryTimeline and HammerTimeline are every decision of those
+	// workloads, on their simulated clock: what the pictures draw.
+	BoundaryTimeline []Decision `json:"boundary_timeline,omitempty"`
+	HammerTimeline   []Decision `json:"hammer_timeline,omitempty"`
 	// FalseAllowRate and FalseDenyRate are the shares of the accuracy
 	// stream's decisions that an exact sliding window would have denied, or
 	// admitted, given what the algorithm had admitted before.

@@ -149,6 +149,7 @@ func boundary(ctx context.Context, client redis.UniversalClient, cfg Config, e e
 			if d.Allowed {
 				admitted = append(admitted, clock.Now().UnixMilli())
 			}
+			res.BoundaryTimeline = append(res.BoundaryTimeline, Decision{AtMillis: at.Milliseconds(), Allowed: d.Allowed})
 			if err := pace.check(at); err != nil {
 				return err
 			}
@@ -186,6 +187,7 @@ func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e ent
 		if d.Allowed {
 			admitted = append(admitted, clock.Now().UnixMilli())
 		}
+		res.HammerTimeline = append(res.HammerTimeline, Decision{AtMillis: at.Milliseconds(), Allowed: d.Allowed})
 		if err := pace.check(at); err != nil {
 			return err
 		}
@@ -199,6 +201,7 @@ func hammer(ctx context.Context, client redis.UniversalClient, cfg Config, e ent
 		if err != nil {
 			return err
 		}
+		res.HammerTimeline = append(res.HammerTimeline, Decision{AtMillis: t.Milliseconds(), Allowed: d.Allowed})
 		if d.Allowed {
 			admitted = append(admitted, clock.Now().UnixMilli())
 			rec := (t - stop).Milliseconds()

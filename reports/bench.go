@@ -186,11 +186,67 @@ func benchTable(w io.Writer, r bench.Result, s Styles) error {
 	var b strings.Builder
 	b.WriteString(s.Title.Render("ratelab bench http") + "  " + benchSummary(r) + "\n")
 	b.WriteString(t.Render() + "\n")
+	for _, line := range benchSparklines(r) {
+		b.WriteString(line + "\n")
+	}
 	for _, n := range benchNotes(r) {
 		b.WriteString(s.Dim.Render(n) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// benchSparklines draw throughput and p99 over the timeline, one character
+// per interval (at most the last 60), with the range they span and units.
+func benchSparklines(r bench.Result) []string {
+	ivs := r.Timeline.Intervals
+	if len(ivs) < 2 {
+		return nil
+	}
+	ivs = ivs[max(0, len(ivs)-60):]
+	rps := make([]float64, len(ivs))
+	p99 := make([]float64, len(ivs))
+	for i, iv := range ivs {
+		rps[i], p99[i] = iv.ThroughputRPS, float64(iv.LatencyMicros.P99)
+	}
+	every := (time.Duration(r.Timeline.IntervalMillis) * time.Millisecond).String()
+	return []string{
+		fmt.Sprintf("throughput %s  %.0f–%.0f responses/s, one mark per %s", sparkline(rps), minOf(rps), maxOf(rps), every),
+		fmt.Sprintf("p99        %s  %s–%s", sparkline(p99), micros(int64(minOf(p99))), micros(int64(maxOf(p99)))),
+	}
+}
+
+// sparkline draws values as block characters scaled from their minimum to
+// their maximum.
+func sparkline(v []float64) string {
+	const bars = "▁▂▃▄▅▆▇█"
+	blocks := []rune(bars)
+	lo, hi := minOf(v), maxOf(v)
+	var b strings.Builder
+	for _, x := range v {
+		i := 0
+		if hi > lo {
+			i = int((x - lo) / (hi - lo) * float64(len(blocks)-1))
+		}
+		b.WriteRune(blocks[i])
+	}
+	return b.String()
+}
+
+func minOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
 }
 
 func benchMarkdown(w io.Writer, r bench.Result) error {

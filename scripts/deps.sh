@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what ratelab's tests need when it is missing: redis-server, and
-# nginx with the lua module and lua-resty-redis for the OpenResty module.
+# Installs what ratelab's tests need when it is missing: redis-server,
+# nginx with the lua module and lua-resty-redis for the OpenResty module, and
+# Chromium, in which the HTML report's test opens the page.
 # As root on Debian or Ubuntu it uses apt-get; otherwise it says what to
 # install. Without them the tests that need them are skipped, except under
 # CI (CI=true), where they fail.
@@ -17,6 +18,9 @@ if [ "${1:-all}" != redis ] && ! command -v openresty >/dev/null 2>&1; then
   command -v nginx >/dev/null 2>&1 || missing+=(nginx)
   [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || missing+=(libnginx-mod-http-lua)
   [ -e /usr/share/lua/5.1/nginx/redis.lua ] || [ -e /usr/share/lua/5.1/resty/redis.lua ] || missing+=(lua-nginx-redis)
+fi
+if [ "${1:-all}" = all ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

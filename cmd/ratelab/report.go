@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,6 +59,83 @@ func newReportCmd(io *ioStreams) *cobra.Command {
 	merge.Flags().DurationVar(&tolerance, "clock-tolerance", 5*time.Millisecond,
 		"how far the load machines' clocks may disagree: the merged audit widens every response's flight by it")
 	merge.Flags().BoolVar(&failOnLeak, "fail-on-leak", false, "exit 3 when the merged audit fails, or there is none")
-	cmd.AddCommand(merge)
+	cmd.AddCommand(merge, newReportHTMLCmd(io))
 	return cmd
+}
+
+// newReportHTMLCmd is ratelab report html: pictures of saved results.
+func newReportHTMLCmd(io *ioStreams) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "html RESULT.json...",
+		Short: "Draw saved results (bench http, race, compare, skew) as one self-contained HTML page",
+		Long: `report html reads JSON results written with --output json and draws them in one page that
+needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid
+(throughput, latency and status classes over time, the latency percentile spectrum, and each
+audited run's admissions per consumer against the limit), race (admitted per trial against the
+limit, latency by percentile), compare (the trade table, the boundary and hammer timelines,
+memory per client by limit) and skew (over-admission against the skew).`,
+		Example: `  ratelab bench http http://127.0.0.1:8080/ --rate 500 -o json > a.json
+  ratelab report html a.json b.json -o report.html`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) < 1 {
+				return usagef("report html takes one or more JSON files")
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("--out is required: the HTML file to write")
+			}
+			page, err := readResults(args)
+			if err != nil {
+				return err
+			}
+			return writeFile(out, func(f *os.File) error { return reports.HTML(f, page) })
+		},
+	}
+	cmd.Flags().StringVarP(&out, "out", "o", "", "the HTML file to write")
+	return cmd
+}
+
+// readResults reads saved results of every kind into a page, each named by
+// its file.
+func readResults(paths []string) (reports.Page, error) {
+	var p reports.Page
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return p, usagef("%w", err)
+		}
+		var kind struct{ Command string }
+		if err := json.Unmarshal(b, &kind); err != nil {
+			return p, usagef("%s: not a ratelab JSON result: %w", path, err)
+		}
+		name := filepath.Base(path)
+		switch kind.Command {
+		case "bench_http":
+			err = decodeInto(b, name, &p.Bench)
+		case "race":
+			err = decodeInto(b, name, &p.Race)
+		case "compare":
+			err = decodeInto(b, name, &p.Compare)
+		case "skew":
+			err = decodeInto(b, name, &p.Skew)
+		default:
+			return p, usagef("%s: a %q result, which report html does not draw", path, kind.Command)
+		}
+		if err != nil {
+			return p, usagef("%s: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+func decodeInto[T any](b []byte, name string, into *[]reports.Named[T]) error {
+	var r T
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	*into = append(*into, reports.Named[T]{Name: name, Result: r})
+	return nil
 }

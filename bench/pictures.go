@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// DecodeHistogram reads one of the result's kept histograms ("all", "2xx",
+// "429", "other", "errors", "send_lag"), latencies in µs.
+func (r Result) DecodeHistogram(name string) (*hdrhistogram.Histogram, error) {
+	enc, ok := r.Histograms[name]
+	if !ok {
+		return nil, fmt.Errorf("no %q histogram", name)
+	}
+	return hdrhistogram.Decode([]byte(enc))
+}
+
+// ConsumerWindows is one consumer's admissions over rolling windows.
+type ConsumerWindows struct {
+	Consumer string
+	// Allowed is the most the expected algorithm allows in such a window.
+	Allowed int64
+	// Points has, at each success's send, the successes whose whole flight
+	// lies in the window (less a millisecond) that begins then: the count
+	// the sliding-window audit judges.
+	Points []WindowCount
+}
+
+// WindowCount is a window's start, in ms since the measured run began, and
+// the successes in it.
+type WindowCount struct {
+	AtMillis int64
+	Admitted int64
+}
+
+// maxWindowPoints bounds the windows counted per consumer.
+const maxWindowPoints = 2000
+
+// RollingAdmissions reads the audited responses kept in the result and
+// returns, for up to n consumers (the audit's worst first, then those
+// admitted most), their admissions over rolling windows of the audit's
+// window. It needs audit samples (a run with --expect-limit).
+func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
+	if r.Audit == nil || r.AuditSamples == nil {
+		return nil, errors.New("no audit samples")
+	}
+	samples, err := r.AuditSamples.decode(0, max(r.Config.Consumers, 1))
+	if err != nil {
+		return nil, err
+	}
+	span := time.Duration(r.Audit.WindowMillis)*time.Millisecond - time.Millisecond
+	exp, err := newExpectation(r.Audit.Limit, span+time.Millisecond, r.Audit.Algorithm)
+	if err != nil {
+		return nil, err
+	}
+	allowed := exp.guarantee.MaxIn(exp.policy, span)
+	per := map[int32][]sample{}
+	for _, s := range samples {
+		if s.ok() {
+			per[s.consumer] = append(per[s.consumer], s)
+		}
+	}
+	ids := make([]int32, 0, len(per))
+	for id := range per {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := consumerName(ids[i]) == r.Audit.WorstConsumer, consumerName(ids[j]) == r.Audit.WorstConsumer
+		if a != b {
+			return a
+		}
+		if len(per[ids[i]]) != len(per[ids[j]]) {
+			return len(per[ids[i]]) > len(per[ids[j]])
+		}
+		return ids[i] < ids[j]
+	})
+	var out []ConsumerWindows
+	for _, id := range ids[:min(n, len(ids))] {
+		ok := per[id]
+		slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+		cw := ConsumerWindows{Consumer: consumerName(id), Allowed: allowed}
+		step := (len(ok) + maxWindowPoints - 1) / maxWindowPoints // windows are counted from at most so many starts
+		for i := 0; i < len(ok); i += step {
+			s := ok[i]
+			var k int64
+			for j := i; j < len(ok) && ok[j].sent < s.sent+span; j++ {
+				if ok[j].done < s.sent+span {
+					k++
+				}
+			}
+			cw.Points = append(cw.Points, WindowCount{AtMillis: s.sent.Milliseconds(), Admitted: k})
+		}
+		out = append(out, cw)
+	}
+	return out, nil
+}

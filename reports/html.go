@@ -1,0 +1,327 @@
+package reports
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/race"
+	"github.com/ratelab/ratelab/skew"
+)
+
+// Page is what an HTML report shows: saved results of every kind, each
+// with the name it is shown by (its file, say). bench http runs are drawn
+// together, one series per run; the others one after another.
+type Page struct {
+	Bench   []Named[bench.Result]
+	Race    []Named[race.Report]
+	Compare []Named[compare.Report]
+	Skew    []Named[skew.Report]
+}
+
+// Named is a result and the name the page shows it by.
+type Named[T any] struct {
+	Name   string
+	Result T
+}
+
+// HTML writes one self-contained page (inline SVG and CSS, no script, no
+// font or anything else from the network) that draws the results.
+func HTML(w io.Writer, p Page) error {
+	var b strings.Builder
+	b.WriteString(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>ratelab report</title>
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:800px;color:#222}
+h1{font-size:22px}h2{font-size:18px;margin-top:36px;border-bottom:1px solid #ccc}h3{font-size:15px}
+figure.chart{margin:18px 0}svg{display:block;max-width:100%;height:auto}
+.title{font-weight:600;font-size:13px}.tick,.legend,.limit-label{font-size:11px}.axis{font-size:12px}
+.plot{fill:none;stroke:#888}.grid{stroke:#e4e4e4}.line{fill:none;stroke-width:1.6}
+.limit{stroke:#c00;stroke-dasharray:4 2}.limit-label{fill:#c00;text-anchor:end}
+.mark.bad{stroke:#c00;stroke-width:1.5}.empty{text-anchor:middle;fill:#888}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f4f4f4}td:first-child{text-align:left}p.note{color:#555;font-size:12px}
+</style></head><body>
+<h1>ratelab report</h1>
+`)
+	b.WriteString(`<p class="note">Every chart labels its axes with their units; series differ in colour, dash and marker shape, and every mark
+names its values when pointed at. Marks drawn with a red outline break the limit they are drawn against.</p>
+`)
+	if len(p.Bench) > 0 {
+		benchSection(&b, p.Bench)
+	}
+	for i, r := range p.Race {
+		raceSection(&b, i, r)
+	}
+	for i, r := range p.Compare {
+		compareSection(&b, i, r)
+	}
+	for i, r := range p.Skew {
+		skewSection(&b, i, r)
+	}
+	b.WriteString("</body></html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func heading(b *strings.Builder, level int, text string) {
+	fmt.Fprintf(b, "<h%d>%s</h%d>\n", level, html.EscapeString(text), level)
+}
+
+func note(b *strings.Builder, text string) {
+	fmt.Fprintf(b, "<p class=\"note\">%s</p>\n", html.EscapeString(text))
+}
+
+func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
+	heading(b, 2, "bench http")
+	for _, r := range runs {
+		note(b, r.Name+": "+benchSummary(r.Result))
+	}
+	throughput := chart{id: "bench-throughput", title: "Throughput over time", xLabel: "time (s)", yLabel: "responses/s"}
+	latency := chart{id: "bench-latency", title: "Latency over time (from when each request was due)", xLabel: "time (s)", yLabel: "latency (ms)"}
+	spectrum := chart{id: "bench-spectrum", title: "Latency by percentile", xLabel: "percentile", yLabel: "latency (ms)",
+		xLog: true, xTicks: spectrumTicks()}
+	for _, r := range runs {
+		tl := r.Result.Timeline
+		var rps, p50, p99 []point
+		for _, iv := range tl.Intervals {
+			x := float64(iv.StartMillis) / 1000
+			rps = append(rps, point{x: x, y: iv.ThroughputRPS})
+			if iv.Requests > 0 {
+				p50 = append(p50, point{x: x, y: float64(iv.LatencyMicros.P50) / 1000})
+				p99 = append(p99, point{x: x, y: float64(iv.LatencyMicros.P99) / 1000})
+			}
+		}
+		throughput.series = append(throughput.series, series{name: r.Name, points: rps})
+		latency.series = append(latency.series, series{name: r.Name + " p50", points: p50}, series{name: r.Name + " p99", points: p99})
+		if h, err := r.Result.DecodeHistogram("all"); err == nil {
+			spectrum.series = append(spectrum.series, series{name: r.Name, points: spectrumPoints(hdr.PercentilesOf(h))})
+		}
+	}
+	b.WriteString(throughput.svg() + latency.svg())
+	for i, r := range runs {
+		status := chart{id: fmt.Sprintf("bench-status-%d", i), title: "Responses by status over time: " + r.Name,
+			xLabel: "time (s)", yLabel: "responses per interval"}
+		for _, class := range []string{"2xx", "429", "4xx", "5xx", "errors", "1xx", "3xx"} {
+			var pts []point
+			for _, iv := range r.Result.Timeline.Intervals {
+				pts = append(pts, point{x: float64(iv.StartMillis) / 1000, y: float64(iv.Status[class])})
+			}
+			if sum(pts) > 0 {
+				status.series = append(status.series, series{name: class, points: pts})
+			}
+		}
+		b.WriteString(status.svg())
+	}
+	b.WriteString(spectrum.svg())
+	for i, r := range runs {
+		a := r.Result.Audit
+		if a == nil {
+			continue
+		}
+		windows, err := r.Result.RollingAdmissions(4)
+		if err != nil {
+			note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
+			continue
+		}
+		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: fmt.Sprintf("Admissions per consumer in each %d ms window: %s",
+			a.WindowMillis, r.Name), xLabel: "window start (s)", yLabel: "admitted in the window"}
+		for _, cw := range windows {
+			var pts []point
+			for _, p := range cw.Points {
+				pts = append(pts, point{x: float64(p.AtMillis) / 1000, y: float64(p.Admitted), bad: p.Admitted > cw.Allowed})
+			}
+			c.series = append(c.series, series{name: cw.Consumer, points: pts})
+			if len(c.limits) == 0 {
+				c.limits = append(c.limits, limitLine{y: float64(cw.Allowed), label: "allowed: " + strconv.FormatInt(cw.Allowed, 10)})
+			}
+		}
+		b.WriteString(c.svg())
+		for _, n := range benchNotes(r.Result)[1:] {
+			note(b, n)
+		}
+	}
+}
+
+// spectrumTicks label the percentile axis, drawn as 1/(1-p) on a log scale
+// as HdrHistogram's plotter does.
+func spectrumTicks() []tick {
+	return []tick{{1, "0%"}, {10, "90%"}, {100, "99%"}, {1000, "99.9%"}, {10000, "99.99%"}, {100000, "99.999%"}}
+}
+
+// spectrumPoints places percentiles on that axis; max goes just past the
+// last percentile the count supports.
+func spectrumPoints(p hdr.Percentiles) []point {
+	if p.Count == 0 {
+		return nil
+	}
+	at := func(q float64) float64 { return 1 / (1 - q/100) }
+	pts := []point{
+		{x: at(50), y: float64(p.P50) / 1000}, {x: at(90), y: float64(p.P90) / 1000}, {x: at(95), y: float64(p.P95) / 1000},
+		{x: at(99), y: float64(p.P99) / 1000}, {x: at(99.9), y: float64(p.P999) / 1000},
+	}
+	maxAt := math.Max(at(99.9)*2, float64(p.Count))
+	return append(pts, point{x: maxAt, y: float64(p.Max) / 1000})
+}
+
+func sum(pts []point) float64 {
+	var s float64
+	for _, p := range pts {
+		s += p.y
+	}
+	return s
+}
+
+func raceSection(b *strings.Builder, i int, r Named[race.Report]) {
+	heading(b, 2, "race: "+r.Name)
+	note(b, raceSummary(r.Result))
+	note(b, RaceVerdict(r.Result))
+	admitted := chart{id: fmt.Sprintf("race-admitted-%d", i), title: "Admitted per trial",
+		xLabel: "trial", yLabel: "requests admitted", limits: []limitLine{{y: float64(r.Result.Config.Limit), label: "limit"}}}
+	lat := chart{id: fmt.Sprintf("race-latency-%d", i), title: "Decision latency by percentile", xLabel: "percentile",
+		yLabel: "latency (ms)", xLog: true, xTicks: spectrumTicks()}
+	for _, res := range r.Result.Results {
+		var pts []point
+		for t, tr := range res.TrialResults {
+			pts = append(pts, point{x: float64(t + 1), y: float64(tr.Admitted), bad: tr.Admitted > tr.Expected})
+		}
+		admitted.series = append(admitted.series, series{name: res.Limiter, points: pts})
+		lat.series = append(lat.series, series{name: res.Limiter, points: spectrumPoints(res.LatencyMicros)})
+	}
+	b.WriteString(admitted.svg())
+	note(b, "A red outline marks a trial that admitted more than the limiter's own guarantee allowed over the trial's span.")
+	b.WriteString(lat.svg())
+}
+
+func compareSection(b *strings.Builder, i int, r Named[compare.Report]) {
+	rep := r.Result
+	heading(b, 2, "compare: "+r.Name)
+	note(b, compareSummary(rep))
+	htmlTable(b, compareHeaders(rep), func(yield func([]string)) {
+		for _, res := range rep.Results {
+			yield(compareRow(rep, res))
+		}
+	})
+	boundary := chart{id: fmt.Sprintf("compare-boundary-%d", i), title: "Boundary: a full limit 1 ms before a window edge, another at it",
+		xLabel: "time (ms)", yLabel: "admitted at that instant", limits: []limitLine{{y: float64(rep.Config.Limit), label: "limit"}},
+		xTicks: []tick{{0, "0: 1 ms before the edge"}, {1, "1: at the edge"}}}
+	hammer := chart{id: fmt.Sprintf("compare-hammer-%d", i), title: "Hammer: one client at 3× the limit, then a retry every 100 ms",
+		xLabel: "time (ms)", yLabel: "admitted in the window before", limits: []limitLine{{y: float64(rep.Config.Limit), label: "limit"}}}
+	memory := chart{id: fmt.Sprintf("compare-memory-%d", i), title: "Memory per client by limit", xLabel: "limit (requests per window)",
+		yLabel: "bytes per client", xLog: true, yLog: true}
+	for _, res := range rep.Results {
+		if len(res.BoundaryTimeline) > 0 {
+			byAt := map[int64]int64{}
+			for _, d := range res.BoundaryTimeline {
+				if d.Allowed {
+					byAt[d.AtMillis]++
+				}
+			}
+			var pts []point
+			for _, at := range sortedKeys64(byAt) {
+				pts = append(pts, point{x: float64(at), y: float64(byAt[at])})
+			}
+			boundary.series = append(boundary.series, series{name: res.Algorithm, points: pts, bars: true})
+		}
+		if len(res.HammerTimeline) > 0 {
+			hammer.series = append(hammer.series, series{name: res.Algorithm,
+				points: rolling(res.HammerTimeline, rep.Config.WindowMillis, rep.Config.Limit)})
+		}
+		var pts []point
+		for _, limit := range sortedLimits(res.BytesPerClient) {
+			pts = append(pts, point{x: float64(limit), y: float64(res.BytesPerClient[strconv.FormatInt(limit, 10)])})
+		}
+		if len(pts) > 0 {
+			memory.series = append(memory.series, series{name: res.Algorithm, points: pts})
+		}
+	}
+	b.WriteString(boundary.svg() + hammer.svg() + memory.svg())
+}
+
+// rolling is, at each admission, how many were admitted in the window up
+// to it.
+func rolling(ds []compare.Decision, windowMillis, limit int64) []point {
+	var at []int64
+	var pts []point
+	for _, d := range ds {
+		if !d.Allowed {
+			continue
+		}
+		at = append(at, d.AtMillis)
+		n := 0
+		for _, t := range at {
+			if d.AtMillis-t < windowMillis {
+				n++
+			}
+		}
+		pts = append(pts, point{x: float64(d.AtMillis), y: float64(n), bad: int64(n) > limit})
+	}
+	return pts
+}
+
+func sortedKeys64(m map[int64]int64) []int64 {
+	keys := make([]int64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+func sortedLimits(m map[string]int64) []int64 {
+	var limits []int64
+	for k := range m {
+		if n, err := strconv.ParseInt(k, 10, 64); err == nil {
+			limits = append(limits, n)
+		}
+	}
+	sort.Slice(limits, func(i, j int) bool { return limits[i] < limits[j] })
+	return limits
+}
+
+func skewSection(b *strings.Builder, i int, r Named[skew.Report]) {
+	heading(b, 2, "skew: "+r.Name)
+	note(b, skewSummary(r.Result))
+	note(b, SkewVerdict(r.Result))
+	c := chart{id: fmt.Sprintf("skew-%d", i), title: "Over-admitted as the nodes' clocks drift apart",
+		xLabel: "largest skew between two nodes (ms)", yLabel: "admissions over the guarantee"}
+	byName := map[string][]point{}
+	var names []string
+	for _, row := range r.Result.Rows {
+		name := row.Algorithm + ", " + row.Clock + "'s clock"
+		if row.Clock == "caller" {
+			name = row.Algorithm + ", the nodes' clocks"
+		}
+		if _, ok := byName[name]; !ok {
+			names = append(names, name)
+		}
+		byName[name] = append(byName[name], point{x: float64(row.MaxSkewMillis), y: float64(row.OverAdmitted), bad: row.OverAdmitted > 0})
+	}
+	for _, n := range names {
+		c.series = append(c.series, series{name: n, points: byName[n]})
+	}
+	b.WriteString(c.svg())
+}
+
+func htmlTable(b *strings.Builder, headers []string, rows func(func([]string))) {
+	b.WriteString("<table><tr>")
+	for _, h := range headers {
+		fmt.Fprintf(b, "<th>%s</th>", html.EscapeString(h))
+	}
+	b.WriteString("</tr>\n")
+	rows(func(row []string) {
+		b.WriteString("<tr>")
+		for _, c := range row {
+			fmt.Fprintf(b, "<td>%s</td>", html.EscapeString(c))
+		}
+		b.WriteString("</tr>\n")
+	})
+	b.WriteString("</table>\n")
+}

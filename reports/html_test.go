@@ -1,0 +1,248 @@
+package reports_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/race"
+	"github.com/ratelab/ratelab/reports"
+	"github.com/ratelab/ratelab/skew"
+)
+
+// leakyRun is a short, audited bench http run against a server that admits
+// twice the limit it advertises: a timeline, histograms and audit samples,
+// as a real run has them.
+func leakyRun(t *testing.T) bench.Result {
+	t.Helper()
+	var mu sync.Mutex
+	count := map[string]int{}
+	start := time.Now()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
+		count[key]++
+		w.Header().Set("RateLimit-Policy", `"default";q=5;w=1`)
+		if count[key] > 10 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 40, Duration: 2500 * time.Millisecond,
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, NoProbes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// chromium finds a Chromium or Chrome to drive; the test is skipped
+// without one, and fails under CI.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if redistest.InCI() {
+		t.Fatal("under CI: no chromium on PATH (make test installs it)")
+	}
+	t.Skip("no chromium on PATH")
+	return ""
+}
+
+// artifacts is where the browser test leaves its screenshots:
+// $RATELAB_ARTIFACTS, or ratelab-artifacts in the temporary directory.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("RATELAB_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "ratelab-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestHTMLInABrowser: the page of every kind of result, opened from disk in
+// headless Chromium, logs no error, asks the network for nothing, and draws
+// in each chart as many marks as its data implies.
+func TestHTMLInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no browser")
+	}
+	exe := chromium(t)
+	run := leakyRun(t)
+	cmp := fixedCompare()
+	for i := range cmp.Results {
+		cmp.Results[i].BoundaryTimeline = []compare.Decision{{AtMillis: 0, Allowed: true}, {AtMillis: 1, Allowed: true}, {AtMillis: 1, Allowed: false}}
+		cmp.Results[i].HammerTimeline = []compare.Decision{{AtMillis: 0, Allowed: true}, {AtMillis: 10, Allowed: false}, {AtMillis: 20, Allowed: true}}
+	}
+	page := reports.Page{
+		Bench:   []reports.Named[bench.Result]{{Name: "leaky.json", Result: run}},
+		Race:    []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}},
+		Compare: []reports.Named[compare.Report]{{Name: "compare.json", Result: cmp}},
+		Skew:    []reports.Named[skew.Report]{{Name: "skew.json", Result: fixedSkew()}},
+	}
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reports.HTML(f, page); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	// What the data implies, counted here from the data, not from the page.
+	want := map[string]int{}
+	iv := len(run.Timeline.Intervals)
+	want["bench-throughput"] = iv
+	nonEmpty := 0
+	for _, x := range run.Timeline.Intervals {
+		if x.Requests > 0 {
+			nonEmpty++
+		}
+	}
+	want["bench-latency"] = 2 * nonEmpty
+	classes := map[string]bool{}
+	for _, x := range run.Timeline.Intervals {
+		for c, n := range x.Status {
+			if n > 0 {
+				classes[c] = true
+			}
+		}
+	}
+	want["bench-status-0"] = iv * len(classes)
+	want["bench-spectrum"] = 6
+	windows, err := run.RollingAdmissions(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks := 0
+	for _, w := range windows {
+		want["bench-audit-0"] += len(w.Points)
+		for _, p := range w.Points {
+			if p.Admitted > w.Allowed {
+				leaks++
+			}
+		}
+	}
+	r := fixedRace()
+	for _, res := range r.Results {
+		want["race-admitted-0"] += len(res.TrialResults)
+		want["race-latency-0"] += 6
+	}
+	for _, res := range cmp.Results {
+		want["compare-boundary-0"] += 2 // two instants with an admission
+		want["compare-hammer-0"] += 2   // two admissions
+		want["compare-memory-0"] += len(res.BytesPerClient)
+	}
+	want["skew-0"] = len(fixedSkew().Rows)
+
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(820, 1000))...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var problems, requests []string
+	err = chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				problems = append(problems, "console "+string(ev.Type))
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
+		case *network.EventRequestWillBeSent:
+			requests = append(requests, ev.Request.URL)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type figure struct {
+		ID    string `json:"id"`
+		Data  int    `json:"data"`
+		Marks int    `json:"marks"`
+		Bad   int    `json:"bad"`
+		Axes  int    `json:"axes"`
+		Items int    `json:"legend"`
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("file://"+path), chromedp.WaitReady("body")); err != nil {
+		t.Fatal(err)
+	}
+	figs, err := chromedp.Run(ctx, chromedp.Evaluate[[]figure](`Array.from(document.querySelectorAll("figure.chart")).map(f => ({
+		id: f.id, data: Number(f.dataset.marks), marks: f.querySelectorAll("g.series .mark").length,
+		bad: f.querySelectorAll("g.series .mark.bad").length, axes: f.querySelectorAll("text.axis").length,
+		legend: f.querySelectorAll("g.legend-item").length}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatal(err)
+	}
+	png := filepath.Join(artifacts(t), "report.png")
+	if err := os.WriteFile(png, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", png)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("the page logged: %v", problems)
+	}
+	for _, u := range requests {
+		if !strings.HasPrefix(u, "file://") {
+			t.Errorf("the page asked the network for %s", u)
+		}
+	}
+	seen := map[string]bool{}
+	for _, f := range figs {
+		seen[f.ID] = true
+		w, ok := want[f.ID]
+		switch {
+		case !ok:
+			t.Errorf("chart %s: not expected", f.ID)
+		case f.Marks != w || f.Data != w:
+			t.Errorf("chart %s: %d marks drawn (%d said), want %d from the data", f.ID, f.Marks, f.Data, w)
+		case f.Axes != 2 || (w > 0 && f.Items == 0):
+			t.Errorf("chart %s: %d axis labels, %d legend items", f.ID, f.Axes, f.Items)
+		}
+		if f.ID == "bench-audit-0" && (f.Bad != leaks || leaks == 0) {
+			t.Errorf("the audit chart marks %d windows over the limit, the data %d (and the server leaks)", f.Bad, leaks)
+		}
+	}
+	for id := range want {
+		if !seen[id] {
+			t.Errorf("chart %s: missing", id)
+		}
+	}
+}
