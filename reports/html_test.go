@@ -204,7 +204,7 @@ func TestHTMLInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
