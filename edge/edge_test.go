@@ -54,7 +54,10 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 		s.window = time.Minute
 	}
 	if s.timeout == 0 {
-		s.timeout = 200 * time.Millisecond
+		// Long enough that a loaded machine never turns a decision into a
+		// Redis timeout (and a fail-open admission); the tests of timeouts
+		// set their own.
+		s.timeout = 5 * time.Second
 	}
 	if s.keyBy.Header == "" && s.keyBy.TrustedProxies == nil {
 		s.keyBy.Header = "X-Consumer-Id"
