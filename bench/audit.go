@@ -84,8 +84,17 @@ type Audit struct {
 		Violations int64 `json:"violations"`
 		// Example describes the first violation.
 		Example string `json:"example,omitempty"`
+		// Partial, when set, says why the checks that need every response
+		// of a consumer (how remaining falls, and remaining 0) were not made:
+		// other load machines send the same consumers. report merge makes
+		// them over every machine's responses.
+		Partial string `json:"partial,omitempty"`
 	} `json:"headers"`
 }
+
+// sharedNote says why a shard of shared consumers cannot judge alone what
+// needs all of a consumer's responses.
+const sharedNote = "other load machines send the same consumers (--shared-consumers): report merge judges this over all of them"
 
 // newSample reads the rate-limit fields of a response.
 func newSample(consumer int, sent, done time.Duration, status int, f *limitFields) sample {
@@ -165,7 +174,12 @@ func newExpectation(limit int64, window time.Duration, algorithm string) (expect
 // audit judges the samples against the expectation. horizon, when not
 // negative, is when samples started to be dropped: checks that need every
 // response up to some time judge only what ended before it.
-func audit(samples []sample, exp expectation, consumers int, horizon time.Duration) Audit {
+//
+// partial says the samples are one machine's share of consumers that others
+// send too: every admission the run saw is real, so the admission count
+// stays sound, but the remaining checks, which need every response of a
+// consumer, are not made.
+func audit(samples []sample, exp expectation, consumers int, horizon time.Duration, partial bool) Audit {
 	limit, window := exp.policy.Limit, exp.policy.Window
 	a := Audit{Limit: limit, WindowMillis: window.Milliseconds(), Samples: int64(len(samples)),
 		Algorithm: exp.algorithm, Rule: exp.guarantee.Rule(exp.policy)}
@@ -205,10 +219,15 @@ func audit(samples []sample, exp expectation, consumers int, horizon time.Durati
 			a.WorstConsumer, a.WorstWindowAdmitted, a.WorstSpanAllowed = consumerName(int32(c)), w.admitted, w.allowed
 			a.WorstSpanMillis = w.span.Milliseconds()
 		}
-		remainingChecks(ok, window, horizon, exp.guarantee == algorithms.SlidingWindow, &a)
+		if !partial {
+			remainingChecks(ok, window, horizon, exp.guarantee == algorithms.SlidingWindow, &a)
+		}
 	}
 	if a.WorstConsumer == "" {
 		a.WorstSpanMillis, a.WorstSpanAllowed = (window - time.Millisecond).Milliseconds(), limit
+	}
+	if partial {
+		a.Headers.Partial = sharedNote
 	}
 	a.OverAdmitted = max(a.WorstWindowAdmitted-a.WorstSpanAllowed, 0)
 	return a

@@ -131,7 +131,7 @@ func TestAuditIsLinear(t *testing.T) {
 		ss[i] = sample{sent: at, done: at + 2*time.Millisecond, status: 200, remaining: int64(i % 100), reset: time.Second,
 			retryAfter: -1, limit: -1}
 	}
-	a := audit(ss, slidingWindow(2000), 1, -1)
+	a := audit(ss, slidingWindow(2000), 1, -1, false)
 	// 2,000 a second, each flight 2 ms: a window a millisecond short of 1 s
 	// whose start is a send holds 1,994 whole flights.
 	if a.WorstWindowAdmitted != 1994 || a.Samples != n {
@@ -198,7 +198,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 				reset: time.Second, retryAfter: -1, limit: 10})
 		}
 	}
-	full := audit(ss, slidingWindow(10), 1, -1)
+	full := audit(ss, slidingWindow(10), 1, -1, false)
 	if full.Headers.Violations != 0 || full.OverAdmitted != 0 {
 		t.Fatalf("all samples: %+v", full)
 	}
@@ -210,12 +210,12 @@ func TestCappedAuditIsSound(t *testing.T) {
 			capped = append(capped, s)
 		}
 	}
-	a := audit(capped, slidingWindow(10), 1, time.Second)
+	a := audit(capped, slidingWindow(10), 1, time.Second, false)
 	if a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
 	// Without the horizon the gaps look like remaining falling by two.
-	if b := audit(capped, slidingWindow(10), 1, -1); b.Headers.Violations == 0 {
+	if b := audit(capped, slidingWindow(10), 1, -1, false); b.Headers.Violations == 0 {
 		t.Fatal("the gaps went unseen without a horizon: the test proves nothing")
 	}
 }

@@ -262,3 +262,62 @@ func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 		t.Fatalf("merge with an unaudited run: audit %v, note %q, err %v", m.Audit, m.AuditNote, err)
 	}
 }
+
+// TestSharedConsumersHonestGateway: three shards share the consumers of
+// ratelab's own limiter over a real redis-server. No shard can judge how
+// remaining falls alone (the others admit in between), so none does and
+// none accuses; merged, the audit judges every response and the gateway
+// passes it all. A merged result can be merged again.
+func TestSharedConsumersHonestGateway(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	redistest.Client(t, srv)
+	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, 5*time.Second, 64))
+	defer uc.Close()
+	p := algorithms.Policy{Limit: 5, Window: time.Second}
+	lim, err := algorithms.New("sliding-log", uc, p, algorithms.WithClock(algorithms.ClockRedis))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "shared-" + redistest.Prefix(t), Policy: p,
+		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	gw := httptest.NewServer(h)
+	defer gw.Close()
+	start := time.Now().Add(300 * time.Millisecond)
+	runs := make([]bench.Result, 3)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			runs[i], err = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: gw.URL, Rate: 60, Duration: 2500 * time.Millisecond,
+				Connections: 6, Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second,
+				Shard: i, Shards: 3, SharedConsumers: true, StartAt: start})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, r := range runs {
+		a := r.Audit
+		if a.Headers.Violations != 0 || a.Headers.Partial == "" || a.RetryAfter.Honest != nil || a.OverAdmitted != 0 {
+			t.Fatalf("shard %d alone: %+v", i, a)
+		}
+	}
+	m, err := bench.Merge(runs, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Audit
+	if a == nil || a.Headers.Partial != "" || a.Headers.Checked == 0 || a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.WorstWindowAdmitted != 5 {
+		t.Fatalf("merged: %+v (%s)", a, m.AuditNote)
+	}
+	again, err := bench.Merge([]bench.Result{m}, 0)
+	if err != nil || again.Audit == nil || again.Audit.Samples != a.Samples {
+		t.Fatalf("a merge merged again: %+v, %v", again.Audit, err)
+	}
+}

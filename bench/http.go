@@ -275,8 +275,12 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	}
 	if p.audit {
 		exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm) // validated
-		a := audit(samples, exp, cfg.Consumers, horizon)
+		shared := cfg.Shards > 1 && cfg.SharedConsumers
+		a := audit(samples, exp, cfg.Consumers, horizon, shared)
 		switch {
+		case shared:
+			// Another machine may be asking the same consumer meanwhile.
+			a.RetryAfter.Skipped = sharedNote
 		case cfg.NoProbes:
 			a.RetryAfter.Skipped = "probes turned off (--no-probes)"
 		case ctx.Err() != nil:

@@ -83,10 +83,23 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	t.all, t.ok, t.limited, t.other, t.failed, t.lag = hists["all"], hists["2xx"], hists["429"], hists["other"], hists["errors"], hists["send_lag"]
 	cfg := HTTPConfig{Target: runs[0].Target, Method: runs[0].Config.Method}
+	startAt := runs[0].Config.StartAt
 	for _, r := range runs {
-		cfg.Rate += r.Config.RatePerSec
-		cfg.Connections += r.Config.Connections
-		cfg.Consumers = max(cfg.Consumers, r.Config.Consumers)
+		c := r.Config
+		cfg.Rate += c.RatePerSec
+		cfg.Connections += c.Connections
+		cfg.Consumers = max(cfg.Consumers, c.Consumers)
+		cfg.Timeout = max(cfg.Timeout, time.Duration(c.TimeoutMillis)*time.Millisecond)
+		cfg.Warmup = max(cfg.Warmup, time.Duration(c.WarmupMillis)*time.Millisecond)
+		cfg.SharedConsumers = cfg.SharedConsumers || c.SharedConsumers
+		if c.Model == "open" { // each shard's Requests bounds the whole run
+			cfg.Requests = max(cfg.Requests, c.Requests)
+		} else {
+			cfg.Requests += c.Requests
+		}
+		if c.StartAt != startAt {
+			startAt = ""
+		}
 	}
 	cfg.ConsumerHeader = runs[0].Config.ConsumerHeader
 	cfg.Duration = time.Duration(longest * float64(time.Second))
@@ -101,14 +114,19 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = began
+	res.Config.StartAt = startAt
 	res.Config.Threads = 0
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
 	}
 	var err error
-	res.Audit, res.AuditNote, err = mergeAudits(runs, began, tolerance)
+	var samples []sample
+	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, began, tolerance)
 	if err != nil {
 		return Result{}, err
+	}
+	if res.Audit != nil {
+		res.AuditSamples = encodeSamples(samples) // so that a merge can be merged again
 	}
 	res.Bytes = bytes
 	for k, msg := range first {
@@ -161,8 +179,9 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	return nil
 }
 
-// mergeAudits audits the runs' samples as one run, or says why it cannot.
-func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, error) {
+// mergeAudits audits the runs' samples as one run, or says why it cannot;
+// it returns the samples it audited.
+func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -173,9 +192,9 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	}
 	switch {
 	case len(with) == 0:
-		return nil, "", nil
+		return nil, "", nil, nil
 	case len(without) > 0:
-		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil
+		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil
 	}
 	first := runs[0].Audit
 	var all []sample
@@ -190,15 +209,15 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 		a := r.Audit
 		if a.Limit != first.Limit || a.WindowMillis != first.WindowMillis || a.Algorithm != first.Algorithm {
 			return nil, fmt.Sprintf("no merged audit: run %d expected %d per %d ms (%s), run 1 %d per %d ms (%s)",
-				i+1, a.Limit, a.WindowMillis, orRule(a.Algorithm), first.Limit, first.WindowMillis, orRule(first.Algorithm)), nil
+				i+1, a.Limit, a.WindowMillis, orRule(a.Algorithm), first.Limit, first.WindowMillis, orRule(first.Algorithm)), nil, nil
 		}
 		if r.AuditSamples == nil {
-			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil
+			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
 		ss, err := r.AuditSamples.decode(offset, consumers)
 		if err != nil {
-			return nil, "", fmt.Errorf("run %d: %w", i+1, err)
+			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		for k := range ss {
 			ss[k].sent -= tolerance
@@ -225,15 +244,15 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	}
 	exp, err := newExpectation(first.Limit, time.Duration(first.WindowMillis)*time.Millisecond, first.Algorithm)
 	if err != nil {
-		return nil, "", fmt.Errorf("run 1: audit: %w", err)
+		return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
 	}
-	a := audit(all, exp, consumers, horizon)
+	a := audit(all, exp, consumers, horizon, false)
 	a.RetryAfter = merged.RetryAfter
 	if probed {
 		a.RetryAfter.Honest = &honest
 		a.RetryAfter.Skipped = ""
 	}
-	return &a, "", nil
+	return &a, "", all, nil
 }
 
 func orRule(algorithm string) string {

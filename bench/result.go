@@ -27,7 +27,9 @@ type Settings struct {
 	// TimeoutMillis bounds one request.
 	TimeoutMillis int64 `json:"timeout_ms"`
 	// Shard of Shards (from 0) is this load machine's part of a run that
-	// several share; RatePerSec, Connections and Requests are then its share.
+	// several share; RatePerSec and Connections are then its share, and
+	// Requests too in the closed model (in the open one it bounds the whole
+	// run's schedule).
 	// SharedConsumers is set when every shard sends every consumer.
 	Shard           int  `json:"shard"`
 	Shards          int  `json:"shards"`

@@ -92,6 +92,9 @@ func (t *Target) String() string {
 	}
 	if t.Cluster {
 		kind += " Cluster"
+		if t.Mode == string(Ephemeral) {
+			what = ", private redis-servers stopped on exit"
+		}
 	}
 	return kind + " at " + t.Addr + what
 }
