@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -535,4 +536,88 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestFullRedisRefusesBeforeAnyWrite: on a Redis over its maxmemory every
+// algorithm's script is refused whole with OOM: no decision, and not one
+// write, whether the client had state already or not.
+func TestFullRedisRefusesBeforeAnyWrite(t *testing.T) {
+	if srv == nil {
+		t.Skip("no redis-server on PATH")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	full, err := redisrun.Start(ctx, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Stop()
+	c := redis.NewClient(&redis.Options{Addr: full.Addr, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
+	defer c.Close()
+	p := algorithms.Policy{Limit: 3, Window: time.Minute}
+	limiters := map[string]algorithms.Limiter{}
+	for _, name := range algorithms.Algorithms() {
+		l := newLimiter(t, name, c, p)
+		limiters[name] = l
+		allow(t, l, algorithms.Key("known", name)) // a client with state
+	}
+	before := c.DBSize(ctx).Val()
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ConfigSet(ctx, "maxmemory", "0")
+	dump := func() string {
+		var b strings.Builder
+		keys := c.Keys(ctx, "*").Val()
+		slices.Sort(keys)
+		for _, k := range keys {
+			b.WriteString(k + "=" + c.Dump(ctx, k).Val() + ";")
+		}
+		return b.String()
+	}
+	state := dump()
+	for _, name := range algorithms.Algorithms() {
+		for _, consumer := range []string{"known", "new"} {
+			d, err := limiters[name].Allow(ctx, algorithms.Key(consumer, name))
+			if err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("%s, %s client: %+v, %v; want an OOM error", name, consumer, d, err)
+			}
+		}
+	}
+	if n := c.DBSize(ctx).Val(); n != before {
+		t.Fatalf("%d keys after the refused decisions, %d before", n, before)
+	}
+	if got := dump(); got != state {
+		t.Fatalf("a refused decision wrote: the keys changed from\n%s\nto\n%s", state, got)
+	}
+}
+
+// TestEmbeddedRunsWithoutShebang: the embedded server cannot compile Redis
+// 7's shebang; every algorithm falls back to the script without it, once,
+// and decides as on a real server.
+func TestEmbeddedRunsWithoutShebang(t *testing.T) {
+	t.Parallel()
+	m, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop()
+	c := redis.NewClient(&redis.Options{Addr: m.Addr})
+	defer c.Close()
+	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	for _, name := range algorithms.Algorithms() {
+		l := newLimiter(t, name, c, p)
+		if err := l.(algorithms.Loader).Load(context.Background()); err != nil {
+			t.Fatalf("%s: load on the embedded server: %v", name, err)
+		}
+		key := algorithms.Key("embedded", name)
+		for i := range p.Limit {
+			if d := allow(t, l, key); !d.Allowed || d.Attempts != 1 {
+				t.Fatalf("%s: request %d: %+v, want allowed in one round trip", name, i+1, d)
+			}
+		}
+		if d := allow(t, l, key); d.Allowed {
+			t.Fatalf("%s: request %d admitted over the limit", name, p.Limit+1)
+		}
+	}
 }

@@ -1,3 +1,8 @@
+#!lua
+-- The line above declares the script to Redis 7 (a script that may write,
+-- with no flags): a server over its maxmemory refuses it before it runs,
+-- so a full Redis never takes half a decision. Older servers and the
+-- embedded one cannot read it; ratelab runs the script without it there.
 -- Fixed window: one counter per client per window of the clock, windows
 -- aligned to multiples of the window length since the epoch. Race-free (one
 -- script), but a client can spend a full limit at the end of one window and

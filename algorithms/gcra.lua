@@ -1,3 +1,8 @@
+#!lua
+-- The line above declares the script to Redis 7 (a script that may write,
+-- with no flags): a server over its maxmemory refuses it before it runs,
+-- so a full Redis never takes half a decision. Older servers and the
+-- embedded one cannot read it; ratelab runs the script without it there.
 -- GCRA, the generic cell rate algorithm: one theoretical arrival time (TAT)
 -- per client. Emission interval T = window / limit, burst = limit, as in
 -- go-redis/redis_rate: a request is admitted when TAT + T - burst * T <= now.

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,8 +31,25 @@ var tokenBucketSource string
 var gcraSource string
 
 // SlidingLogSource is the Lua source of the production sliding-window log,
-// for engines that load the same script outside Go.
+// for engines that load the same script outside Go. Its first line is the
+// shebang of Redis 7's script flags (see Scripted).
 func SlidingLogSource() string { return slidingLogSource }
+
+// WithoutShebang returns src without its first line when that is a
+// shebang ("#!lua …"), for servers that cannot read one.
+func WithoutShebang(src string) string {
+	if !strings.HasPrefix(src, "#!") {
+		return src
+	}
+	_, rest, _ := strings.Cut(src, "\n")
+	return rest
+}
+
+// isCompileError reports whether err is the server's refusal to compile a
+// script, as Redis before 7 and the embedded server answer a shebang.
+func isCompileError(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error compiling script")
+}
 
 type memberMode int
 
@@ -54,6 +73,16 @@ const sharedMember = "request"
 // and, for the log, this request's member, and return {allowed, remaining,
 // retry_after_ms}.
 //
+// This package's scripts start with Redis 7's shebang, "#!lua" and no
+// flags: a script that may write. Redis 7 then refuses it whole, with OOM,
+// when the server is over its maxmemory, before any command of it runs;
+// without the shebang a script that deletes first (ZREMRANGEBYSCORE) may go
+// on writing past maxmemory, and one that writes first fails, so that a
+// full Redis would admit or fail depending on the algorithm. A server that
+// cannot compile the shebang (Redis before 7, the embedded one) gets the
+// script without it, from its first refusal on: there a full Redis behaves
+// as it did before.
+//
 // The sliding-window log (slidinglog.lua) is the exact one: prune members
 // older than the window, count, and add this request's member only when it is
 // admitted. Each admitted request has its own member (a per-limiter random
@@ -66,6 +95,10 @@ type Scripted struct {
 	clock  Clock
 	now    func() time.Time
 	script *redis.Script
+	// plain is script without its shebang, run once the server refused to
+	// compile the shebang (legacy set).
+	plain  *redis.Script
+	legacy atomic.Bool
 	keys   int // keys per client: the key itself, or key:0 and key:1
 	argv   argvFunc
 	parse  replyFunc
@@ -93,6 +126,7 @@ func newScripted(name string, c redis.Scripter, p Policy, o Options, src string,
 		clock:  o.Clock,
 		now:    o.Now,
 		script: redis.NewScript(src),
+		plain:  redis.NewScript(WithoutShebang(src)),
 		keys:   keys,
 		argv:   argv,
 		parse:  parse,
@@ -129,12 +163,26 @@ func (s *Scripted) Keys(key string) []string {
 	return ks
 }
 
-// Load loads the script into the server's script cache (on every master of a Cluster).
+// Load loads the script into the server's script cache (on every master of
+// a Cluster); without its shebang when the server cannot compile one.
 func (s *Scripted) Load(ctx context.Context) error {
-	if err := s.script.Load(ctx, s.client).Err(); err != nil {
+	err := s.current().Load(ctx, s.client).Err()
+	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
+		s.legacy.Store(true)
+		err = s.plain.Load(ctx, s.client).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("%s: script load: %w", s.name, err)
 	}
 	return nil
+}
+
+// current is the script to run: plain once the server refused the shebang.
+func (s *Scripted) current() *redis.Script {
+	if s.legacy.Load() {
+		return s.plain
+	}
+	return s.script
 }
 
 // Allow runs the script once for key.
@@ -145,7 +193,14 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 	args, member := s.argv(now)
-	reply, trips, err := eval(ctx, s.script, s.client, s.Keys(key), args...)
+	reply, trips, err := eval(ctx, s.current(), s.client, s.Keys(key), args...)
+	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
+		// Nothing ran: the server could not compile the shebang.
+		s.legacy.Store(true)
+		var more int
+		reply, more, err = eval(ctx, s.plain, s.client, s.Keys(key), args...)
+		trips += more
+	}
 	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", s.name, err)

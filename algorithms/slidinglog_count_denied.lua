@@ -1,3 +1,8 @@
+#!lua
+-- The line above declares the script to Redis 7 (a script that may write,
+-- with no flags): a server over its maxmemory refuses it before it runs,
+-- so a full Redis never takes half a decision. Older servers and the
+-- embedded one cannot read it; ratelab runs the script without it there.
 -- A broken sliding-window log, kept to be raced: it logs every request,
 -- denied ones included, before it counts. A client that keeps retrying keeps
 -- its own log full and is never admitted again, however long the window.
