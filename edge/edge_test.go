@@ -45,6 +45,10 @@ type setup struct {
 	shadow    bool
 	clock     algorithms.Clock
 	now       func() time.Time // the limiter's caller clock; time.Now when nil
+	algorithm string           // sliding-log when empty
+	breaker   int              // failures in a row that open the circuit
+	local     int              // with onError local: the nodes sharing the limit
+	log       io.Writer
 }
 
 // startGateway serves a gateway with the built-in upstream on loopback until the test ends.
@@ -68,14 +72,25 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	if s.now != nil {
 		opts = append(opts, algorithms.WithNow(s.now))
 	}
-	lim, err := algorithms.New("sliding-log", c, p, opts...)
+	if s.algorithm == "" {
+		s.algorithm = "sliding-log"
+	}
+	lim, err := algorithms.New(s.algorithm, c, p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var local *edge.LocalLimiter
+	if s.local > 0 {
+		if local, err = edge.NewLocalLimiter(s.algorithm, p, s.local); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(local.Close)
+	}
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, Clock: s.clock, KeyBy: s.keyBy,
-			OnError: s.onError, Timeout: s.timeout, DenyCache: s.denyCache, Shadow: s.shadow},
+		Limit: edge.Config{Limiter: lim, Algorithm: s.algorithm, Policy: p, Clock: s.clock, KeyBy: s.keyBy,
+			OnError: s.onError, Timeout: s.timeout, DenyCache: s.denyCache, Shadow: s.shadow,
+			BreakerFailures: s.breaker, Local: local, Log: s.log},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -402,8 +417,8 @@ func TestRedisRestart(t *testing.T) {
 			t.Fatalf("Redis gone, fail open: %d", resp.StatusCode)
 		}
 	}
-	if g.Metrics().RedisErrors("other") == 0 {
-		t.Fatalf("no Redis error counted with Redis gone")
+	if g.Metrics().RedisErrors(edge.RedisErrorUnreachable) == 0 {
+		t.Fatalf("no unreachable Redis counted with Redis gone")
 	}
 	r, err = redisrun.Start(context.Background(), redisrun.Options{Port: port})
 	if err != nil {

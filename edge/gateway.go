@@ -38,7 +38,9 @@ func RedisOptions(base redis.UniversalOptions, timeout time.Duration, pool int) 
 type GatewayConfig struct {
 	// Listen is the address clients connect to, such as ":8080".
 	Listen string
-	// Admin is the address of /metrics, /healthz and /__ratelab/forwarded; none when empty.
+	// Admin is the address of /metrics, /healthz and /__ratelab/forwarded;
+	// none when empty. /healthz answers 200 with "ok" while Redis answers,
+	// and 200 with a line that says since when and why it fails otherwise.
 	Admin string
 	// Upstream is the URL requests are proxied to, or "builtin" for a fast
 	// 200 responder that counts what it received per consumer.
@@ -62,6 +64,7 @@ type Gateway struct {
 	lnAdmin net.Listener
 	builtin *Builtin
 	metrics *Metrics
+	limiter *limiter // nil with Off
 }
 
 // NewGateway binds the listeners (so that their addresses are known) and
@@ -102,7 +105,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g.lnMain = ln
 	handler := upstream
 	if !cfg.Off {
-		handler = Middleware(g.cfg.Limit, upstream)
+		g.limiter = newLimiter(g.cfg.Limit, upstream)
+		handler = g.limiter
 	}
 	g.main = &http.Server{
 		Handler:           handler,
@@ -127,7 +131,13 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 			}
 			_ = json.NewEncoder(w).Encode(g.builtin.Snapshot())
 		})
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if g.limiter == nil {
+				_, _ = io.WriteString(w, "ok\n")
+				return
+			}
+			g.limiter.health.report(w, g.limiter.cfg.OnError)
+		})
 		g.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return g, nil
@@ -161,8 +171,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			l.Algorithm = "" // nothing more to say
 		}
 		if l.Algorithm != "" {
-			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s\n",
-				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), clockOwner(l.Clock), l.Timeout, l.OnError,
+			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
+				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), clockOwner(l.Clock), l.Timeout, onErrorText(l),
+				breakerText(l.BreakerFailures),
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
@@ -183,6 +194,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	if g.admin != nil {
 		serr = errors.Join(serr, g.admin.Shutdown(sctx))
 	}
+	if g.limiter != nil {
+		g.limiter.close()
+	}
 	if g.cfg.Log != nil {
 		fmt.Fprintln(g.cfg.Log, "ratelab edge: stopped")
 	}
@@ -198,6 +212,22 @@ func clockOwner(c algorithms.Clock) string {
 		return "Redis"
 	}
 	return "this host"
+}
+
+// onErrorText says what the gateway does while Redis fails.
+func onErrorText(c Config) string {
+	if c.OnError == FailLocal && c.Local != nil {
+		return fmt.Sprintf("local (this gateway's share: %d per %s)", c.Local.Policy.Limit, c.Local.Policy.Window)
+	}
+	return string(c.OnError)
+}
+
+// breakerText says when the circuit opens.
+func breakerText(n int) string {
+	if n <= 0 {
+		return "; no circuit breaker"
+	}
+	return fmt.Sprintf("; circuit opens after %d failures in a row", n)
 }
 
 func orNone(s string) string {

@@ -18,13 +18,19 @@ const (
 	OutcomeShadowDenied = "shadow_denied" // would have been denied; let through
 	OutcomeErrorOpen    = "redis_error_open"
 	OutcomeErrorClosed  = "redis_error_closed"
-	OutcomeContended    = "contended" // a limiter gave up under contention
+	// OutcomeErrorLocalAllowed and OutcomeErrorLocalDenied are decisions of
+	// the local limiter (--on-redis-error local) while Redis failed.
+	OutcomeErrorLocalAllowed = "redis_error_local_allowed"
+	OutcomeErrorLocalDenied  = "redis_error_local_denied"
+	OutcomeContended         = "contended" // a limiter gave up under contention
 )
 
 // Kinds of Redis error, as counted in metrics.
 const (
-	RedisErrorTimeout = "timeout" // the decision's deadline passed
-	RedisErrorOther   = "other"   // anything else: refused, reset, a bad reply
+	RedisErrorTimeout     = "timeout"     // the decision's deadline passed
+	RedisErrorOOM         = "oom"         // Redis is over its maxmemory and refused the script
+	RedisErrorUnreachable = "unreachable" // the connection was refused, reset or closed
+	RedisErrorOther       = "other"       // anything else: a bad reply, an error of the script
 )
 
 // decisionBuckets are the bounds of ratelab_edge_decision_seconds, in seconds.
@@ -42,6 +48,8 @@ type Metrics struct {
 	redisErr  map[string]prometheus.Counter // by kind
 	cacheHits prometheus.Counter
 	latency   prometheus.Histogram
+	redisUp   prometheus.Gauge
+	circuit   prometheus.Gauge
 }
 
 // NewMetrics returns metrics at zero, every outcome and kind included, on a
@@ -68,17 +76,26 @@ func NewMetrics() *Metrics {
 			Help:    "Time to decide, Redis included.",
 			Buckets: decisionBuckets,
 		}),
+		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelab_edge_redis_up",
+			Help: "1 while Redis answers decisions, 0 from its first failure until it answers again.",
+		}),
+		circuit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelab_edge_circuit_open",
+			Help: "1 while decisions skip Redis after consecutive failures (the circuit breaker is open).",
+		}),
 	}
+	m.redisUp.Set(1)
 	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeDenyCache, OutcomeShadowDenied,
-		OutcomeErrorOpen, OutcomeErrorClosed, OutcomeContended} {
+		OutcomeErrorOpen, OutcomeErrorClosed, OutcomeErrorLocalAllowed, OutcomeErrorLocalDenied, OutcomeContended} {
 		m.decisions[o] = decisions.WithLabelValues(o)
 	}
-	for _, k := range []string{RedisErrorTimeout, RedisErrorOther} {
+	for _, k := range []string{RedisErrorTimeout, RedisErrorOOM, RedisErrorUnreachable, RedisErrorOther} {
 		m.redisErr[k] = redisErr.WithLabelValues(k)
 	}
 	// A new registry and collectors of fixed, distinct names: registration
 	// cannot fail.
-	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency,
+	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency, m.redisUp, m.circuit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -86,8 +103,14 @@ func NewMetrics() *Metrics {
 // decision counts one decision with outcome, one of the Outcome constants.
 func (m *Metrics) decision(outcome string) { m.decisions[outcome].Inc() }
 
-// redisError counts one failed Redis call of kind, RedisErrorTimeout or RedisErrorOther.
+// redisError counts one failed Redis call of kind, one of the RedisError constants.
 func (m *Metrics) redisError(kind string) { m.redisErr[kind].Inc() }
+
+// setRedisUp sets ratelab_edge_redis_up.
+func (m *Metrics) setRedisUp(up bool) { m.redisUp.Set(map[bool]float64{true: 1}[up]) }
+
+// setCircuitOpen sets ratelab_edge_circuit_open.
+func (m *Metrics) setCircuitOpen(open bool) { m.circuit.Set(map[bool]float64{true: 1}[open]) }
 
 // denyCacheHit counts one request denied from the deny cache.
 func (m *Metrics) denyCacheHit() { m.cacheHits.Inc() }
@@ -99,8 +122,8 @@ func (m *Metrics) observe(d time.Duration) { m.latency.Observe(d.Seconds()) }
 // that is not one of the Outcome constants.
 func (m *Metrics) Decisions(outcome string) int64 { return counterValue(m.decisions[outcome]) }
 
-// RedisErrors returns the count of Redis errors of kind RedisErrorTimeout
-// ("timeout") or RedisErrorOther ("other"); 0 for any other kind.
+// RedisErrors returns the count of Redis errors of kind, one of the
+// RedisError constants; 0 for any other kind.
 func (m *Metrics) RedisErrors(kind string) int64 { return counterValue(m.redisErr[kind]) }
 
 // DenyCacheHits returns how many requests the deny cache answered.

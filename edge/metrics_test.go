@@ -97,7 +97,8 @@ func TestMetricsScrape(t *testing.T) {
 	decisions := byLabel(t, families["ratelab_edge_decisions_total"], "outcome")
 	want := map[string]float64{
 		edge.OutcomeAllowed: 1, edge.OutcomeDenied: 1, edge.OutcomeDenyCache: 1, edge.OutcomeShadowDenied: 0,
-		edge.OutcomeErrorOpen: 0, edge.OutcomeErrorClosed: 0, edge.OutcomeContended: 0,
+		edge.OutcomeErrorOpen: 0, edge.OutcomeErrorClosed: 0, edge.OutcomeErrorLocalAllowed: 0, edge.OutcomeErrorLocalDenied: 0,
+		edge.OutcomeContended: 0,
 	}
 	if fmt.Sprint(decisions) != fmt.Sprint(want) {
 		t.Fatalf("ratelab_edge_decisions_total %v, want %v", decisions, want)
@@ -107,8 +108,13 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("outcome %s: %v scraped, %d from Metrics.Decisions", outcome, n, api)
 		}
 	}
-	if errs := byLabel(t, families["ratelab_edge_redis_errors_total"], "kind"); fmt.Sprint(errs) != "map[other:0 timeout:0]" {
-		t.Fatalf("ratelab_edge_redis_errors_total %v, want other and timeout at 0", errs)
+	if errs := byLabel(t, families["ratelab_edge_redis_errors_total"], "kind"); fmt.Sprint(errs) != "map[oom:0 other:0 timeout:0 unreachable:0]" {
+		t.Fatalf("ratelab_edge_redis_errors_total %v, want every kind at 0", errs)
+	}
+	for name, want := range map[string]float64{"ratelab_edge_redis_up": 1, "ratelab_edge_circuit_open": 0} {
+		if f, ok := families[name]; !ok || f.GetMetric()[0].GetGauge().GetValue() != want {
+			t.Fatalf("%s: %v, want a gauge at %v", name, f, want)
+		}
 	}
 	if hits := families["ratelab_edge_deny_cache_hits_total"].GetMetric()[0].GetCounter().GetValue(); hits != 1 || g.Metrics().DenyCacheHits() != 1 {
 		t.Fatalf("deny cache hits: %v scraped, %d from the API; want 1", hits, g.Metrics().DenyCacheHits())

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -29,6 +30,10 @@ const (
 	FailOpen OnError = "open"
 	// FailClosed answers 503 with a Retry-After.
 	FailClosed OnError = "closed"
+	// FailLocal decides with Config.Local, the gateway's share of the limit
+	// in memory, so that a fleet of gateways admits at most about the limit
+	// between them while Redis fails.
+	FailLocal OnError = "local"
 )
 
 // Headers selects the rate-limit header fields sent.
@@ -60,8 +65,21 @@ type Config struct {
 	PolicyName string
 	// KeyBy identifies requests.
 	KeyBy KeyBy
-	// OnError is what to do when Redis fails; FailOpen when empty.
+	// OnError is what to do when Redis fails; FailOpen when empty. Every
+	// answer decided without Redis carries no RateLimit fields: clients and
+	// load generators can tell them apart.
 	OnError OnError
+	// Local decides while Redis fails, with FailLocal (see NewLocalLimiter);
+	// FailLocal without it fails open.
+	Local *LocalLimiter
+	// BreakerFailures opens the circuit after this many Redis failures in a
+	// row: decisions then skip Redis (at once, in the OnError mode) while it
+	// is asked in the background, every 100ms, until it answers. 0: never.
+	BreakerFailures int
+	// Log receives lines about Redis failing (at most one per kind of
+	// failure per 10 s, with a count of the others), the circuit, and
+	// Redis answering again; none when nil.
+	Log io.Writer
 	// Timeout bounds one decision; 200ms when zero.
 	Timeout time.Duration
 	// Headers selects the header fields; HeadersBoth when empty.
@@ -79,8 +97,11 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Middleware limits next.
-func Middleware(cfg Config, next http.Handler) http.Handler {
+// Middleware limits next. With BreakerFailures set, an open circuit's
+// prober runs until Redis answers.
+func Middleware(cfg Config, next http.Handler) http.Handler { return newLimiter(cfg, next) }
+
+func newLimiter(cfg Config, next http.Handler) *limiter {
 	if cfg.PolicyName == "" {
 		cfg.PolicyName = "default"
 	}
@@ -99,12 +120,19 @@ func Middleware(cfg Config, next http.Handler) http.Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	return &limiter{cfg: cfg, next: next, denied: map[string]time.Time{}}
+	l := &limiter{cfg: cfg, next: next, denied: map[string]time.Time{}}
+	probeKey := algorithms.Key("ratelab-probe", cfg.Algorithm)
+	l.health = newHealth(cfg.Log, cfg.BreakerFailures, cfg.Timeout, cfg.Metrics, func(ctx context.Context) error {
+		_, err := cfg.Limiter.Allow(ctx, probeKey)
+		return err
+	})
+	return l
 }
 
 type limiter struct {
-	cfg  Config
-	next http.Handler
+	cfg    Config
+	next   http.Handler
+	health *health
 
 	mu     sync.Mutex
 	denied map[string]time.Time // key -> when its retry-after passes
@@ -124,6 +152,10 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if kind, open := l.health.circuitOpen(); open {
+		l.fallback(w, r, key, kind)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
 	start := time.Now()
 	d, err := l.cfg.Limiter.Allow(ctx, key)
@@ -142,20 +174,16 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err != nil && r.Context().Err() != nil:
 		return // the client went away: nothing to answer, and not Redis's fault
 	case err != nil:
-		if isTimeout(err) {
-			l.cfg.Metrics.redisError(RedisErrorTimeout)
-		} else {
-			l.cfg.Metrics.redisError(RedisErrorOther)
-		}
-		if l.cfg.OnError == FailClosed {
-			l.cfg.Metrics.decision(OutcomeErrorClosed)
-			w.Header().Set("Retry-After", "1")
-			problem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter cannot reach its store", 1000)
-			return
-		}
-		l.cfg.Metrics.decision(OutcomeErrorOpen)
-		l.next.ServeHTTP(w, r)
+		kind := errorKind(err)
+		l.cfg.Metrics.redisError(kind)
+		l.health.failedWith(kind, err)
+		l.fallback(w, r, key, kind)
 		return
+	default:
+		l.health.answered()
+	}
+	switch {
+	case err != nil: // contended, in shadow mode
 	case d.Allowed:
 		l.cfg.Metrics.decision(OutcomeAllowed)
 	case l.cfg.Shadow:
@@ -172,6 +200,41 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.setHeaders(w.Header(), d)
 	l.next.ServeHTTP(w, r)
 }
+
+// fallback answers r without Redis, which failed with kind, as OnError
+// says; the answer carries no RateLimit fields.
+func (l *limiter) fallback(w http.ResponseWriter, r *http.Request, key, kind string) {
+	switch {
+	case l.cfg.OnError == FailClosed:
+		l.cfg.Metrics.decision(OutcomeErrorClosed)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "Service Unavailable", causes[kind], 1000)
+		return
+	case l.cfg.OnError == FailLocal && l.cfg.Local != nil:
+		ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
+		d, err := l.cfg.Local.Limiter.Allow(ctx, key)
+		cancel()
+		if err == nil && !d.Allowed {
+			l.cfg.Metrics.decision(OutcomeErrorLocalDenied)
+			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+			p := l.cfg.Local.Policy
+			problem(w, http.StatusTooManyRequests, "Too Many Requests",
+				fmt.Sprintf("rate limit of %d per %dms exceeded: this gateway's own share of the limit, while %s",
+					p.Limit, p.Window.Milliseconds(), causes[kind]), d.RetryAfter.Milliseconds())
+			return
+		}
+		if err == nil {
+			l.cfg.Metrics.decision(OutcomeErrorLocalAllowed)
+			l.next.ServeHTTP(w, r)
+			return
+		}
+	}
+	l.cfg.Metrics.decision(OutcomeErrorOpen)
+	l.next.ServeHTTP(w, r)
+}
+
+// close stops the circuit's prober.
+func (l *limiter) close() { l.health.close() }
 
 // setHeaders writes the limit state of d.
 func (l *limiter) setHeaders(h http.Header, d algorithms.Decision) {

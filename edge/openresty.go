@@ -47,6 +47,9 @@ type NginxConfig struct {
 	KeyBy, OnError, Headers string
 	// DenyCache answers denied consumers from a shared dict.
 	DenyCache bool
+	// BreakerFailures opens each worker's circuit after this many Redis
+	// failures in a row; 0: never.
+	BreakerFailures int
 	// Off leaves the limiter out, to measure what it adds.
 	Off bool
 	// Workers is the number of nginx worker processes; 1 by default.

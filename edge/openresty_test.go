@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 		}
 		n.StopNow()
 	})
+	c.Dir = n.Dir()
 	return c
 }
 
@@ -326,5 +328,59 @@ func TestNginxConfRenders(t *testing.T) {
 	caller.Clock = "wall"
 	if _, err := caller.Render(); err == nil {
 		t.Errorf("an unknown clock rendered")
+	}
+}
+
+// TestOpenRestyFailures: the module on a full Redis answers 503 naming
+// the full store and logs it once for many failures; with Redis hung its
+// circuit opens after two failures per worker and the rest are answered at
+// once; once Redis answers, it limits again.
+func TestOpenRestyFailures(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	timeout := 300 * time.Millisecond
+	nc := startNginx(t, r, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}, OnError: "closed",
+		Timeout: timeout, BreakerFailures: 2})
+	url := "http://" + nc.Listen + "/"
+	hdr := map[string]string{"X-Consumer-Id": "failures"}
+	c := client(t, r.Addr, time.Second)
+	if err := c.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	resp, text := body(t, url, hdr)
+	if resp.StatusCode != 503 || !strings.Contains(text, "OOM") || hasLimitFields(resp.Header) {
+		t.Fatalf("full Redis: %d %q %v, want 503 naming OOM without RateLimit fields", resp.StatusCode, text, resp.Header)
+	}
+	if err := c.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitForStatus(t, url, hdr, http.StatusOK)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	slow := 0
+	for range 20 {
+		resp, took := get(t, url, hdr)
+		if resp.StatusCode != 503 {
+			t.Fatalf("Redis hung, fail closed: %d", resp.StatusCode)
+		}
+		if took > timeout/2 {
+			slow++
+		}
+	}
+	// Two workers, each waits the timeout twice before its circuit opens.
+	if slow > 4 {
+		t.Fatalf("%d of 20 requests waited the timeout with Redis hung; the circuits should have opened after 2 each", slow)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitForStatus(t, url, hdr, http.StatusTooManyRequests)
+	log, err := os.ReadFile(filepath.Join(nc.Dir, "error.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "ratelab: redis oom"); n < 1 || n > 2 {
+		t.Fatalf("%d log lines about the full store (one per worker at most):\n%s", n, log)
 	}
 }

@@ -48,8 +48,16 @@ type Options struct {
 	// X-Forwarded-For is believed.
 	KeyBy          string
 	TrustedProxies []string
-	// OnError is "open" or "closed"; Headers "draft", "legacy" or "both".
+	// OnError is "open", "closed" or "local" (the go engine only);
+	// Headers "draft", "legacy" or "both".
 	OnError, Headers string
+	// Nodes is the number of gateways sharing the limit, for OnError
+	// "local": each limits alone to Limit / Nodes while Redis fails. At
+	// least 1.
+	Nodes int
+	// BreakerFailures opens the circuit after this many Redis failures in a
+	// row (see Config); 0: never.
+	BreakerFailures int
 	// Timeout bounds one decision; Pool the Redis connections.
 	Timeout time.Duration
 	Pool    int
@@ -75,6 +83,8 @@ func (o Options) Validate() error {
 		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
 	case o.Shadow:
 		return field.Errorf("Shadow", "is not in the openresty engine")
+	case o.OnError == string(FailLocal):
+		return field.Errorf("OnError", "local is not in the openresty engine: its workers keep no limiter of their own")
 	case len(o.TrustedProxies) > 0:
 		return field.Errorf("TrustedProxies", "is not in the openresty engine: use nginx's realip module (set_real_ip_from)")
 	}
@@ -88,8 +98,8 @@ func (o Options) CheckRedis(r *redis.UniversalOptions) error {
 		return nil
 	}
 	switch {
-	case r.IsClusterMode || len(r.Addrs) > 1 || r.Dialer != nil || r.TLSConfig != nil:
-		return field.Errorf("Redis", ": the openresty engine reaches one Redis over plain TCP: no Cluster, unix socket or TLS")
+	case r.IsClusterMode || len(r.Addrs) > 1 || r.MasterName != "" || r.Dialer != nil || r.TLSConfig != nil:
+		return field.Errorf("Redis", ": the openresty engine reaches one Redis over plain TCP: no Cluster, Sentinel, unix socket or TLS")
 	case r.DB != 0 || r.Username != "":
 		return field.Errorf("Redis", ": the openresty engine uses database 0 and password-only AUTH: drop the database and user")
 	}
@@ -110,6 +120,10 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", o.Timeout)
 	case o.Pool < 1:
 		return cfg, field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
+	case o.Nodes < 1 || o.Nodes > 10_000:
+		return cfg, field.Errorf("Nodes", "must be between 1 and 10000 (got %d)", o.Nodes)
+	case o.BreakerFailures < 0 || o.BreakerFailures > 1_000_000:
+		return cfg, field.Errorf("BreakerFailures", "must be between 0 (no circuit breaker) and 1000000 (got %d)", o.BreakerFailures)
 	}
 	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
 		return cfg, field.Errorf("Listen", "%q: want host:port or :port", o.Listen)
@@ -132,8 +146,12 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("KeyBy", ": %v", err)
 	}
 	onErr := OnError(o.OnError)
-	if onErr != FailOpen && onErr != FailClosed {
-		return cfg, field.Errorf("OnError", "%q: want open or closed", o.OnError)
+	if onErr != FailOpen && onErr != FailClosed && onErr != FailLocal {
+		return cfg, field.Errorf("OnError", "%q: want open, closed or local", o.OnError)
+	}
+	if onErr == FailLocal && !o.Off && int64(o.Nodes) > o.Policy.Limit {
+		return cfg, field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes (got %d nodes, limit %d)",
+			o.Nodes, o.Policy.Limit)
 	}
 	headers := Headers(o.Headers)
 	if !slices.Contains([]Headers{HeadersDraft, HeadersLegacy, HeadersBoth}, headers) {
@@ -141,7 +159,8 @@ func (o Options) config() (GatewayConfig, error) {
 	}
 	return GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
 		Limit: Config{Algorithm: o.Algorithm, Policy: o.Policy, Clock: o.Clock, KeyBy: keyBy, OnError: onErr,
-			Timeout: o.Timeout, Headers: headers, DenyCache: o.DenyCache, Shadow: o.Shadow}}, nil
+			Timeout: o.Timeout, Headers: headers, DenyCache: o.DenyCache, Shadow: o.Shadow,
+			BreakerFailures: o.BreakerFailures, Log: o.Log}}, nil
 }
 
 func httpURL(s string) bool {
@@ -175,6 +194,14 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 			}
 		}
 		cfg.Limit.Limiter = lim
+		if cfg.Limit.OnError == FailLocal {
+			local, err := NewLocalLimiter(o.Algorithm, o.Policy, o.Nodes)
+			if err != nil {
+				return err
+			}
+			defer local.Close()
+			cfg.Limit.Local = local
+		}
 	}
 	g, err := NewGateway(cfg)
 	if err != nil {
@@ -193,7 +220,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		Listen: hostPort(o.Listen), Upstream: o.Upstream,
 		Policy: o.Policy, Clock: o.Clock.String(), Timeout: o.Timeout,
 		KeyBy: o.KeyBy, OnError: o.OnError, Headers: o.Headers,
-		DenyCache: o.DenyCache, Workers: 2, Off: o.Off,
+		DenyCache: o.DenyCache, Workers: 2, Off: o.Off, BreakerFailures: o.BreakerFailures,
 	}
 	if o.Admin != "" {
 		nc.Admin = hostPort(o.Admin)

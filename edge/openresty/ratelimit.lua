@@ -18,6 +18,9 @@
 --                 proxies) or "header:NAME" (safe only behind what
 --                 authenticates it)
 --   on_error      "open" (let through) or "closed" (503)
+--   breaker_failures  open the circuit after this many Redis failures in a
+--                 row: decisions then skip Redis while a timer asks it every
+--                 100 ms until it answers; 0 (the default): never
 --   headers       "draft", "legacy" or "both"
 --   deny_cache    a lua_shared_dict name to answer denied consumers from
 --                 memory until their retry-after has passed; none when nil
@@ -30,6 +33,11 @@ end
 
 local cfg
 local script, sha
+-- plain is the script without its first line (Redis 7's "#!lua" shebang),
+-- run from the first time the server could not compile the shebang (Redis
+-- before 7); legacy is set from then on, per worker.
+local plain, plain_sha
+local legacy = false
 
 local function hex(s)
   return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
@@ -40,6 +48,8 @@ function M.configure(opts)
   script = f:read("*a")
   f:close()
   sha = hex(ngx.sha1_bin(script))
+  plain = script:gsub("^#![^\n]*\n", "", 1)
+  plain_sha = hex(ngx.sha1_bin(plain))
   cfg = {
     host = opts.redis_host or "127.0.0.1",
     port = tonumber(opts.redis_port) or 6379,
@@ -54,6 +64,7 @@ function M.configure(opts)
     deny = opts.deny_cache and ngx.shared[opts.deny_cache],
     algorithm = opts.algorithm or "sliding-log",
     clock = opts.clock or "redis",
+    breaker = tonumber(opts.breaker_failures) or 0,
   }
   assert(cfg.clock == "redis" or cfg.clock == "caller", "clock: want redis or caller")
   local kb = opts.key_by or "ip"
@@ -164,13 +175,26 @@ local function decide(key, member)
   end
   local res
   local now = now_arg()
-  res, err = red:evalsha(sha, 1, key, cfg.limit, cfg.window, now, member)
+  local src, src_sha = script, sha
+  if legacy then
+    src, src_sha = plain, plain_sha
+  end
+  res, err = red:evalsha(src_sha, 1, key, cfg.limit, cfg.window, now, member)
   if not res and err and err:find("NOSCRIPT", 1, true) then
     if not budget(red, deadline) then
       red:close()
       return nil, "timeout"
     end
-    res, err = red:eval(script, 1, key, cfg.limit, cfg.window, now, member)
+    res, err = red:eval(src, 1, key, cfg.limit, cfg.window, now, member)
+    if not res and err and not legacy and err:find("Error compiling script", 1, true) then
+      -- Nothing ran: the server cannot read the shebang.
+      legacy = true
+      if not budget(red, deadline) then
+        red:close()
+        return nil, "timeout"
+      end
+      res, err = red:eval(plain, 1, key, cfg.limit, cfg.window, now, member)
+    end
   end
   if not res then
     red:close() -- a broken or timed-out connection is not kept
@@ -183,14 +207,91 @@ local function decide(key, member)
   return res
 end
 
--- warn logs a Redis failure at most once a second per worker, so an outage
--- does not flood the error log.
-local last_warn = 0
-local function warn(err)
+-- kind names what a failed decision ran into, as the Go gateway does.
+local function kind(err)
+  err = tostring(err)
+  if err:find("timeout", 1, true) then
+    return "timeout"
+  elseif err:sub(1, 3) == "OOM" then
+    return "oom"
+  elseif err:find("connect", 1, true) or err:find("closed", 1, true) or err:find("reset", 1, true)
+      or err:find("refused", 1, true) or err:find("broken pipe", 1, true) then
+    return "unreachable"
+  end
+  return "other"
+end
+
+local causes = {
+  timeout = "the rate limiter's store did not answer in time",
+  oom = "the rate limiter's store is full: Redis refused the decision (OOM, maxmemory reached)",
+  unreachable = "the rate limiter cannot reach its store",
+  other = "the rate limiter's store answered with an error",
+}
+
+-- warn logs a Redis failure of a kind at most once per 10 seconds per kind
+-- and worker, with the count of those it did not log, so an outage does not
+-- flood the error log.
+local logged, quiet = {}, {}
+local function warn(k, err)
   local now = ngx.now()
-  if now - last_warn >= 1 then
-    last_warn = now
-    ngx.log(ngx.WARN, "ratelab: redis: ", err)
+  if logged[k] and now - logged[k] < 10 then
+    quiet[k] = (quiet[k] or 0) + 1
+    return
+  end
+  local more = ""
+  if (quiet[k] or 0) > 0 then
+    more = string.format(" (and %d more in the last %ds)", quiet[k], math.floor(now - logged[k] + 0.5))
+  end
+  logged[k], quiet[k] = now, 0
+  ngx.log(ngx.WARN, "ratelab: redis ", k, ": ", causes[k], ": ", err, more)
+end
+
+-- The circuit breaker, per worker: after cfg.breaker failures in a row the
+-- circuit opens, decisions skip Redis, and a timer asks Redis every 100 ms
+-- (a decision for a consumer of its own) until it answers.
+local failures, open, last_kind = 0, false, "other"
+local probes = 0
+
+local function answered()
+  if failures > 0 or open then
+    ngx.log(ngx.WARN, "ratelab: redis answers again")
+    logged, quiet = {}, {}
+  end
+  failures, open = 0, false
+end
+
+local probe
+probe = function(premature)
+  if premature then
+    return -- the worker is exiting
+  end
+  probes = probes + 1
+  local res, err = decide("rl:{ratelab-probe}:" .. cfg.algorithm, "probe-" .. ngx.worker.pid() .. "-" .. probes)
+  if res then
+    answered()
+    return
+  end
+  last_kind = kind(err)
+  warn(last_kind, err)
+  local ok, terr = ngx.timer.at(0.1, probe)
+  if not ok then
+    ngx.log(ngx.ERR, "ratelab: cannot schedule the Redis probe: ", terr)
+    open = false -- decide in the requests again rather than never
+  end
+end
+
+local function failed(err)
+  last_kind = kind(err)
+  warn(last_kind, err)
+  failures = failures + 1
+  if cfg.breaker > 0 and failures >= cfg.breaker and not open then
+    open = true
+    ngx.log(ngx.WARN, "ratelab: circuit open after ", failures, " failures in a row: decisions skip Redis, which is asked every 100 ms")
+    local ok, terr = ngx.timer.at(0.1, probe)
+    if not ok then
+      ngx.log(ngx.ERR, "ratelab: cannot schedule the Redis probe: ", terr)
+      open = false
+    end
   end
 end
 
@@ -211,12 +312,20 @@ function M.access()
   local t0_ms = ngx.now() * 1000
   -- Unique per request: nginx's request id, and this worker's pid.
   local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
-  local res, err = decide(key, member)
+  local res, err
+  if not open then
+    res, err = decide(key, member)
+    if res then
+      answered()
+    else
+      failed(err)
+    end
+  end
   if not res then
-    warn(err)
+    -- Answered without Redis: no RateLimit fields.
     if cfg.on_error == "closed" then
       ngx.header["Retry-After"] = 1
-      return problem(503, "Service Unavailable", "the rate limiter cannot reach its store", 1000)
+      return problem(503, "Service Unavailable", causes[last_kind], 1000)
     end
     return -- fail open
   end

@@ -1,0 +1,256 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
+)
+
+// errorKind names what a failed Redis call ran into: one of the
+// RedisError constants.
+func errorKind(err error) string {
+	var rerr redis.Error
+	var op *net.OpError
+	switch {
+	case isTimeout(err):
+		return RedisErrorTimeout
+	case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "OOM"):
+		return RedisErrorOOM
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.As(err, &op):
+		return RedisErrorUnreachable
+	}
+	return RedisErrorOther
+}
+
+// causes say, in the 503 body, the log and /healthz, what each kind of
+// failure means.
+var causes = map[string]string{
+	RedisErrorTimeout:     "the rate limiter's store did not answer in time",
+	RedisErrorOOM:         "the rate limiter's store is full: Redis refused the decision (OOM, maxmemory reached)",
+	RedisErrorUnreachable: "the rate limiter cannot reach its store",
+	RedisErrorOther:       "the rate limiter's store answered with an error",
+}
+
+// failure is the state of Redis as the middleware last saw it.
+type failure struct {
+	kind  string
+	since time.Time
+}
+
+// logEvery bounds the failure lines: at most one per kind per interval.
+const logEvery = 10 * time.Second
+
+// probeEvery is how often an open circuit asks Redis whether it answers.
+const probeEvery = 100 * time.Millisecond
+
+// health tracks whether Redis answers, opens the circuit after
+// consecutive failures, probes Redis in the background while it is open,
+// and writes rate-limited lines about it.
+type health struct {
+	log       io.Writer
+	threshold int // consecutive failures that open the circuit; 0: never
+	probe     func(ctx context.Context) error
+	timeout   time.Duration
+	metrics   *Metrics
+
+	consecutive atomic.Int64
+	open        atomic.Bool
+	failing     atomic.Pointer[failure]
+
+	mu     sync.Mutex
+	logged map[string]time.Time // kind -> when its last line was written
+	quiet  map[string]int64     // kind -> failures since then, not written
+	failed int64                // failures since Redis last answered
+
+	stop    chan struct{}
+	stopped bool
+	probing sync.WaitGroup
+}
+
+func newHealth(log io.Writer, threshold int, timeout time.Duration, m *Metrics, probe func(ctx context.Context) error) *health {
+	return &health{log: log, threshold: threshold, timeout: timeout, metrics: m, probe: probe,
+		logged: map[string]time.Time{}, quiet: map[string]int64{}, stop: make(chan struct{})}
+}
+
+// circuitOpen reports whether decisions skip Redis for now, and why.
+func (h *health) circuitOpen() (string, bool) {
+	if !h.open.Load() {
+		return "", false
+	}
+	if f := h.failing.Load(); f != nil {
+		return f.kind, true
+	}
+	return RedisErrorOther, true
+}
+
+// failedWith records a failed call of kind, and opens the circuit after
+// threshold of them in a row.
+func (h *health) failedWith(kind string, err error) {
+	now := time.Now()
+	if f := h.failing.Load(); f == nil || f.kind != kind {
+		since := now
+		if f != nil {
+			since = f.since
+		}
+		h.failing.Store(&failure{kind: kind, since: since})
+		h.metrics.setRedisUp(false)
+	}
+	h.note(kind, err, now)
+	if n := h.consecutive.Add(1); h.threshold > 0 && n >= int64(h.threshold) && h.open.CompareAndSwap(false, true) {
+		h.metrics.setCircuitOpen(true)
+		h.line("circuit open after %d failures in a row: decisions skip Redis, which is asked every %s", n, probeEvery)
+		h.mu.Lock()
+		if !h.stopped {
+			h.probing.Add(1)
+			go h.probeUntilAnswered()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// answered records a call Redis answered.
+func (h *health) answered() {
+	h.consecutive.Store(0)
+	if f := h.failing.Swap(nil); f != nil {
+		h.metrics.setRedisUp(true)
+		h.mu.Lock()
+		n := h.failed
+		h.failed = 0
+		clear(h.quiet)
+		clear(h.logged)
+		h.mu.Unlock()
+		h.line("redis answers again after %s (%d failed decisions)", time.Since(f.since).Round(time.Millisecond), n)
+	}
+}
+
+// note writes a line about a failure of kind, at most one per kind per
+// logEvery, with the count of those it did not write.
+func (h *health) note(kind string, err error, now time.Time) {
+	h.mu.Lock()
+	h.failed++
+	last, seen := h.logged[kind]
+	if seen && now.Sub(last) < logEvery {
+		h.quiet[kind]++
+		h.mu.Unlock()
+		return
+	}
+	quiet := h.quiet[kind]
+	h.logged[kind], h.quiet[kind] = now, 0
+	h.mu.Unlock()
+	more := ""
+	if quiet > 0 {
+		more = fmt.Sprintf(" (and %d more in the last %s)", quiet, now.Sub(last).Round(time.Second))
+	}
+	h.line("redis %s: %s: %v%s", kind, causes[kind], err, more)
+}
+
+func (h *health) line(format string, a ...any) {
+	if h.log != nil {
+		fmt.Fprintf(h.log, "ratelab edge: "+format+"\n", a...)
+	}
+}
+
+// probeUntilAnswered asks Redis every probeEvery until it answers, then
+// closes the circuit; it returns early when the middleware is closed.
+func (h *health) probeUntilAnswered() {
+	defer h.probing.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+		err := h.probe(ctx)
+		cancel()
+		if err == nil {
+			h.open.Store(false)
+			h.metrics.setCircuitOpen(false)
+			h.answered()
+			return
+		}
+		h.failedWith(errorKind(err), err)
+	}
+}
+
+// close stops the prober and waits for it.
+func (h *health) close() {
+	h.mu.Lock()
+	if !h.stopped {
+		h.stopped = true
+		close(h.stop)
+	}
+	h.mu.Unlock()
+	h.probing.Wait()
+}
+
+// report answers /healthz: 200 and "ok" while Redis answers; while it
+// fails, still 200 (the gateway serves, in its fail mode, and every
+// gateway sharing the Redis fails alike: a balancer that took them out
+// would take the service down), with a line saying since when, why, what
+// the gateway does meanwhile, and whether the circuit is open.
+func (h *health) report(w http.ResponseWriter, mode OnError) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	f := h.failing.Load()
+	if f == nil {
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	circuit := "circuit closed"
+	if h.open.Load() {
+		circuit = "circuit open, Redis asked every " + probeEvery.String()
+	}
+	fmt.Fprintf(w, "degraded: redis failing for %s (%s: %s); failing %s; %s\n",
+		time.Since(f.since).Round(time.Millisecond), f.kind, causes[f.kind], mode, circuit)
+}
+
+// LocalLimiter is a limiter of the same algorithm at a gateway's share of
+// the limit, in an embedded in-process Redis that runs the very same
+// script: what FailLocal decides with while Redis fails.
+type LocalLimiter struct {
+	// Limiter decides, on this host's clock.
+	Limiter algorithms.Limiter
+	// Policy is the share: the limit over the nodes, at least 1, per the
+	// same window.
+	Policy algorithms.Policy
+	stop   func()
+}
+
+// NewLocalLimiter starts the embedded server and builds algorithm on it,
+// limiting to p.Limit / nodes (rounded down, at least 1) per p.Window: a
+// fleet of nodes gateways, each deciding alone, admits at most the limit
+// between them. Close it when done.
+func NewLocalLimiter(algorithm string, p algorithms.Policy, nodes int) (*LocalLimiter, error) {
+	srv, err := redisrun.StartEmbedded()
+	if err != nil {
+		return nil, fmt.Errorf("local limiter: %w", err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1})
+	share := algorithms.Policy{Limit: max(p.Limit/int64(max(nodes, 1)), 1), Window: p.Window}
+	lim, err := algorithms.New(algorithm, client, share, algorithms.WithClock(algorithms.ClockCaller))
+	if err != nil {
+		client.Close()
+		srv.Stop()
+		return nil, err
+	}
+	return &LocalLimiter{Limiter: lim, Policy: share, stop: func() { client.Close(); srv.Stop() }}, nil
+}
+
+// Close stops the embedded server.
+func (l *LocalLimiter) Close() { l.stop() }
