@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -117,7 +118,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			args = append(slices.Clone(args), "--tls-port", strconv.Itoa(port), "--tls-cert-file", t.CertFile,
 				"--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "no")
 		}
-		srv, err := startOnce(ctx, path, args, opts.MaxPort, opts.Port)
+		srv, err := startOnce(ctx, path, args, opts.MaxPort, opts.Port, serverProc)
 		if srv != nil {
 			srv.TLSAddr = tlsAddr
 		}
@@ -134,7 +135,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 var errAddrInUse = errors.New("address already in use")
 
-func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed int) (*Server, error) {
+// proc is what differs between the processes startOnce runs.
+type proc struct {
+	// ready is the log line that says the process accepts connections.
+	ready string
+	// conf, when set, writes a configuration file into dir for port and
+	// returns its path, passed as the first argument.
+	conf func(dir string, port int) (string, error)
+}
+
+// serverProc is redis-server.
+var serverProc = proc{ready: "Ready to accept connections"}
+
+func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed int, pr proc) (*Server, error) {
 	port, err := freePort()
 	if fixed > 0 {
 		port, maxPort = fixed, 0
@@ -152,7 +165,16 @@ func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed 
 	if err != nil {
 		return nil, fmt.Errorf("redis-server: temp dir: %w", err)
 	}
-	args := []string{
+	var args []string
+	if pr.conf != nil {
+		conf, err := pr.conf(dir, port)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		args = append(args, conf)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--dir", dir,
@@ -161,7 +183,7 @@ func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed 
 		"--daemonize", "no",
 		"--logfile", "",
 		"--loglevel", "notice",
-	}
+	)
 	args = append(args, extra...)
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
@@ -205,7 +227,7 @@ func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed 
 				version = v
 			}
 			mu.Unlock()
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
+			if !signalled && strings.Contains(line, pr.ready) {
 				signalled = true
 				close(ready)
 			}
@@ -229,10 +251,10 @@ func startOnce(ctx context.Context, path string, extra []string, maxPort, fixed 
 		if strings.Contains(text, "Address already in use") {
 			return nil, fmt.Errorf("redis-server on port %d: %w", port, errAddrInUse)
 		}
-		return nil, fmt.Errorf("redis-server exited before it was ready: %s", lastLines(text, 5))
+		return nil, fmt.Errorf("%s exited before it was ready: %s", filepath.Base(path), lastLines(text, 5))
 	case <-ctx.Done():
 		srv.Stop()
-		return nil, fmt.Errorf("redis-server on port %d not ready: %w", port, ctx.Err())
+		return nil, fmt.Errorf("%s on port %d not ready: %w", filepath.Base(path), port, ctx.Err())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
@@ -143,5 +144,92 @@ func TestCluster(t *testing.T) {
 	})
 	if err != nil || masters.Load() != 3 {
 		t.Fatalf("keys on %d of 3 masters (%v)", masters.Load(), err)
+	}
+}
+
+// TestSentinelFailover: a primary, a replica and a redis-sentinel; a
+// target named by --redis-sentinel writes through the primary, and after
+// the primary is killed, through the replica the sentinel promoted.
+func TestSentinelFailover(t *testing.T) {
+	needRedisServer(t)
+	if testing.Short() {
+		t.Skip("-short: a failover takes seconds")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	primary, err := redisrun.Start(ctx, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Kill()
+	replica, err := redisrun.StartReplica(ctx, primary.Addr, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
+	sentinel, err := redisrun.StartSentinel(ctx, redisrun.SentinelOptions{Name: "drill", Primary: primary.Addr, DownAfter: 500 * time.Millisecond})
+	if errors.Is(err, redisrun.ErrSentinelNotFound) && !redistest.InCI() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sentinel.Stop()
+	target, err := redisrun.Open(ctx, redisrun.TargetConfig{Sentinel: "drill@" + sentinel.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.Addr != "drill@"+sentinel.Addr || target.Mode != string(redisrun.External) {
+		t.Fatalf("target %+v", target.Info)
+	}
+	c := redis.NewUniversalClient(target.Options)
+	defer c.Close()
+	if err := c.Set(ctx, "before", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "WAIT", 1, 2000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	primary.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Set(wctx, "after", "1", 0).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write through the sentinel 20 s after the primary was killed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if info := rc.Info(ctx, "replication").Val(); !strings.Contains(info, "role:master") || rc.Get(ctx, "before").Val() != "1" {
+		t.Fatalf("the replica was not promoted with the data: %s", info)
+	}
+}
+
+func TestSentinelConfig(t *testing.T) {
+	for _, tc := range []struct {
+		c     redisrun.TargetConfig
+		field string
+	}{
+		{redisrun.TargetConfig{Sentinel: "m@127.0.0.1:26379,127.0.0.1:26380"}, ""},
+		{redisrun.TargetConfig{Sentinel: "127.0.0.1:26379"}, "Sentinel"},
+		{redisrun.TargetConfig{Sentinel: "m@127.0.0.1"}, "Sentinel"},
+		{redisrun.TargetConfig{Sentinel: "m@127.0.0.1:26379", URL: "redis://x:1"}, "Sentinel"},
+		{redisrun.TargetConfig{Sentinel: "m@127.0.0.1:26379", ClusterLocal: true}, "Sentinel"},
+		{redisrun.TargetConfig{Sentinel: "m@127.0.0.1:26379", Insecure: true}, "Insecure"},
+	} {
+		o, err := tc.c.ClientOptions()
+		var fe *field.Error
+		switch {
+		case tc.field == "" && (err != nil || o.MasterName != "m" || len(o.Addrs) != 2):
+			t.Errorf("%+v: %+v, %v", tc.c, o, err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%+v: %v, want an error in %s", tc.c, err, tc.field)
+		}
 	}
 }

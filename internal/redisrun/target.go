@@ -37,6 +37,10 @@ type TargetConfig struct {
 	Cluster bool
 	// ClusterLocal starts a private three-master Redis Cluster.
 	ClusterLocal bool
+	// Sentinel is NAME@HOST:PORT,HOST:PORT…: the primary that the
+	// redis-sentinels at those addresses know as NAME, followed through
+	// failovers (go-redis's FailoverClient). No TLS or AUTH.
+	Sentinel string
 	// CAFile holds the certificates that sign the server's (PEM), for
 	// rediss://; the system's by default.
 	CAFile string
@@ -56,7 +60,8 @@ type Info struct {
 	Mode string `json:"mode"`
 	// Version is the server's version.
 	Version string `json:"version"`
-	// Addr is where it listens (comma-separated for a Cluster), without
+	// Addr is where it listens (comma-separated for a Cluster; NAME@ and
+	// the sentinels for a primary found through redis-sentinel), without
 	// credentials.
 	Addr string `json:"addr"`
 	// Cluster is set for a Redis Cluster.
@@ -111,6 +116,9 @@ func (c TargetConfig) ClientOptions() (*redis.UniversalOptions, error) { return 
 
 // options parses c into client options; nil when ratelab starts the server.
 func (c TargetConfig) options() (*redis.UniversalOptions, error) {
+	if c.Sentinel != "" {
+		return c.sentinelOptions()
+	}
 	switch {
 	case c.ClusterLocal && c.URL != "":
 		return nil, field.Errorf("ClusterLocal", "starts its own cluster: it cannot be combined with {URL}")
@@ -179,6 +187,32 @@ func (c TargetConfig) options() (*redis.UniversalOptions, error) {
 	return u, nil
 }
 
+// sentinelOptions parses Sentinel.
+func (c TargetConfig) sentinelOptions() (*redis.UniversalOptions, error) {
+	switch {
+	case c.URL != "":
+		return nil, field.Errorf("Sentinel", "finds the primary itself: it cannot be combined with {URL}")
+	case c.Cluster || c.ClusterLocal:
+		return nil, field.Errorf("Sentinel", "names a primary and its replicas, not a Cluster")
+	case c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.Insecure:
+		return nil, field.Errorf(firstTLSField(c), "needs a rediss:// {URL}: there is no TLS with {Sentinel}")
+	}
+	name, list, ok := strings.Cut(c.Sentinel, "@")
+	if !ok || name == "" || list == "" {
+		return nil, field.Errorf("Sentinel", "%q: want NAME@HOST:PORT[,HOST:PORT…]", c.Sentinel)
+	}
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, field.Errorf("Sentinel", "%q: %q is not HOST:PORT", c.Sentinel, a)
+		}
+		addrs = append(addrs, a)
+	}
+	return &redis.UniversalOptions{Addrs: addrs, MasterName: name, Protocol: protocol, DialTimeout: DialTimeout,
+		ReadTimeout: IOTimeout, WriteTimeout: IOTimeout, MaxRetries: -1}, nil
+}
+
 func firstTLSField(c TargetConfig) string {
 	switch {
 	case c.CAFile != "":
@@ -245,7 +279,11 @@ func Open(ctx context.Context, c TargetConfig) (*Target, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Target{Options: o, Info: Info{Mode: string(External), Version: version, Addr: strings.Join(o.Addrs, ","),
+		addr := strings.Join(o.Addrs, ",")
+		if o.MasterName != "" {
+			addr = o.MasterName + "@" + addr
+		}
+		return &Target{Options: o, Info: Info{Mode: string(External), Version: version, Addr: addr,
 			Cluster: o.IsClusterMode}}, nil
 	}
 	if c.ClusterLocal {
