@@ -23,7 +23,7 @@ type edgeOptions struct {
 var edgeNames = flagNames{"Engine": "--engine", "Listen": "--listen", "Admin": "--admin", "Upstream": "--upstream",
 	"Algorithm": "--algorithm", "KeyBy": "--key-by", "TrustedProxies": "--trusted-proxies", "OnError": "--on-redis-error",
 	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Shadow": "--shadow", "Redis": "--redis",
-	"Limit": "--limit", "Window": "--limit"}
+	"Limit": "--limit", "Window": "--limit", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures"}
 
 func newEdgeCmd(io *ioStreams) *cobra.Command {
 	var opts edgeOptions
@@ -33,8 +33,9 @@ func newEdgeCmd(io *ioStreams) *cobra.Command {
 		Long: `edge serves the limiter in front of --upstream: every request is decided in Redis
 before it is proxied; clients over the limit get 429 with an honest Retry-After, and every
 response carries RateLimit-Policy/RateLimit (the IETF draft) and RateLimit-Limit/Remaining/Reset.
---admin serves /metrics (Prometheus: decisions by outcome, Redis errors, deny-cache hits and
-decision latency, with the Go runtime's and the process's metrics), /healthz and, with
+--admin serves /metrics (Prometheus: decisions by outcome, Redis errors by kind, whether Redis
+answers and whether the circuit is open, deny-cache hits and decision latency, with the Go
+runtime's and the process's metrics), /healthz (ok, or since when and why Redis fails) and, with
 --upstream builtin, the counts the built-in upstream received at /__ratelab/forwarded. With
 --engine openresty it serves /__ratelab/forwarded alone: the nginx module keeps no metrics
 (edge/openresty/README.md). SIGINT or SIGTERM shuts it down gracefully.
@@ -42,6 +43,14 @@ decision latency, with the Go runtime's and the process's metrics), /healthz and
 --key-by header:NAME trusts the header as sent: use it only behind something that
 authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only from
 --trusted-proxies.
+
+When Redis fails (a timeout, a full Redis refusing with OOM, a refused or reset connection)
+the gateway fails --on-redis-error: open, closed (503 naming the cause), or local (limits
+alone to its share, --limit / --nodes); answers decided without Redis carry no RateLimit
+fields, and the log says what happened, one line per kind of failure per 10 s. After
+--breaker-failures failures in a row the circuit opens: requests no longer wait
+--redis-timeout while Redis is asked in the background. --redis-sentinel follows a primary
+through failovers. ratelab drill measures all of this.
 
 --clock redis (the default) has the script read Redis's TIME, so that any number of
 gateways and nginx nodes on hosts whose clocks disagree can share one Redis; with
@@ -61,7 +70,11 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
 	f.StringVar(&opts.KeyBy, "key-by", "ip", "who a request is from: ip, or header:NAME")
 	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "CIDRs whose X-Forwarded-For is believed (with --key-by ip)")
-	f.StringVar(&opts.OnError, "on-redis-error", "open", "when Redis fails: open (let through, counted) or closed (503)")
+	f.StringVar(&opts.OnError, "on-redis-error", "open", "when Redis fails: open (let through, counted), closed (503), "+
+		"or local (each gateway limits alone to --limit / --nodes; go engine)")
+	f.IntVar(&opts.Nodes, "nodes", 1, "gateways sharing the limit: with --on-redis-error local each limits to its share while Redis fails")
+	f.IntVar(&opts.BreakerFailures, "breaker-failures", 5, "Redis failures in a row that open the circuit: decisions then skip Redis, "+
+		"which is asked every 100ms until it answers (0: no circuit breaker)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "bound on one decision in Redis")
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most")
 	f.StringVar(&opts.Headers, "headers", "both", "rate-limit headers: draft, legacy or both")

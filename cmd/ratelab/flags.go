@@ -43,7 +43,7 @@ var policyNames = flagNames{"Limit": "--limit", "Window": "--window"}
 // redisFlags are the flags that name a Redis; every command that decides
 // in one binds them.
 type redisFlags struct {
-	url                 string
+	url, sentinel       string
 	cluster, local      bool
 	ca, cert, key       string
 	insecure, withLocal bool
@@ -54,6 +54,8 @@ func (r *redisFlags) bind(f *pflag.FlagSet, withLocal bool) {
 	f.StringVar(&r.url, "redis", "", "Redis URL: redis://, rediss:// or unix://, or comma-separated URLs of a Cluster "+
 		"(default $REDIS_URL, else a private redis-server)")
 	f.BoolVar(&r.cluster, "cluster", false, "treat --redis as a seed of a Redis Cluster")
+	f.StringVar(&r.sentinel, "redis-sentinel", "", "NAME@HOST:PORT,...: the primary that these redis-sentinels know as NAME, "+
+		"followed through failovers (instead of --redis)")
 	if withLocal {
 		f.BoolVar(&r.local, "cluster-local", false, "start a private three-master Redis Cluster and run on it")
 	}
@@ -67,17 +69,18 @@ func (r *redisFlags) bind(f *pflag.FlagSet, withLocal bool) {
 // errors name the flag. Nothing is sent.
 func (r *redisFlags) config(io *ioStreams) (redisrun.TargetConfig, error) {
 	url, source := r.url, "--redis"
-	if url == "" && !r.local {
+	if url == "" && !r.local && r.sentinel == "" {
 		url, source = io.getenv("REDIS_URL"), "REDIS_URL"
 		if url == "" {
 			source = "--redis (or REDIS_URL)"
 		}
 	}
 	c := redisrun.TargetConfig{URL: url, Cluster: r.cluster, ClusterLocal: r.local, CAFile: r.ca, CertFile: r.cert,
-		KeyFile: r.key, Insecure: r.insecure}
+		KeyFile: r.key, Insecure: r.insecure, Sentinel: r.sentinel}
 	if err := c.Validate(); err != nil {
 		return c, flagError(err, flagNames{"URL": source, "Cluster": "--cluster", "ClusterLocal": "--cluster-local",
-			"CAFile": "--redis-ca", "CertFile": "--redis-cert", "KeyFile": "--redis-key", "Insecure": "--redis-insecure"})
+			"CAFile": "--redis-ca", "CertFile": "--redis-cert", "KeyFile": "--redis-key", "Insecure": "--redis-insecure",
+			"Sentinel": "--redis-sentinel"})
 	}
 	return c, nil
 }
