@@ -45,7 +45,8 @@ type plan struct {
 	req           *request
 	head          bool // HEAD: responses have no body
 	audit         bool
-	sampleCap     int // samples one connection keeps
+	keep          bool // KeepResponses
+	sampleCap     int  // samples (and responses) one connection keeps
 	addr          string
 	tls           *tls.Config
 	tally         *tally
@@ -104,6 +105,8 @@ type conn struct {
 	unsent  int64
 	first   [numKinds]string // the first message of each error kind
 	samples []sample
+	// responses are kept with KeepResponses.
+	responses []Response
 	// cappedAt is when this connection stopped keeping samples, since the
 	// measured run began; -1 while it keeps them.
 	cappedAt time.Duration
@@ -172,6 +175,9 @@ func (c *conn) run(ctx context.Context) {
 		}
 		e := event{done: doneAt.Sub(p.start) - p.warmup, latency: (doneAt.Sub(p.start) - due).Microseconds(),
 			lag: (sent - due).Microseconds(), warm: warm}
+		if p.keep && !warm && len(c.responses) < p.sampleCap {
+			c.responses = append(c.responses, c.response(consumer, due, sentAt, doneAt, err))
+		}
 		if err != nil {
 			e.kind = classify(err)
 			if c.first[e.kind] == "" {
@@ -231,7 +237,7 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	// this one reads, its own is more often there, and the read that would
 	// only have found nothing (and a trip through the poller) is saved.
 	runtime.Gosched()
-	return readResponse(c.br, p.head, p.audit, &c.resp)
+	return readResponse(c.br, p.head, p.audit || p.keep, &c.resp)
 }
 
 // dial opens the connection, with TLS for https.
@@ -355,6 +361,37 @@ func (c *conn) keep(consumer int, sent, done time.Duration) {
 	c.samples = append(c.samples, newSample(consumer, sent, done, c.resp.status, &c.resp.limits))
 }
 
+// Response is one measured request as KeepResponses keeps it.
+type Response struct {
+	// Consumer is the consumer's number (consumer-N); -1 for none.
+	Consumer int
+	// Due, Sent and Done are when the request was due (the open model's
+	// schedule; Sent in the closed model), sent, and answered or failed.
+	Due, Sent, Done time.Time
+	// Status is the response's status; 0 for a transport error.
+	Status int
+	// Error is the kind of transport error (refused, reset, timeout, tls,
+	// protocol, other); empty for a response.
+	Error string
+	// Limited is set when the response carried rate-limit fields
+	// (RateLimit-Policy, RateLimit, RateLimit-Limit/-Remaining, or their
+	// X-RateLimit- forms): the limiter decided it.
+	Limited bool
+}
+
+// response makes the Response of one request, with what c.resp read.
+func (c *conn) response(consumer int, due time.Duration, sent, done time.Time, err error) Response {
+	r := Response{Consumer: consumer, Due: c.p.start.Add(due), Sent: sent, Done: done}
+	if err != nil {
+		r.Error = kindNames[classify(err)]
+		return r
+	}
+	f := &c.resp.limits
+	r.Status = c.resp.status
+	r.Limited = f.policy != "" || f.rateLimit != "" || f.limit != "" || f.remaining != "" || f.xLimit != "" || f.xRemaining != ""
+	return r
+}
+
 // tlsError marks a failed TLS handshake.
 type tlsError struct{ err error }
 
@@ -406,6 +443,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		req:             newRequest(cfg, u),
 		head:            cfg.Method == http.MethodHead,
 		audit:           cfg.ExpectLimit > 0,
+		keep:            cfg.KeepResponses,
 		addr:            u.Host,
 		tally:           t,
 	}

@@ -341,3 +341,52 @@ func TestShardsShareOneSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepResponses: every measured request is kept, answered or failed,
+// with its consumer, times in order, and whether it carried rate-limit
+// fields.
+func TestKeepResponses(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) % 3 {
+		case 0:
+			w.Header().Set("RateLimit", `"default";r=1;t=1`)
+		case 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 2:
+			hj, _ := w.(http.Hijacker)
+			c, _, _ := hj.Hijack()
+			c.Close() // a transport error
+		}
+	}))
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 300, Duration: 300 * time.Millisecond,
+		Connections: 2, Consumers: 3, ConsumerHeader: "X-Consumer-Id", KeepResponses: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := res.Responses()
+	if int64(len(rs)) != res.Requests || len(rs) < 30 {
+		t.Fatalf("%d responses kept of %d requests", len(rs), res.Requests)
+	}
+	kinds := map[string]int{}
+	for _, r := range rs {
+		switch {
+		case r.Consumer < 0 || r.Consumer > 2 || r.Sent.Before(r.Due.Add(-time.Millisecond)) || r.Done.Before(r.Sent):
+			t.Fatalf("response %+v", r)
+		case r.Error != "":
+			kinds["error"]++
+		case r.Limited:
+			kinds[fmt.Sprint(r.Status, " limited")]++
+		default:
+			kinds[fmt.Sprint(r.Status)]++
+		}
+	}
+	if kinds["error"] == 0 || kinds["200 limited"] == 0 || kinds["503"] == 0 || len(kinds) != 3 {
+		t.Fatalf("kept %v, want errors, 200s with rate-limit fields and 503s without", kinds)
+	}
+	if res, _ := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Requests: 5, Connections: 1}); res.Responses() != nil {
+		t.Fatalf("responses kept without KeepResponses")
+	}
+}

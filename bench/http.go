@@ -70,6 +70,9 @@ type HTTPConfig struct {
 	// guarantee (algorithms.Algorithms()) for ExpectLimit per ExpectWindow,
 	// instead of the sliding-window rule.
 	ExpectAlgorithm string
+	// KeepResponses keeps every measured request, answered or failed, with
+	// its rate-limit fields read, for Result.Responses (up to 5,000,000).
+	KeepResponses bool
 	// NoProbes skips the audit's Retry-After probes (they can take up to a
 	// Retry-After plus 10 seconds after the run).
 	NoProbes bool
@@ -269,6 +272,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 			}
 		}
 		samples = append(samples, c.samples...)
+		res.responses = append(res.responses, c.responses...)
 		if c.cappedAt >= 0 && (horizon < 0 || c.cappedAt < horizon) {
 			horizon = c.cappedAt
 		}

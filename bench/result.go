@@ -98,8 +98,13 @@ type Result struct {
 	// --expect-limit.
 	AuditSamples *AuditSamples `json:"audit_samples,omitempty"`
 
-	all *hdrhistogram.Histogram
+	all       *hdrhistogram.Histogram
+	responses []Response
 }
+
+// Responses are the measured requests, kept with KeepResponses, in no
+// particular order; nil without it.
+func (r Result) Responses() []Response { return r.responses }
 
 // Timeline is a run cut into intervals by when each response ended.
 type Timeline struct {
