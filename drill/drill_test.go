@@ -1,0 +1,175 @@
+package drill_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/drill"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the failover client logs what it follows
+	os.Exit(m.Run())
+}
+
+// need skips (or, under CI, fails) a test without the servers it needs.
+func need(t *testing.T, engine, fault string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the drills run for seconds")
+	}
+	bins := []string{"redis-server"}
+	if fault == drill.Failover {
+		bins = append(bins, "redis-sentinel")
+	}
+	for _, b := range bins {
+		if _, err := exec.LookPath(b); err != nil {
+			if redistest.InCI() {
+				t.Fatalf("under CI: %v", err)
+			}
+			t.Skip(err)
+		}
+	}
+	if engine == edge.EngineOpenResty {
+		if _, _, err := edge.FindNginx(); err != nil {
+			if redistest.InCI() {
+				t.Fatalf("under CI: %v", err)
+			}
+			t.Skip(err)
+		}
+	}
+}
+
+// TestDrills runs each fault once per engine, with small durations, and
+// holds the JSON's invariants.
+func TestDrills(t *testing.T) {
+	small := drill.Config{Steady: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond, After: time.Second,
+		Consumers: 5, Timeout: 500 * time.Millisecond, DownAfter: 500 * time.Millisecond}
+	for _, tc := range []struct {
+		fault, mode string
+		engines     []string
+		nodes       int
+		check       func(t *testing.T, c drill.Settings, r drill.Row)
+	}{
+		{drill.ScriptFlush, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.OverAdmitted != 0 || r.Errors != 0 || r.WronglyDenied != 0 {
+				t.Errorf("SCRIPT FLUSH: %d over-admitted, %d errors, %d wrongly denied; want none", r.OverAdmitted, r.Errors, r.WronglyDenied)
+			}
+		}},
+		{drill.Hang, "closed", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.OverAdmitted != 0 || r.Errors == 0 || r.DetectMillis == nil || r.RecoverMillis == nil {
+				t.Errorf("hang, fail closed: %d over-admitted, %d errors, detect %v, recover %v; want none over, the fault seen and left",
+					r.OverAdmitted, r.Errors, r.DetectMillis, r.RecoverMillis)
+			}
+		}},
+		{drill.Latency, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.Errors != 0 || r.OverAdmitted != 0 || r.P50Millis < 20 {
+				t.Errorf("latency 20ms under a 500ms timeout: %d errors, %d over-admitted, p50 %gms; want none, and the latency seen",
+					r.Errors, r.OverAdmitted, r.P50Millis)
+			}
+		}},
+		{drill.Reset, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.Errors == 0 || r.RecoverMillis == nil {
+				t.Errorf("reset: %d errors, recover %v; want the fault seen and left", r.Errors, r.RecoverMillis)
+			}
+		}},
+		{drill.Restart, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.Errors == 0 || r.OverAdmitted == 0 || r.RecoverMillis == nil {
+				t.Errorf("restart, fail open: %d errors, %d over-admitted, recover %v; want the lost state seen", r.Errors, r.OverAdmitted, r.RecoverMillis)
+			}
+		}},
+		{drill.OOM, "closed", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+			if r.OverAdmitted != 0 || r.Errors == 0 || r.RecoverMillis == nil {
+				t.Errorf("full Redis, fail closed: %d over-admitted, %d errors, recover %v", r.OverAdmitted, r.Errors, r.RecoverMillis)
+			}
+		}},
+		{drill.Hang, "local", []string{edge.EngineGo}, 2, func(t *testing.T, c drill.Settings, r drill.Row) {
+			// Each transition (into the fault, out of it) may admit up to the
+			// limit beyond the window's, per consumer: the fleet's share.
+			share := 2 * c.Limit * int64(c.Consumers)
+			if r.OverAdmitted > share || r.Errors == 0 {
+				t.Errorf("hang, local, 2 nodes: %d over-admitted, over the share %d (%d errors)", r.OverAdmitted, share, r.Errors)
+			}
+		}},
+		{drill.Failover, "closed", []string{edge.EngineGo}, 1, func(t *testing.T, c drill.Settings, r drill.Row) {
+			if r.FailoverMillis == nil || r.RecoverMillis == nil {
+				t.Fatalf("failover: promoted after %v, recovered %v", r.FailoverMillis, r.RecoverMillis)
+			}
+			// Recovered within the sentinel's failover time plus a margin.
+			if *r.RecoverMillis > 2000 || r.OverAdmitted != 0 {
+				t.Errorf("failover after %d ms: recovered %d ms after it, %d over-admitted", *r.FailoverMillis, *r.RecoverMillis, r.OverAdmitted)
+			}
+		}},
+	} {
+		for _, engine := range tc.engines {
+			t.Run(tc.fault+"/"+tc.mode+"/"+engine, func(t *testing.T) {
+				need(t, engine, tc.fault)
+				t.Parallel()
+				c := small
+				c.Engines, c.Faults, c.Modes, c.Nodes = []string{engine}, []string{tc.fault}, []string{tc.mode}, tc.nodes
+				c.Latencies = []time.Duration{20 * time.Millisecond}
+				if tc.fault == drill.Failover {
+					c.FaultDuration = 5 * time.Second // what the sentinel may take
+				}
+				rep, err := drill.Run(context.Background(), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rep.Results) != 1 {
+					t.Fatalf("%d rows, want 1 (skipped: %v)", len(rep.Results), rep.Skipped)
+				}
+				r := rep.Results[0]
+				t.Logf("%s: %+v detect %v recover %v", r.Name(), r, ptr(r.DetectMillis), ptr(r.RecoverMillis))
+				if r.Decisions < 50 || r.Fault != tc.fault || r.Engine != engine || r.OnRedisError != tc.mode {
+					t.Fatalf("row %+v", r)
+				}
+				tc.check(t, rep.Config, r)
+			})
+		}
+	}
+}
+
+var both = []string{edge.EngineGo, edge.EngineOpenResty}
+
+func ptr(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestValidate: bad input names the field, before anything starts.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		c     drill.Config
+		field string
+	}{
+		{drill.Config{Faults: []string{"flood"}}, "Faults"},
+		{drill.Config{Engines: []string{"envoy"}}, "Engines"},
+		{drill.Config{Modes: []string{"maybe"}}, "Modes"},
+		{drill.Config{FaultDuration: time.Millisecond}, "FaultDuration"},
+		{drill.Config{Consumers: 100_000}, "Consumers"},
+		{drill.Config{Nodes: 20}, "Nodes"},
+		{drill.Config{Latencies: []time.Duration{1500 * time.Microsecond}}, "Latencies"},
+		{drill.Config{Algorithm: "naive"}, "Algorithm"},
+	} {
+		_, err := drill.Run(context.Background(), tc.c)
+		var fe *field.Error
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want an error in %s", tc.c, err, tc.field)
+		}
+	}
+}

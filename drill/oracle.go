@@ -1,0 +1,160 @@
+package drill
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/hdr"
+)
+
+// decided reports whether Redis decided r: an answer with rate-limit fields.
+func decided(r bench.Response) bool { return r.Error == "" && r.Limited }
+
+func refused(r bench.Response) bool {
+	return r.Error == "" && (r.Status == 429 || r.Status >= 500)
+}
+
+// judge makes a row of what came back from a run whose fault lasted w.
+func judge(cfg Config, rs []bench.Response, w window) Row {
+	info, _ := algorithms.Lookup(cfg.Algorithm)
+	row := Row{FaultMillis: w.end.Sub(w.start).Milliseconds()}
+	if w.failover > 0 {
+		ms := w.failover.Milliseconds()
+		row.FailoverMillis = &ms
+	}
+	per := make([][]bench.Response, cfg.Consumers)
+	lat := hdr.New()
+	var firstDegraded, lastDegraded *bench.Response
+	for i, r := range rs {
+		row.Decisions++
+		if r.Error != "" {
+			row.TransportErrors++
+		}
+		if r.Error == "" && r.Status >= 200 && r.Status < 300 {
+			row.Admitted++
+		}
+		if !decided(r) {
+			row.Errors++
+			if !r.Sent.Before(w.start) {
+				if firstDegraded == nil || r.Done.Before(firstDegraded.Done) {
+					firstDegraded = &rs[i]
+				}
+				if lastDegraded == nil || r.Done.After(lastDegraded.Done) {
+					lastDegraded = &rs[i]
+				}
+			}
+		}
+		if !r.Due.Before(w.start) && !r.Due.After(w.end) {
+			hdr.Record(lat, r.Done.Sub(r.Due).Microseconds())
+		}
+		if r.Consumer >= 0 && r.Consumer < len(per) {
+			per[r.Consumer] = append(per[r.Consumer], r)
+		}
+	}
+	p := hdr.PercentilesOf(lat)
+	row.P50Millis, row.P99Millis = float64(p.P50)/1000, float64(p.P99)/1000
+	if firstDegraded != nil {
+		ms := max(firstDegraded.Done.Sub(w.start), 0).Milliseconds()
+		row.DetectMillis = &ms
+		// Recovered once an answer made with Redis followed the last one made without.
+		for _, r := range rs {
+			if decided(r) && r.Sent.After(lastDegraded.Sent) {
+				ms := max(lastDegraded.Done.Sub(w.end), 0).Milliseconds()
+				row.RecoverMillis = &ms
+				break
+			}
+		}
+	}
+	exact := info.Guarantee == algorithms.SlidingWindow
+	for _, c := range per {
+		row.OverAdmitted += overAdmitted(info.Guarantee, cfg.Policy, c)
+		row.WronglyDenied += wronglyDenied(cfg.Policy, c, exact)
+	}
+	return row
+}
+
+// overAdmitted counts one consumer's admissions beyond g, taken in the
+// order their answers came: one is counted when, with the earlier ones
+// not counted, a span from one of their sends to its own answer holds more
+// whole flights than g.MaxIn allows over a span that long. Every decision
+// lies within its flight, so a limiter that keeps g is never counted,
+// wherever its clock's windows lie. Spans longer than two windows are not
+// searched: the count can only be lower for it.
+func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Response) int64 {
+	var ok []bench.Response
+	for _, r := range rs {
+		if r.Error == "" && r.Status >= 200 && r.Status < 300 {
+			ok = append(ok, r)
+		}
+	}
+	slices.SortStableFunc(ok, func(a, b bench.Response) int { return a.Done.Compare(b.Done) })
+	horizon := 2 * p.Window
+	var kept []bench.Response // not counted, in answer order
+	var over int64
+	sends := make([]time.Time, 0, 64)
+	for _, j := range ok {
+		// The kept flights that can share a span with j, by send, latest first.
+		sends = sends[:0]
+		for i := len(kept) - 1; i >= 0 && !kept[i].Done.Before(j.Done.Add(-horizon)); i-- {
+			if s := kept[i].Sent; !s.Before(j.Done.Add(-horizon)) {
+				sends = append(sends, s)
+			}
+		}
+		slices.SortFunc(sends, func(a, b time.Time) int { return b.Compare(a) })
+		// A span [x, j.Done] with x at or before j's send holds j and every
+		// kept flight sent at or after x (each answered by j.Done).
+		holds := func(x time.Time) bool {
+			n := sort.Search(len(sends), func(i int) bool { return sends[i].Before(x) })
+			return int64(1+n) > g.MaxIn(p, j.Done.Sub(x))
+		}
+		beyond := holds(j.Sent)
+		for _, x := range sends {
+			if beyond {
+				break
+			}
+			if !x.After(j.Sent) {
+				beyond = holds(x)
+			}
+		}
+		if beyond {
+			over++
+			continue
+		}
+		kept = append(kept, j)
+	}
+	return over
+}
+
+// wronglyDenied counts one consumer's refusals that an exact sliding
+// window would have admitted for certain: fewer than the limit of its
+// admissions and failed requests had flights that could put them in the
+// window before some moment of the refusal's flight (a millisecond wider,
+// for the scripts' whole milliseconds). Refusals decided by Redis count
+// only when exact (the algorithm is the exact sliding log).
+func wronglyDenied(p algorithms.Policy, rs []bench.Response, exact bool) int64 {
+	var sents, dones []time.Time
+	for _, r := range rs {
+		if r.Error != "" || (r.Status >= 200 && r.Status < 300) {
+			sents, dones = append(sents, r.Sent), append(dones, r.Done)
+		}
+	}
+	slices.SortFunc(sents, func(a, b time.Time) int { return a.Compare(b) })
+	slices.SortFunc(dones, func(a, b time.Time) int { return a.Compare(b) })
+	var n int64
+	for _, d := range rs {
+		if !refused(d) || (decided(d) && !exact) {
+			continue
+		}
+		from := d.Sent.Add(-p.Window - time.Millisecond)
+		// Flights sent by d's answer, less those over by from.
+		sentBy := sort.Search(len(sents), func(i int) bool { return sents[i].After(d.Done) })
+		overBy := sort.Search(len(dones), func(i int) bool { return dones[i].After(from) })
+		if int64(sentBy-overBy) < p.Limit {
+			n++
+		}
+	}
+	return n
+}
