@@ -1,0 +1,130 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+
+	"github.com/ratelab/ratelab/drill"
+)
+
+// Drill renders a drill report in the given format.
+func Drill(w io.Writer, rep drill.Report, f Format, opt Options) error {
+	switch f {
+	case JSON:
+		return writeJSON(w, rep)
+	case Markdown:
+		return drillMarkdown(w, rep)
+	default:
+		return drillTable(w, rep, NewStyles(w, opt))
+	}
+}
+
+func drillSummary(rep drill.Report) string {
+	c := rep.Config
+	return fmt.Sprintf("%s · %s, %d per %s (%s) · %d consumers at %g× their limit, %g requests/s per gateway, %d gateway(s) · "+
+		"steady %s, fault %s, after %s · Redis timeout %s, circuit after %d failures",
+		serverName(rep.RedisVersion), c.Algorithm, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond, rep.Guarantee,
+		c.Consumers, c.Load, c.RatePerSec, c.Nodes, ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
+		ms(c.TimeoutMillis), c.BreakerFailures)
+}
+
+func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+
+func drillNotes(rep drill.Report) []string {
+	notes := []string{
+		"decisions: requests sent over the whole run. over: admitted beyond the algorithm's guarantee, judged on the " +
+			"requests' whole flights. wrong 429/503: refusals an exact sliding window would have admitted. errors: requests " +
+			"Redis did not decide (answers without RateLimit fields, transport errors). detect: fault start to the first " +
+			"answer made without Redis; recover: fault end to the last one (– when there was none). p50/p99: requests due " +
+			fmt.Sprintf("during the fault, timed from when they were due. The drill took %s.", ms(rep.ElapsedMillis)),
+	}
+	for _, s := range rep.Skipped {
+		notes = append(notes, fmt.Sprintf("skipped %s on %s, fail %s: %s", s.Fault, s.Engine, s.OnRedisError, s.Reason))
+	}
+	return notes
+}
+
+func drillHeaders() []string {
+	return []string{"fault", "engine", "on error", "decisions", "over", "wrong 429/503", "errors", "detect", "recover", "p50", "p99"}
+}
+
+func drillRow(r drill.Row) []string {
+	fault := r.Fault
+	if r.Fault == drill.Latency {
+		fault += " " + ms(r.LatencyMillis)
+	}
+	if r.FailoverMillis != nil {
+		fault += fmt.Sprintf(" (%s)", ms(*r.FailoverMillis))
+	}
+	return []string{fault, r.Engine, r.OnRedisError, strconv.FormatInt(r.Decisions, 10), strconv.FormatInt(r.OverAdmitted, 10),
+		strconv.FormatInt(r.WronglyDenied, 10), strconv.FormatInt(r.Errors, 10), optMillis(r.DetectMillis), optMillis(r.RecoverMillis),
+		micros(int64(r.P50Millis * 1000)), micros(int64(r.P99Millis * 1000))}
+}
+
+func optMillis(v *int64) string {
+	if v == nil {
+		return "–"
+	}
+	return ms(*v)
+}
+
+// DrillVerdict says in one line which runs let requests over the limit.
+func DrillVerdict(rep drill.Report) string {
+	leaked := rep.Leaked()
+	if len(leaked) == 0 {
+		return fmt.Sprintf("no run admitted beyond the guarantee, in all %d runs", len(rep.Results))
+	}
+	return fmt.Sprintf("%d of %d runs admitted beyond the guarantee: %s", len(leaked), len(rep.Results), strings.Join(leaked, "; "))
+}
+
+func drillTable(w io.Writer, rep drill.Report, s Styles) error {
+	rows := make([][]string, len(rep.Results))
+	for i, r := range rep.Results {
+		rows[i] = drillRow(r)
+	}
+	t := table.New().Border(lipgloss.RoundedBorder()).BorderStyle(s.Border).Headers(drillHeaders()...).Rows(rows...).
+		StyleFunc(func(row, col int) lipgloss.Style {
+			if row == table.HeaderRow {
+				return s.Header
+			}
+			r := rep.Results[row]
+			switch {
+			case col == 4 && r.OverAdmitted > 0:
+				return s.Bad
+			case col == 5 && r.WronglyDenied > 0, col == 6 && r.Errors > 0:
+				return s.Warn
+			}
+			return s.Cell
+		})
+	var b strings.Builder
+	b.WriteString(s.Title.Render("ratelab drill") + "  " + drillSummary(rep) + "\n\n")
+	b.WriteString(DrillVerdict(rep) + "\n")
+	b.WriteString(t.Render() + "\n")
+	for _, n := range drillNotes(rep) {
+		b.WriteString(s.Dim.Render(n) + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func drillMarkdown(w io.Writer, rep drill.Report) error {
+	var b strings.Builder
+	b.WriteString("## ratelab drill\n\n" + drillSummary(rep) + "\n\n**" + DrillVerdict(rep) + "**\n\n")
+	writeMarkdownTable(&b, drillHeaders(), func(yield func([]string)) {
+		for _, r := range rep.Results {
+			yield(drillRow(r))
+		}
+	})
+	b.WriteString("\n")
+	for _, n := range drillNotes(rep) {
+		b.WriteString("- " + n + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

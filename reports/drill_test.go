@@ -1,0 +1,70 @@
+package reports_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/ratelab/ratelab/drill"
+	"github.com/ratelab/ratelab/reports"
+)
+
+// fixedDrill is a drill report with fixed numbers, as a run would return it.
+func fixedDrill() drill.Report {
+	p := func(v int64) *int64 { return &v }
+	return drill.Report{
+		Command: "drill", RedisVersion: "7.0.15", Guarantee: "at most 10 in any 1s span",
+		Config: drill.Settings{Engines: []string{"go"}, Faults: []string{"hang", "latency", "failover"}, Modes: []string{"open", "closed"},
+			LatenciesMillis: []int64{50}, FaultMillis: 5000, SteadyMillis: 2000, AfterMillis: 3000, Algorithm: "sliding-log", Limit: 10,
+			WindowMillis: 1000, Consumers: 20, Load: 1.5, Nodes: 1, RatePerSec: 300, TimeoutMillis: 200, BreakerFailures: 5, DownAfterMillis: 1000},
+		Results: []drill.Row{
+			{Fault: "hang", Engine: "go", OnRedisError: "open", Decisions: 3000, Admitted: 2391, OverAdmitted: 683, Errors: 1492,
+				DetectMillis: p(201), RecoverMillis: p(4), P50Millis: 0.88, P99Millis: 302.3, FaultMillis: 5000},
+			{Fault: "hang", Engine: "go", OnRedisError: "closed", Decisions: 3000, Admitted: 1000, WronglyDenied: 990, Errors: 1496,
+				DetectMillis: p(203), RecoverMillis: p(2), P50Millis: 0.84, P99Millis: 303.4, FaultMillis: 5000},
+			{Fault: "latency", LatencyMillis: 50, Engine: "go", OnRedisError: "open", Decisions: 3000, Admitted: 2000,
+				P50Millis: 65.8, P99Millis: 172.4, FaultMillis: 5001},
+			{Fault: "failover", Engine: "go", OnRedisError: "closed", Decisions: 3000, Admitted: 1400, WronglyDenied: 650, Errors: 662,
+				DetectMillis: p(2), RecoverMillis: p(80), P50Millis: 0.8, P99Millis: 1.3, FaultMillis: 2152, FailoverMillis: p(2152)},
+		},
+		Skipped: []drill.Skip{{Engine: "openresty", Fault: "hang", OnRedisError: "open", Reason: "nginx not found"}},
+		ElapsedMillis: 41000,
+	}
+}
+
+func TestDrillGolden(t *testing.T) {
+	for _, tc := range []struct {
+		format reports.Format
+		file   string
+	}{
+		{reports.Table, "drill.table.golden"},
+		{reports.Markdown, "drill.md.golden"},
+		{reports.JSON, "drill.json.golden"},
+	} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := reports.Drill(&buf, fixedDrill(), tc.format, reports.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.file, buf.Bytes())
+		})
+	}
+}
+
+// TestDrillJSON: the fields the drill promises, by name.
+func TestDrillJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := reports.Drill(&buf, fixedDrill(), reports.JSON, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"command": "drill"`, `"results": [`, `"fault": "hang"`, `"engine": "go"`, `"on_redis_error": "open"`,
+		`"decisions": 3000`, `"over_admitted": 683`, `"wrongly_denied": 990`, `"errors": 1492`, `"detect_ms": 201`,
+		`"recover_ms": 4`, `"p99_ms": 302.3`, `"detect_ms": null`} {
+		if !strings.Contains(buf.String(), f) {
+			t.Errorf("the JSON lacks %s", f)
+		}
+	}
+	if got := reports.DrillVerdict(fixedDrill()); !strings.HasPrefix(got, "1 of 4 runs admitted beyond the guarantee: hang, go, fail open: 683") {
+		t.Errorf("verdict %q", got)
+	}
+}
