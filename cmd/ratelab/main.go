@@ -75,7 +75,7 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 	root.SetOut(io.out)
 	root.SetErr(io.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newBenchCmd(io),
+	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newDrillCmd(io), newBenchCmd(io),
 		newReportCmd(io), newVersionCmd(io), newDocsCmd(io))
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
