@@ -27,7 +27,7 @@ func fixedDrill() drill.Report {
 			{Fault: "failover", Engine: "go", OnRedisError: "closed", Decisions: 3000, Admitted: 1400, WronglyDenied: 650, Errors: 662,
 				DetectMillis: p(2), RecoverMillis: p(80), P50Millis: 0.8, P99Millis: 1.3, FaultMillis: 2152, FailoverMillis: p(2152)},
 		},
-		Skipped: []drill.Skip{{Engine: "openresty", Fault: "hang", OnRedisError: "open", Reason: "nginx not found"}},
+		Skipped:       []drill.Skip{{Engine: "openresty", Fault: "hang", OnRedisError: "open", Reason: "nginx not found"}},
 		ElapsedMillis: 41000,
 	}
 }

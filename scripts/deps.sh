@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ratelab's tests need when it is missing: redis-server,
-# nginx with the lua module and lua-resty-redis for the OpenResty module, and
-# Chromium, in which the HTML report's test opens the page.
+# redis-sentinel, nginx with the lua module and lua-resty-redis for the
+# OpenResty module, and Chromium, in which the HTML report's test opens the
+# page.
 # As root on Debian or Ubuntu it uses apt-get; otherwise it says what to
 # install. Without them the tests that need them are skipped, except under
 # CI (CI=true), where they fail.
@@ -9,6 +10,10 @@ set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# redis-sentinel for the failover drill and the Sentinel tests.
+if [ "${1:-all}" != redis ]; then
+  command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
+fi
 # `deps.sh redis` checks redis-server alone (for make demo); `deps.sh bench`
 # also wrk (for make bench).
 if [ "${1:-all}" = bench ]; then
