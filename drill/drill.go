@@ -304,6 +304,29 @@ type Row struct {
 	// FailoverMillis is, for a failover, from the kill to the sentinel's
 	// promotion of the replica; null otherwise, or when it did not happen.
 	FailoverMillis *int64 `json:"failover_ms,omitempty"`
+	// Timeline is the run interval by interval, with the fault placed on
+	// it: what the pictures draw.
+	Timeline *Timeline `json:"timeline,omitempty"`
+}
+
+// Timeline is a run cut into intervals by when each answer came, in ms
+// since the first request was due.
+type Timeline struct {
+	IntervalMillis int64 `json:"interval_ms"`
+	// FaultFromMillis and FaultToMillis are when the fault began and ended.
+	FaultFromMillis int64              `json:"fault_from_ms"`
+	FaultToMillis   int64              `json:"fault_to_ms"`
+	Intervals       []TimelineInterval `json:"intervals"`
+}
+
+// TimelineInterval counts what a Row counts, in one interval.
+type TimelineInterval struct {
+	StartMillis   int64 `json:"start_ms"`
+	Decisions     int64 `json:"decisions"`
+	Admitted      int64 `json:"admitted"`
+	OverAdmitted  int64 `json:"over_admitted"`
+	WronglyDenied int64 `json:"wrongly_denied"`
+	Errors        int64 `json:"errors"`
 }
 
 // Name names the row: "hang, go, fail closed", "latency 50ms, …".

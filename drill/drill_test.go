@@ -142,6 +142,17 @@ func TestDrills(t *testing.T) {
 				if r.Decisions < 50 || r.Fault != tc.fault || r.Engine != engine || r.OnRedisError != tc.mode {
 					t.Fatalf("row %+v", r)
 				}
+				// The timeline adds up to the row, and holds the fault.
+				var sum drill.TimelineInterval
+				for _, iv := range r.Timeline.Intervals {
+					sum.Decisions, sum.Admitted, sum.Errors = sum.Decisions+iv.Decisions, sum.Admitted+iv.Admitted, sum.Errors+iv.Errors
+					sum.OverAdmitted, sum.WronglyDenied = sum.OverAdmitted+iv.OverAdmitted, sum.WronglyDenied+iv.WronglyDenied
+				}
+				if sum.Decisions != r.Decisions || sum.Admitted != r.Admitted || sum.Errors != r.Errors ||
+					sum.OverAdmitted != r.OverAdmitted || sum.WronglyDenied != r.WronglyDenied ||
+					(r.Timeline.FaultToMillis-r.Timeline.FaultFromMillis-r.FaultMillis)/2 != 0 { // whole ms, each rounded down
+					t.Errorf("timeline sums %+v, fault %d–%d ms; the row %+v", sum, r.Timeline.FaultFromMillis, r.Timeline.FaultToMillis, r)
+				}
 				tc.check(t, rep.Config, r)
 			})
 		}

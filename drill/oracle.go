@@ -69,11 +69,57 @@ func judge(cfg Config, rs []bench.Response, w window) Row {
 		}
 	}
 	exact := info.Guarantee == algorithms.SlidingWindow
+	var over, wrong []bench.Response
 	for _, c := range per {
-		row.OverAdmitted += overAdmitted(info.Guarantee, cfg.Policy, c)
-		row.WronglyDenied += wronglyDenied(cfg.Policy, c, exact)
+		over = append(over, overAdmitted(info.Guarantee, cfg.Policy, c)...)
+		wrong = append(wrong, wronglyDenied(cfg.Policy, c, exact)...)
 	}
+	row.OverAdmitted, row.WronglyDenied = int64(len(over)), int64(len(wrong))
+	row.Timeline = timeline(rs, over, wrong, w)
 	return row
+}
+
+// timelineInterval is the length of a drill timeline's intervals.
+const timelineInterval = 250 * time.Millisecond
+
+// timeline cuts the run into intervals by when each answer came, counting
+// what the row counts, and places the fault on it.
+func timeline(rs, over, wrong []bench.Response, w window) *Timeline {
+	if len(rs) == 0 {
+		return nil
+	}
+	began := rs[0].Due
+	for _, r := range rs {
+		if r.Due.Before(began) {
+			began = r.Due
+		}
+	}
+	t := &Timeline{IntervalMillis: timelineInterval.Milliseconds(),
+		FaultFromMillis: w.start.Sub(began).Milliseconds(), FaultToMillis: w.end.Sub(began).Milliseconds()}
+	at := func(r bench.Response) *TimelineInterval {
+		i := int(max(r.Done.Sub(began), 0) / timelineInterval)
+		for len(t.Intervals) <= i {
+			t.Intervals = append(t.Intervals, TimelineInterval{StartMillis: int64(len(t.Intervals)) * t.IntervalMillis})
+		}
+		return &t.Intervals[i]
+	}
+	for _, r := range rs {
+		iv := at(r)
+		iv.Decisions++
+		if r.Error == "" && r.Status >= 200 && r.Status < 300 {
+			iv.Admitted++
+		}
+		if !decided(r) {
+			iv.Errors++
+		}
+	}
+	for _, r := range over {
+		at(r).OverAdmitted++
+	}
+	for _, r := range wrong {
+		at(r).WronglyDenied++
+	}
+	return t
 }
 
 // overAdmitted counts one consumer's admissions beyond g, taken in the
@@ -83,7 +129,7 @@ func judge(cfg Config, rs []bench.Response, w window) Row {
 // lies within its flight, so a limiter that keeps g is never counted,
 // wherever its clock's windows lie. Spans longer than two windows are not
 // searched: the count can only be lower for it.
-func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Response) int64 {
+func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Response) []bench.Response {
 	var ok []bench.Response
 	for _, r := range rs {
 		if r.Error == "" && r.Status >= 200 && r.Status < 300 {
@@ -93,7 +139,7 @@ func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Respon
 	slices.SortStableFunc(ok, func(a, b bench.Response) int { return a.Done.Compare(b.Done) })
 	horizon := 2 * p.Window
 	var kept []bench.Response // not counted, in answer order
-	var over int64
+	var over []bench.Response
 	sends := make([]time.Time, 0, 64)
 	for _, j := range ok {
 		// The kept flights that can share a span with j, by send, latest first.
@@ -120,7 +166,7 @@ func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Respon
 			}
 		}
 		if beyond {
-			over++
+			over = append(over, j)
 			continue
 		}
 		kept = append(kept, j)
@@ -134,7 +180,7 @@ func overAdmitted(g algorithms.Guarantee, p algorithms.Policy, rs []bench.Respon
 // window before some moment of the refusal's flight (a millisecond wider,
 // for the scripts' whole milliseconds). Refusals decided by Redis count
 // only when exact (the algorithm is the exact sliding log).
-func wronglyDenied(p algorithms.Policy, rs []bench.Response, exact bool) int64 {
+func wronglyDenied(p algorithms.Policy, rs []bench.Response, exact bool) []bench.Response {
 	var sents, dones []time.Time
 	for _, r := range rs {
 		if r.Error != "" || (r.Status >= 200 && r.Status < 300) {
@@ -143,7 +189,7 @@ func wronglyDenied(p algorithms.Policy, rs []bench.Response, exact bool) int64 {
 	}
 	slices.SortFunc(sents, func(a, b time.Time) int { return a.Compare(b) })
 	slices.SortFunc(dones, func(a, b time.Time) int { return a.Compare(b) })
-	var n int64
+	var wrong []bench.Response
 	for _, d := range rs {
 		if !refused(d) || (decided(d) && !exact) {
 			continue
@@ -153,8 +199,8 @@ func wronglyDenied(p algorithms.Policy, rs []bench.Response, exact bool) int64 {
 		sentBy := sort.Search(len(sents), func(i int) bool { return sents[i].After(d.Done) })
 		overBy := sort.Search(len(dones), func(i int) bool { return dones[i].After(from) })
 		if int64(sentBy-overBy) < p.Limit {
-			n++
+			wrong = append(wrong, d)
 		}
 	}
-	return n
+	return wrong
 }

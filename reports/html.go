@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/drill"
 	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/skew"
@@ -24,6 +25,7 @@ type Page struct {
 	Race    []Named[race.Report]
 	Compare []Named[compare.Report]
 	Skew    []Named[skew.Report]
+	Drill   []Named[drill.Report]
 }
 
 // Named is a result and the name the page shows it by.
@@ -45,7 +47,7 @@ figure.chart{margin:18px 0}svg{display:block;max-width:100%;height:auto}
 .title{font-weight:600;font-size:13px}.tick,.legend,.limit-label{font-size:11px}.axis{font-size:12px}
 .plot{fill:none;stroke:#888}.grid{stroke:#e4e4e4}.line{fill:none;stroke-width:1.6}
 .limit{stroke:#c00;stroke-dasharray:4 2}.limit-label{fill:#c00;text-anchor:end}
-.mark.bad{stroke:#c00;stroke-width:1.5}.empty{text-anchor:middle;fill:#888}
+.mark.bad{stroke:#c00;stroke-width:1.5}.band{fill:#f2e3c8}.band-label{font-size:11px;fill:#8a5a00}.empty{text-anchor:middle;fill:#888}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f4f4f4}td:first-child{text-align:left}p.note{color:#555;font-size:12px}
 </style></head><body>
@@ -65,6 +67,9 @@ names its values when pointed at. Marks drawn with a red outline break the limit
 	}
 	for i, r := range p.Skew {
 		skewSection(&b, i, r)
+	}
+	for i, r := range p.Drill {
+		drillSection(&b, i, r)
 	}
 	b.WriteString("</body></html>\n")
 	_, err := io.WriteString(w, b.String())
@@ -308,6 +313,32 @@ func skewSection(b *strings.Builder, i int, r Named[skew.Report]) {
 		c.series = append(c.series, series{name: n, points: byName[n]})
 	}
 	b.WriteString(c.svg())
+}
+
+func drillSection(b *strings.Builder, i int, r Named[drill.Report]) {
+	heading(b, 2, "drill: "+r.Name)
+	note(b, drillSummary(r.Result))
+	note(b, DrillVerdict(r.Result))
+	for j, row := range r.Result.Results {
+		tl := row.Timeline
+		if tl == nil {
+			continue
+		}
+		c := chart{id: fmt.Sprintf("drill-%d-%d", i, j), title: row.Name(), xLabel: "time (s)",
+			yLabel: fmt.Sprintf("requests per %d ms", tl.IntervalMillis),
+			bands:  []band{{from: float64(tl.FaultFromMillis) / 1000, to: float64(tl.FaultToMillis) / 1000, label: row.Fault}}}
+		var admitted, over, errs, wrong []point
+		for _, iv := range tl.Intervals {
+			x := float64(iv.StartMillis) / 1000
+			admitted = append(admitted, point{x: x, y: float64(iv.Admitted)})
+			over = append(over, point{x: x, y: float64(iv.OverAdmitted), bad: iv.OverAdmitted > 0})
+			errs = append(errs, point{x: x, y: float64(iv.Errors)})
+			wrong = append(wrong, point{x: x, y: float64(iv.WronglyDenied)})
+		}
+		c.series = []series{{name: "admitted", points: admitted}, {name: "over the guarantee", points: over},
+			{name: "not decided by Redis", points: errs}, {name: "wrongly refused", points: wrong}}
+		b.WriteString(c.svg())
+	}
 }
 
 func htmlTable(b *strings.Builder, headers []string, rows func(func([]string))) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/drill"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/reports"
@@ -96,11 +97,17 @@ func TestHTMLInABrowser(t *testing.T) {
 		cmp.Results[i].BoundaryTimeline = []compare.Decision{{AtMillis: 0, Allowed: true}, {AtMillis: 1, Allowed: true}, {AtMillis: 1, Allowed: false}}
 		cmp.Results[i].HammerTimeline = []compare.Decision{{AtMillis: 0, Allowed: true}, {AtMillis: 10, Allowed: false}, {AtMillis: 20, Allowed: true}}
 	}
+	dr := fixedDrill()
+	dr.Results[0].Timeline = &drill.Timeline{IntervalMillis: 250, FaultFromMillis: 500, FaultToMillis: 1000, Intervals: []drill.TimelineInterval{
+		{StartMillis: 0, Decisions: 75, Admitted: 30}, {StartMillis: 250, Decisions: 75, Admitted: 30},
+		{StartMillis: 500, Decisions: 75, Admitted: 75, OverAdmitted: 45, Errors: 75}, {StartMillis: 750, Decisions: 75, Admitted: 60, OverAdmitted: 30, Errors: 70},
+		{StartMillis: 1000, Decisions: 75, Admitted: 30}}}
 	page := reports.Page{
 		Bench:   []reports.Named[bench.Result]{{Name: "leaky.json", Result: run}},
 		Race:    []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}},
 		Compare: []reports.Named[compare.Report]{{Name: "compare.json", Result: cmp}},
 		Skew:    []reports.Named[skew.Report]{{Name: "skew.json", Result: fixedSkew()}},
+		Drill:   []reports.Named[drill.Report]{{Name: "drill.json", Result: dr}},
 	}
 	path := filepath.Join(t.TempDir(), "report.html")
 	f, err := os.Create(path)
@@ -157,6 +164,7 @@ func TestHTMLInABrowser(t *testing.T) {
 		want["compare-memory-0"] += len(res.BytesPerClient)
 	}
 	want["skew-0"] = len(fixedSkew().Rows)
+	want["drill-0-0"] = 4 * len(dr.Results[0].Timeline.Intervals) // admitted, over, not decided, wrongly refused
 
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
@@ -235,6 +243,9 @@ func TestHTMLInABrowser(t *testing.T) {
 			t.Errorf("chart %s: %d marks drawn (%d said), want %d from the data", f.ID, f.Marks, f.Data, w)
 		case f.Axes != 2 || (w > 0 && f.Items == 0):
 			t.Errorf("chart %s: %d axis labels, %d legend items", f.ID, f.Axes, f.Items)
+		}
+		if f.ID == "drill-0-0" && f.Bad != 2 {
+			t.Errorf("the drill chart outlines %d intervals over the guarantee, the data 2", f.Bad)
 		}
 		if f.ID == "bench-audit-0" && (f.Bad != leaks || leaks == 0) {
 			t.Errorf("the audit chart marks %d windows over the limit, the data %d (and the server leaks)", f.Bad, leaks)

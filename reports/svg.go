@@ -24,6 +24,14 @@ type chart struct {
 	series []series
 	// limits are horizontal lines, such as a limit.
 	limits []limitLine
+	// bands shade stretches of the x axis, such as a fault.
+	bands []band
+}
+
+// band is a stretch of the x axis, shaded and named.
+type band struct {
+	from, to float64
+	label    string
 }
 
 type tick struct {
@@ -82,6 +90,12 @@ func (c chart) svg() string {
 		return b.String()
 	}
 	xs, ys := c.scales()
+	for _, bd := range c.bands {
+		x0, x1 := xs.at(bd.from), xs.at(bd.to)
+		fmt.Fprintf(&b, `<rect class="band" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s</title></rect>`,
+			x0, marginT, max(x1-x0, 1), plotH, html.EscapeString(bd.label))
+		fmt.Fprintf(&b, `<text class="band-label" x="%.1f" y="%d">%s</text>`, x0+3, marginT+12, html.EscapeString(bd.label))
+	}
 	c.axes(&b, xs, ys)
 	for _, l := range c.limits {
 		y := ys.at(l.y)
@@ -128,6 +142,9 @@ func (c chart) scales() (scale, scale) {
 	}
 	for _, l := range c.limits {
 		yhi = max(yhi, l.y)
+	}
+	for _, bd := range c.bands {
+		xlo, xhi = min(xlo, bd.from), max(xhi, bd.to)
 	}
 	if math.IsInf(xlo, 1) { // nothing positive on a log axis
 		xlo, xhi, ylo, yhi = 1, 10, 1, 10

@@ -68,13 +68,14 @@ func newReportHTMLCmd(io *ioStreams) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "html RESULT.json...",
-		Short: "Draw saved results (bench http, race, compare, skew) as one self-contained HTML page",
+		Short: "Draw saved results (bench http, race, compare, skew, drill) as one self-contained HTML page",
 		Long: `report html reads JSON results written with --output json and draws them in one page that
 needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid
 (throughput, latency and status classes over time, the latency percentile spectrum, and each
 audited run's admissions per consumer against the limit), race (admitted per trial against the
 limit, latency by percentile), compare (the trade table, the boundary and hammer timelines,
-memory per client by limit) and skew (over-admission against the skew).`,
+memory per client by limit), skew (over-admission against the skew) and drill (each run over
+time, its fault shaded: admitted, over the guarantee, not decided by Redis, wrongly refused).`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/ --rate 500 -o json > a.json
   ratelab report html a.json b.json -o report.html`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -121,6 +122,8 @@ func readResults(paths []string) (reports.Page, error) {
 			err = decodeInto(b, name, &p.Compare)
 		case "skew":
 			err = decodeInto(b, name, &p.Skew)
+		case "drill":
+			err = decodeInto(b, name, &p.Drill)
 		default:
 			return p, usagef("%s: a %q result, which report html does not draw", path, kind.Command)
 		}
