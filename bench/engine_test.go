@@ -361,13 +361,13 @@ func TestKeepResponses(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 300, Duration: 300 * time.Millisecond,
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 300, Requests: 45, Duration: 30 * time.Second,
 		Connections: 2, Consumers: 3, ConsumerHeader: "X-Consumer-Id", KeepResponses: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs := res.Responses()
-	if int64(len(rs)) != res.Requests || len(rs) < 30 {
+	if int64(len(rs)) != res.Requests || len(rs) != 45 {
 		t.Fatalf("%d responses kept of %d requests", len(rs), res.Requests)
 	}
 	kinds := map[string]int{}
