@@ -1,8 +1,10 @@
 // Package race reproduces the check-then-act race of rate limiters: for each
 // limiter it runs trials in which many goroutines, each on a connection opened
 // before the start, are released at the same instant at one fresh key, and it
-// counts what the limiter admitted against the limit. It returns plain result
-// structs and never prints.
+// counts what the limiter admitted against the limit. A limiter it is asked
+// to explain runs one more trial with MONITOR open on the server, and the
+// Explanation says what Redis executed, in order, and which moments made the
+// race. It returns plain result structs and never prints.
 package race
 
 import (
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +60,15 @@ type Config struct {
 	TrialTimeout time.Duration
 	// Progress, when set, is called after each trial.
 	Progress func(limiter string, trial, trials int)
+	// Explain names limiters (of Limiters and Scripts) to explain: after
+	// its trials, each runs one more, every goroutine on a connection of its
+	// own, with a MONITOR connection open on the server that holds the key,
+	// and its Result.Explain tells what Redis executed. At most
+	// MaxExplainConcurrency goroutines.
+	Explain []string
+	// ExplainLines is the most commands an explanation's trace keeps;
+	// DefaultExplainLines when 0, at most MaxExplainLines.
+	ExplainLines int
 }
 
 // Limits on a run, so that every run is bounded.
@@ -96,6 +108,31 @@ func (cfg Config) Validate() error {
 		if err := s.Validate(); err != nil {
 			return field.Errorf("Scripts", ": %v", err)
 		}
+	}
+	return cfg.validateExplain()
+}
+
+// validateExplain checks Explain and ExplainLines.
+func (cfg Config) validateExplain() error {
+	if cfg.ExplainLines < 0 || cfg.ExplainLines > MaxExplainLines {
+		return field.Errorf("ExplainLines", "must be between 1 and %d, or 0 for the default of %d (got %d)",
+			MaxExplainLines, DefaultExplainLines, cfg.ExplainLines)
+	}
+	if len(cfg.Explain) == 0 {
+		return nil
+	}
+	raced := slices.Clone(cfg.Limiters)
+	for _, s := range cfg.Scripts {
+		raced = append(raced, s.Name)
+	}
+	for _, name := range cfg.Explain {
+		if !slices.Contains(raced, name) {
+			return field.Errorf("Explain", "names %s, which is not raced (raced: %s)", name, strings.Join(raced, ", "))
+		}
+	}
+	if cfg.Concurrency > MaxExplainConcurrency {
+		return field.Errorf("Explain", "gives each goroutine a connection of its own: {Concurrency} must be at most %d (got %d)",
+			MaxExplainConcurrency, cfg.Concurrency)
 	}
 	return nil
 }
@@ -204,6 +241,8 @@ type Result struct {
 	ElapsedMillis int64 `json:"elapsed_ms"`
 	// TrialResults has every trial, in order.
 	TrialResults []Trial `json:"trial_results"`
+	// Explain is the explained trial, when Config.Explain names the limiter.
+	Explain *Explanation `json:"explain,omitempty"`
 	// Histogram holds every decision's latency in microseconds.
 	Histogram *hdrhistogram.Histogram `json:"-"`
 }
@@ -299,31 +338,35 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Now != nil {
 		opts = append(opts, algorithms.WithNow(cfg.Now))
 	}
-	type entrant struct {
-		info algorithms.Info
-		make func() (algorithms.Limiter, error)
-	}
-	var entrants []entrant
+	var entrants []explained
 	for _, name := range cfg.Limiters {
 		info, _ := algorithms.Lookup(name)
-		entrants = append(entrants, entrant{info, func() (algorithms.Limiter, error) {
-			return algorithms.New(name, client, cfg.Policy, opts...)
+		entrants = append(entrants, explained{info, func(c redis.UniversalClient) (algorithms.Limiter, error) {
+			return algorithms.New(name, c, cfg.Policy, opts...)
 		}})
 	}
 	for _, s := range cfg.Scripts {
 		rep.Config.Limiters = append(rep.Config.Limiters, s.Name)
-		entrants = append(entrants, entrant{s.Info(), func() (algorithms.Limiter, error) {
-			return s.New(client, cfg.Policy, opts...)
+		entrants = append(entrants, explained{s.Info(), func(c redis.UniversalClient) (algorithms.Limiter, error) {
+			return s.New(c, cfg.Policy, opts...)
 		}})
 	}
 	for _, e := range entrants {
-		lim, err := e.make()
+		lim, err := e.build(client)
 		if err != nil {
 			return rep, fmt.Errorf("race: %s: %w", e.info.Name, err)
 		}
 		res, err := runLimiter(ctx, client, cfg, e.info, lim)
 		if err != nil {
 			return rep, fmt.Errorf("race: %s: %w", e.info.Name, err)
+		}
+		if slices.Contains(cfg.Explain, e.info.Name) {
+			key := algorithms.Key(cfg.Consumer+"-"+e.info.Name+"-explain", e.info.Name)
+			ex, err := explain(ctx, client, cfg, e, key)
+			if err != nil {
+				return rep, fmt.Errorf("race: %s: explain: %w", e.info.Name, err)
+			}
+			res.Explain = &ex
 		}
 		rep.Results = append(rep.Results, res)
 	}
@@ -422,6 +465,10 @@ func holdConns(ctx context.Context, c interface {
 
 // worker holds one goroutine's measurements over a limiter's trials.
 type worker struct {
+	// lim is the limiter it decides with: the limiter's own, or, in an
+	// explained trial, one on its own connection, whose commands go to log.
+	lim algorithms.Limiter
+	log *clientLog
 	// latencies holds this trial's decision latencies in µs; the trial
 	// records them into the limiter's histogram when it ends, so that
 	// 10,000 goroutines do not each hold a histogram.
@@ -449,7 +496,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	}
 	workers := make([]*worker, cfg.Concurrency)
 	for i := range workers {
-		workers[i] = &worker{}
+		workers[i] = &worker{lim: lim}
 	}
 	if l, ok := lim.(algorithms.Loader); ok {
 		if err := l.Load(ctx); err != nil {
@@ -521,7 +568,8 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	return res, nil
 }
 
-// runTrial releases the workers together at key and checks the key afterwards.
+// runTrial releases the workers together at key, each deciding with its
+// own limiter, and checks the key afterwards; lim says which keys hold it.
 func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.Limiter, info algorithms.Info,
 	key string, cfg Config, workers []*worker) (Trial, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.TrialTimeout)
@@ -545,8 +593,10 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 			w.firstSend = time.Now()
 			for range cfg.RequestsPerWorker {
 				t0 := time.Now()
-				d, err := lim.Allow(tctx, key)
+				from := w.log.mark()
+				d, err := w.lim.Allow(tctx, key)
 				w.latencies = append(w.latencies, time.Since(t0).Microseconds())
+				w.log.decided(from, d.Allowed, err)
 				w.attempts += int64(d.Attempts)
 				switch {
 				case errors.Is(err, algorithms.ErrRetriesExhausted):

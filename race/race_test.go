@@ -239,6 +239,11 @@ func TestValidate(t *testing.T) {
 		{"trials", func(c *race.Config) { c.Trials = 0 }, "Trials must be between 1 and 100000 (got 0)"},
 		{"requests", func(c *race.Config) { c.RequestsPerWorker = 0 }, "RequestsPerWorker must be between 1 and 100000 (got 0)"},
 		{"limiter", func(c *race.Config) { c.Limiters = []string{"nope"} }, `Limiters: unknown limiter "nope"`},
+		{"explain", func(c *race.Config) { c.Explain = []string{"lua"} }, ""},
+		{"explain not raced", func(c *race.Config) { c.Explain = []string{"naive"} }, "Explain names naive, which is not raced (raced: lua)"},
+		{"explain concurrency", func(c *race.Config) { c.Explain, c.Concurrency = []string{"lua"}, 1001 },
+			"Explain gives each goroutine a connection of its own: Concurrency must be at most 1000 (got 1001)"},
+		{"explain lines", func(c *race.Config) { c.ExplainLines = -1 }, "ExplainLines must be between 1 and 10000, or 0 for the default of 40 (got -1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

@@ -1,0 +1,157 @@
+package race
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseMonitorLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		line   string
+		micros int64
+		addr   string
+		args   []string
+		err    string
+	}{
+		{`+1700000000.123456 [0 127.0.0.1:5555] "get" "rl:{a}:naive"`, 1_700_000_000_123_456, "127.0.0.1:5555",
+			[]string{"get", "rl:{a}:naive"}, ""},
+		{`1700000000.000001 [3 lua] "ZADD" "k" "1" "m"`, 1_700_000_000_000_001, "lua", []string{"ZADD", "k", "1", "m"}, ""},
+		{`+1700000000.000010 [0 [::1]:6000] "set" "we\"ird key" "x\ny\x00\\"`, 1_700_000_000_000_010, "[::1]:6000",
+			[]string{"set", "we\"ird key", "x\ny\x00\\"}, ""},
+		{`+1700000000.000010 [0 unix:/tmp/redis.sock] "ping"`, 1_700_000_000_000_010, "unix:/tmp/redis.sock", []string{"ping"}, ""},
+		{`+OK`, 0, "", nil, "unexpected line"},
+		{`+17000000.1 [0 a:1] "get"`, 0, "", nil, "bad time"},
+		{`+1700000000.000010 [0 a:1] "get" k`, 0, "", nil, "not in quotes"},
+		{`+1700000000.000010 [0 a:1] "get" "k`, 0, "", nil, "unterminated"},
+		{`+1700000000.000010 [0 a:1] "\xZZ"`, 0, "", nil, `bad \x escape`},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			l, err := parseMonitorLine(tc.line)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.micros != tc.micros || l.addr != tc.addr || !slices.Equal(l.args, tc.args) {
+				t.Fatalf("got %d %q %q, want %d %q %q", l.micros, l.addr, l.args, tc.micros, tc.addr, tc.args)
+			}
+		})
+	}
+}
+
+// line makes a MONITOR line of client addr at µs.
+func line(us int64, addr string, args ...string) monLine {
+	return monLine{micros: 1_700_000_000_000_000 + us, addr: addr, args: args}
+}
+
+// TestScriptCommandsFollowTheirCall: a script's commands belong to the
+// call next to them, whether Redis shows them after the call (7.0) or
+// before it; another client's script is left out.
+func TestScriptCommandsFollowTheirCall(t *testing.T) {
+	t.Parallel()
+	addrs := map[string]int{"a:1": 0, "a:2": 1}
+	logs := func() []*clientLog {
+		return []*clientLog{
+			{cmds: []sent{{name: "evalsha", reply: "[1 4 0]"}}, decisions: []logged{{from: 0, to: 1, allowed: true}}},
+			{cmds: []sent{{name: "evalsha", reply: "[0 0 9]"}}, decisions: []logged{{from: 0, to: 1}}},
+		}
+	}
+	after := []monLine{
+		line(0, "a:1", "evalsha", "x", "1", "k"), line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"),
+		{micros: 3}, line(4, "lua", "ZCARD", "other"), // another client's script, its call left out
+		line(5, "a:2", "evalsha", "x", "1", "k"), line(6, "lua", "ZCARD", "k"),
+	}
+	before := []monLine{
+		line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"), line(3, "a:1", "evalsha", "x", "1", "k"),
+		line(4, "lua", "ZCARD", "k"), line(5, "a:2", "evalsha", "x", "1", "k"),
+	}
+	for name, lines := range map[string][]monLine{"after the call": after, "before the call": before} {
+		t.Run(name, func(t *testing.T) {
+			events, unmatched := buildTrace(lines, addrs, logs())
+			var got []string
+			for _, e := range events {
+				s := goroutine(e.g) + " " + e.name
+				if e.script {
+					s += " (script)"
+				}
+				got = append(got, s)
+			}
+			want := []string{"g1 EVALSHA", "g1 ZCARD (script)", "g1 ZADD (script)", "g2 EVALSHA", "g2 ZCARD (script)"}
+			if name == "before the call" {
+				want = []string{"g1 ZCARD (script)", "g1 ZADD (script)", "g1 EVALSHA", "g2 ZCARD (script)", "g2 EVALSHA"}
+			}
+			if !slices.Equal(got, want) || unmatched != 0 {
+				t.Fatalf("trace %q (%d unmatched), want %q", got, unmatched, want)
+			}
+			ex := analyse(Explanation{Trial: Trial{Expected: 5}}, lines, addrs, logs(), []string{"k"}, 5, 40)
+			if ex.ScriptCalls != 2 || ex.Interleaved != 0 || ex.Admitted != 1 || ex.Reads != 2 || ex.StaleReads != 0 {
+				t.Fatalf("calls %d, interleaved %d, admitted %d, reads %d, stale %d; want 2, 0, 1, 2, 0",
+					ex.ScriptCalls, ex.Interleaved, ex.Admitted, ex.Reads, ex.StaleReads)
+			}
+		})
+	}
+}
+
+// TestNaiveTrace: two goroutines read 0 before either writes; with a limit
+// of 1 the second INCR is the admission over it, based on a stale read.
+func TestNaiveTrace(t *testing.T) {
+	t.Parallel()
+	addrs := map[string]int{"a:1": 0, "a:2": 1}
+	logs := []*clientLog{
+		{cmds: []sent{{name: "get", reply: "(nil)", hasCount: true}, {name: "incr", reply: "1", count: 1, hasCount: true}},
+			decisions: []logged{{from: 0, to: 2, allowed: true}}},
+		{cmds: []sent{{name: "get", reply: "(nil)", hasCount: true}, {name: "incr", reply: "2", count: 2, hasCount: true}},
+			decisions: []logged{{from: 0, to: 2, allowed: true}}},
+	}
+	lines := []monLine{
+		line(0, "a:1", "get", "k"), line(4, "a:2", "get", "k"), line(9, "a:1", "incr", "k"), line(12, "a:2", "incr", "k"),
+	}
+	ex := analyse(Explanation{Trial: Trial{Expected: 1}}, lines, addrs, logs, []string{"k"}, 1, 40)
+	if ex.Reads != 2 || ex.StaleReads != 1 || ex.Admitted != 2 || ex.OverAdmitted != 1 || len(ex.Moments) != 1 {
+		t.Fatalf("reads %d, stale %d, admitted %d, over %d, %d moments; want 2, 1, 2, 1, 1",
+			ex.Reads, ex.StaleReads, ex.Admitted, ex.OverAdmitted, len(ex.Moments))
+	}
+	m := ex.Moments[0]
+	if m.Kind != MomentOver || m.Goroutine != "g2" || m.Read.Micros != 4 || m.OtherRead.Goroutine != "g1" ||
+		m.OtherWrite.Micros != 9 || m.Write.Micros != 12 || *m.Write.Value != 2 || m.Admission != 2 || m.WritesBetween != 1 {
+		t.Fatalf("moment %+v", m)
+	}
+	var marks []string
+	for _, e := range ex.Events {
+		marks = append(marks, e.Mark)
+	}
+	if !slices.Equal(marks, []string{"", "stale", "", "over"}) {
+		t.Fatalf("marks %q", marks)
+	}
+}
+
+func TestCutTrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		n         int
+		important []int
+		limit     int
+		want      []int
+	}{
+		{"short", 5, []int{3}, 10, []int{0, 1, 2, 3, 4}},
+		{"no moment", 10, nil, 3, []int{0, 1, 2}},
+		{"around one", 100, []int{50}, 5, []int{48, 49, 50, 51, 52}},
+		{"around two", 100, []int{10, 80}, 6, []int{9, 10, 11, 79, 80, 81}},
+		{"at the edge", 100, []int{0}, 3, []int{0, 1, 2}},
+		{"more than fit", 100, []int{5, 20, 40, 60}, 2, []int{5, 20}},
+		{"odd room", 100, []int{50}, 4, []int{48, 49, 50, 51}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cutTrace(tc.n, tc.important, tc.limit); !slices.Equal(got, tc.want) {
+				t.Fatalf("cutTrace(%d, %v, %d) = %v, want %v", tc.n, tc.important, tc.limit, got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,323 @@
+package race
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// monitorRefusedError is a server's answer to MONITOR other than +OK: an
+// ACL that lacks +monitor, a managed service that disables it, a server
+// that does not have it.
+type monitorRefusedError struct{ reply string }
+
+func (e *monitorRefusedError) Error() string {
+	if strings.Contains(strings.ToLower(e.reply), "unknown command") {
+		return "the server does not support MONITOR (" + e.reply + ")"
+	}
+	return "the server refused MONITOR (" + e.reply + ")"
+}
+
+// monitor is one MONITOR connection, opened on its own socket: go-redis
+// would hand it back to a pool.
+type monitor struct {
+	conn net.Conn
+	rd   *bufio.Reader
+	once sync.Once
+	stop func() bool // detaches the close on ctx's end
+}
+
+// monitorLineMax bounds one MONITOR line; longer lines (a huge argument)
+// are cut there.
+const monitorLineMax = 1 << 20
+
+// openMonitor connects to the server o names, authenticates as o says,
+// names the connection name where the server lets it, and sends MONITOR.
+// A refusal is a *monitorRefusedError. The connection is closed when ctx
+// ends, and by Close.
+func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitor, error) {
+	dial := o.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(o)
+	}
+	network := o.Network
+	if network == "" {
+		network = "tcp"
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout+o.ReadTimeout)
+	defer cancel()
+	conn, err := dial(dctx, network, o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: dial %s: %w", o.Addr, err)
+	}
+	m := &monitor{conn: conn, rd: bufio.NewReaderSize(conn, 64<<10)}
+	m.stop = context.AfterFunc(ctx, m.Close)
+	if deadline, ok := dctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if o.Password != "" {
+		auth := []string{"AUTH", o.Password}
+		if o.Username != "" {
+			auth = []string{"AUTH", o.Username, o.Password}
+		}
+		if reply, err := m.call(auth...); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("monitor: auth: %w", err)
+		} else if reply != "+OK" {
+			m.Close()
+			return nil, fmt.Errorf("monitor: auth: %s", strings.TrimPrefix(reply, "-"))
+		}
+	}
+	if _, err := m.call("CLIENT", "SETNAME", name); err != nil { // a refusal is no matter
+		m.Close()
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	reply, err := m.call("MONITOR")
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	if reply != "+OK" {
+		m.Close()
+		return nil, &monitorRefusedError{reply: strings.TrimPrefix(reply, "-")}
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return m, nil
+}
+
+// call sends one command and reads a one-line reply.
+func (m *monitor) call(args ...string) (string, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := m.conn.Write(b.Bytes()); err != nil {
+		return "", err
+	}
+	return m.line()
+}
+
+// line reads one line without its CRLF, cut at monitorLineMax.
+func (m *monitor) line() (string, error) {
+	var b []byte
+	for {
+		chunk, err := m.rd.ReadSlice('\n')
+		if len(b)+len(chunk) <= monitorLineMax {
+			b = append(b, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+}
+
+// Close closes the connection; the server drops the monitor with it.
+func (m *monitor) Close() {
+	m.once.Do(func() {
+		if m.stop != nil {
+			m.stop()
+		}
+		m.conn.Close()
+	})
+}
+
+// monLine is one command MONITOR showed.
+type monLine struct {
+	// micros is the server's time when it fed the command, in µs since the epoch.
+	micros int64
+	// addr is the client's address as the server sees it, or "lua" for a
+	// command a script ran.
+	addr string
+	args []string
+}
+
+// parseMonitorLine reads `+1700000000.123456 [0 127.0.0.1:5555] "get" "k"`.
+func parseMonitorLine(s string) (monLine, error) {
+	s = strings.TrimPrefix(s, "+")
+	stamp, rest, ok := strings.Cut(s, " [")
+	if !ok {
+		return monLine{}, fmt.Errorf("monitor: unexpected line %q", cut(s, 80))
+	}
+	sec, frac, ok := strings.Cut(stamp, ".")
+	secs, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(frac, 10, 64)
+	if !ok || err1 != nil || err2 != nil || len(frac) != 6 {
+		return monLine{}, fmt.Errorf("monitor: bad time in %q", cut(s, 80))
+	}
+	// The client part is "db addr"; an IPv6 address has brackets of its own,
+	// so it ends at the first `] "`, where the arguments start.
+	client, quoted, ok := strings.Cut(rest, `] "`)
+	if !ok {
+		return monLine{}, fmt.Errorf("monitor: no command in %q", cut(s, 80))
+	}
+	_, addr, _ := strings.Cut(client, " ")
+	args, err := unquoteArgs(`"` + quoted)
+	if err != nil {
+		return monLine{}, fmt.Errorf("monitor: %w in %q", err, cut(s, 80))
+	}
+	return monLine{micros: secs*1_000_000 + us, addr: addr, args: args}, nil
+}
+
+// unquoteArgs reads Redis's quoted representation of arguments (sdscatrepr):
+// "a" "b\"c" "\x00", separated by single spaces.
+func unquoteArgs(s string) ([]string, error) {
+	var args []string
+	for i := 0; i < len(s); {
+		if s[i] == ' ' {
+			i++
+			continue
+		}
+		if s[i] != '"' {
+			return nil, errors.New("an argument not in quotes")
+		}
+		var b strings.Builder
+		i++
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] != '\\' || i+1 >= len(s) {
+				b.WriteByte(s[i])
+				continue
+			}
+			i++
+			switch s[i] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				v, err := strconv.ParseUint(s[min(i+1, len(s)):min(i+3, len(s))], 16, 8)
+				if err != nil {
+					return nil, errors.New("a bad \\x escape")
+				}
+				b.WriteByte(byte(v))
+				i += 2
+			default:
+				b.WriteByte(s[i]) // \\ and \"
+			}
+		}
+		if i >= len(s) {
+			return nil, errors.New("an unterminated argument")
+		}
+		i++ // the closing quote
+		args = append(args, b.String())
+	}
+	if len(args) == 0 {
+		return nil, errors.New("no arguments")
+	}
+	return args, nil
+}
+
+// cut shortens s to n bytes for a message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// capture is what a monitor read between two markers: the trial's lines
+// from the clients in addrs, with the runs of script commands next to
+// them; every run of other clients' lines is one line with addr "".
+type capture struct {
+	lines []monLine
+	// full is set when the capture reached its bound and stopped.
+	full bool
+}
+
+// read reads lines until the one that echoes end, keeping, from the one
+// that echoes start, the lines of addrs (and of scripts next to them), at
+// most max: past that it closes the monitor, so that the server does not
+// hold what it could no longer send. It returns when it has seen end, when
+// the connection fails or is closed, and at the read deadline.
+func (m *monitor) read(start, end string, addrs map[string]int, max int) (capture, error) {
+	var c capture
+	var pending []monLine // a run of script lines, kept when next to ours
+	prevOurs := false
+	started := false
+	isMarker := func(l monLine, marker string) bool {
+		return len(l.args) == 2 && strings.EqualFold(l.args[0], "echo") && l.args[1] == marker
+	}
+	keep := func(l monLine) bool {
+		if len(c.lines) >= max {
+			c.full = true
+			return false
+		}
+		c.lines = append(c.lines, l)
+		return true
+	}
+	for {
+		s, err := m.line()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = fmt.Errorf("monitor: the connection closed before the trace ended: %w", err)
+			}
+			return c, err
+		}
+		if strings.HasPrefix(s, "-") {
+			return c, fmt.Errorf("monitor: %s", strings.TrimPrefix(s, "-"))
+		}
+		l, err := parseMonitorLine(s)
+		if err != nil {
+			return c, err
+		}
+		if !started {
+			started = isMarker(l, start)
+			continue
+		}
+		if isMarker(l, end) {
+			if prevOurs && len(pending) > 0 {
+				for _, p := range pending {
+					keep(p)
+				}
+			}
+			return c, nil
+		}
+		if l.addr == "lua" {
+			if len(pending) < max {
+				pending = append(pending, l)
+			}
+			continue
+		}
+		_, ours := addrs[l.addr]
+		if len(pending) > 0 {
+			if prevOurs || ours {
+				for _, p := range pending {
+					keep(p)
+				}
+			}
+			pending = pending[:0]
+		}
+		ok := true
+		switch {
+		case ours:
+			ok = keep(l)
+		case len(c.lines) == 0 || c.lines[len(c.lines)-1].addr != "":
+			ok = keep(monLine{micros: l.micros}) // others were here
+		}
+		if !ok {
+			m.Close()
+			return c, nil
+		}
+		prevOurs = ours
+	}
+}
