@@ -199,6 +199,11 @@ func raceTable(w io.Writer, rep race.Report, s Styles) error {
 	for _, n := range raceNotes(rep) {
 		b.WriteString(s.Dim.Render(n) + "\n")
 	}
+	for _, r := range rep.Results {
+		if r.Explain != nil {
+			explainText(&b, rep, r, s)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -216,6 +221,11 @@ func raceMarkdown(w io.Writer, rep race.Report) error {
 	b.WriteString("\n")
 	for _, n := range raceNotes(rep) {
 		b.WriteString("- " + n + "\n")
+	}
+	for _, r := range rep.Results {
+		if r.Explain != nil {
+			explainMarkdown(&b, rep, r)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
