@@ -72,8 +72,8 @@ func explainSummary(ex race.Explanation) string {
 	return strings.Join(parts, "; ") + "."
 }
 
-// at renders a step's time: "+43µs".
-func at(s *race.Step) string { return "+" + micros(s.Micros) }
+// at renders a step's time in whole µs, as the trace does: "+1628µs".
+func at(s *race.Step) string { return "+" + strconv.FormatInt(s.Micros, 10) + "µs" }
 
 // value renders a step's count.
 func value(s *race.Step) string {
@@ -167,12 +167,30 @@ func abortedText(m race.Moment) string {
 	return strings.Join(texts, "; ") + "."
 }
 
-// moreMoments says how many moments were not told.
-func moreMoments(ex race.Explanation) string {
-	if n := len(ex.Moments) - momentsTold; n > 0 {
-		return fmt.Sprintf("… and %d more.", n)
+// moreMoments says, for each kind, how many moments were not told.
+func moreMoments(ex race.Explanation) []string {
+	told := map[string]int64{}
+	for i, m := range ex.Moments {
+		if i < momentsTold {
+			told[m.Kind]++
+		}
 	}
-	return ""
+	var more []string
+	for _, k := range []struct {
+		kind  string
+		total int64
+		what  string
+	}{
+		{race.MomentOver, ex.OverAdmitted, "admissions beyond the limit"},
+		{race.MomentAborted, ex.AbortedExecs, "aborted EXECs"},
+		{race.MomentPhantom, ex.Phantoms, "phantom members"},
+		{race.MomentAtomic, ex.Interleaved, "script calls with another goroutine's command inside"},
+	} {
+		if n := k.total - told[k.kind]; n > 0 && (k.kind != race.MomentAtomic || ex.Interleaved > 0) {
+			more = append(more, fmt.Sprintf("… and %d more %s.", n, k.what))
+		}
+	}
+	return more
 }
 
 var sha = regexp.MustCompile(`\b[0-9a-f]{40}\b`)
@@ -245,7 +263,7 @@ func explainText(b *strings.Builder, rep race.Report, r race.Result, s Styles) {
 			b.WriteString("  • " + momentText(m) + "\n")
 		}
 	}
-	if more := moreMoments(ex); more != "" {
+	for _, more := range moreMoments(ex) {
 		b.WriteString("  " + more + "\n")
 	}
 	rows := traceRows(ex)
@@ -308,7 +326,7 @@ func explainMarkdown(b *strings.Builder, rep race.Report, r race.Result) {
 			b.WriteString("- " + momentText(m) + "\n")
 		}
 	}
-	if more := moreMoments(ex); more != "" {
+	for _, more := range moreMoments(ex) {
 		b.WriteString("- " + more + "\n")
 	}
 	b.WriteString("\n")

@@ -219,3 +219,21 @@ func TestExplainColor(t *testing.T) {
 		t.Skip("the renderer found no colour support here")
 	}
 }
+
+// TestExplainMore: past the moments told, each kind says how many more
+// the trial had, from its counts, not from the moments kept.
+func TestExplainMore(t *testing.T) {
+	rep := explainedRace()
+	ex := rep.Results[0].Explain
+	ex.OverAdmitted = 95
+	ex.Moments = append(ex.Moments, ex.Moments...) // 4 kept, 3 told
+	for _, f := range []reports.Format{reports.Table, reports.Markdown} {
+		var buf bytes.Buffer
+		if err := reports.Race(&buf, rep, f, reports.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "… and 92 more admissions beyond the limit.") || strings.Contains(buf.String(), "more script calls") {
+			t.Errorf("%s: no count of the admissions not told:\n%s", f, buf.String())
+		}
+	}
+}
