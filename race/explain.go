@@ -226,13 +226,25 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	}
 	defer mon.Close()
 
-	control := redis.NewClient(connOptions(node, "ratelab-"+tag+"-control"))
-	defer control.Close()
-	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build)
+	named := true
+	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build, named)
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		// A user without +client may not name its connections: they are
+		// told apart by the addresses they were dialled from.
+		closeAll()
+		named = false
+		workers, logs, closeAll, err = tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build, named)
+	}
 	defer closeAll()
 	if err != nil {
 		return ex, err
 	}
+	controlName := ""
+	if named {
+		controlName = "ratelab-" + tag + "-control"
+	}
+	control := redis.NewClient(connOptions(node, controlName))
+	defer control.Close()
 	addrs, err := addresses(ctx, control, tag, logs)
 	if err != nil {
 		return ex, err
@@ -314,10 +326,10 @@ func connOptions(node *redis.Options, name string) *redis.Options {
 }
 
 // tracedWorkers builds n workers, each with its own limiter on a client
-// of one connection named ratelab-<tag>-g<i>, recorded in its log, and
-// opens every connection. closeAll closes the clients.
+// of one connection (named ratelab-<tag>-g<i> when named), recorded in its
+// log, and opens every connection. closeAll closes the clients.
 func tracedWorkers(ctx context.Context, node *redis.Options, n int, tag string,
-	build func(redis.UniversalClient) (algorithms.Limiter, error)) ([]*worker, []*clientLog, func(), error) {
+	build func(redis.UniversalClient) (algorithms.Limiter, error), named bool) ([]*worker, []*clientLog, func(), error) {
 	workers := make([]*worker, n)
 	logs := make([]*clientLog, n)
 	clients := make([]*redis.Client, 0, n)
@@ -328,7 +340,11 @@ func tracedWorkers(ctx context.Context, node *redis.Options, n int, tag string,
 	}
 	for i := range n {
 		logs[i] = &clientLog{}
-		c := redis.NewClient(connOptions(node, fmt.Sprintf("ratelab-%s-%s", tag, goroutine(i))))
+		name := ""
+		if named {
+			name = fmt.Sprintf("ratelab-%s-%s", tag, goroutine(i))
+		}
+		c := redis.NewClient(connOptions(node, name))
 		c.AddHook(recorder{log: logs[i]})
 		roundtrip.Attach(c)
 		clients = append(clients, c)

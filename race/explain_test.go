@@ -242,6 +242,27 @@ func TestExplainRefused(t *testing.T) {
 	}
 }
 
+// TestExplainWithoutClientCommands: a user that may MONITOR but not use
+// CLIENT (no names, no CLIENT LIST) still gets the whole trace, its
+// connections told apart by the addresses they were dialled from.
+func TestExplainWithoutClientCommands(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t, srv)
+	ctx := context.Background()
+	user := redistest.Prefix(t)
+	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Do(context.Background(), "ACL", "DELUSER", user) })
+	cfg := config(t, srv.Addr, "naive")
+	cfg.Redis.Username, cfg.Redis.Password = user, "pw"
+	_, ex := explainOne(t, cfg)
+	checkTrace(t, ex, 100)
+	if ex.Counts["GET"] != 100 {
+		t.Errorf("%d GETs of 100 goroutines in the trace", ex.Counts["GET"])
+	}
+}
+
 // TestExplainEmbedded: the embedded server has no MONITOR, and says so.
 func TestExplainEmbedded(t *testing.T) {
 	t.Parallel()
