@@ -65,9 +65,9 @@ type unit struct {
 
 // analyse builds the trace from the captured lines and what each goroutine
 // sent, and explains it.
-func analyse(ex Explanation, lines []monLine, addrs map[string]int, logs []*clientLog, keys []string,
+func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
 	limit int64, maxLines int) Explanation {
-	events, unmatched := buildTrace(lines, addrs, logs)
+	events, unmatched := buildTrace(capt, addrs, logs)
 	ex.Unmatched = unmatched
 	decisions := assignDecisions(events, logs)
 	for _, l := range logs {
@@ -113,7 +113,8 @@ func analyse(ex Explanation, lines []monLine, addrs map[string]int, logs []*clie
 // scripts they called, in the order Redis executed them, and matches each
 // goroutine's lines with what it sent. It returns the events and how many
 // of the goroutines' lines matched nothing sent.
-func buildTrace(lines []monLine, addrs map[string]int, logs []*clientLog) ([]traceEvent, int) {
+func buildTrace(capt capture, addrs map[string]int, logs []*clientLog) ([]traceEvent, int) {
+	lines := capt.lines
 	const (
 		other  = -1 // another client's commands
 		script = -2 // a script's
@@ -134,8 +135,8 @@ func buildTrace(lines []monLine, addrs map[string]int, logs []*clientLog) ([]tra
 		return i >= 0 && i < len(lines) && who[i] >= 0 && scriptCalls[strings.ToUpper(lines[i].args[0])]
 	}
 	// Redis shows a script's commands right after its call (or, in some
-	// versions, right before it): the first run of them next to a call on
-	// one side only says which.
+	// versions, right before it). The start marker said which; if it could
+	// not, the first run of them next to a call on one side only says.
 	type run struct{ from, to int }
 	var runs []run
 	for i := 0; i < len(lines); i++ {
@@ -149,9 +150,9 @@ func buildTrace(lines []monLine, addrs map[string]int, logs []*clientLog) ([]tra
 		runs = append(runs, run{i, j})
 		i = j - 1
 	}
-	before := false // whether a script's commands come before its call
+	before := capt.order == scriptsBeforeCall // whether a script's commands come before its call
 	for _, r := range runs {
-		if b, a := isCall(r.from-1), isCall(r.to); b != a {
+		if b, a := isCall(r.from-1), isCall(r.to); capt.order == orderUnknown && b != a {
 			before = a
 			break
 		}

@@ -265,7 +265,7 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	for _, l := range logs {
 		l.reset()
 	}
-	if err := echo(ctx, control, start); err != nil {
+	if err := startMarker(ctx, control, start); err != nil {
 		return ex, err
 	}
 	t, err := runTrial(ctx, client, workers[0].lim, e.info, key, cfg, workers)
@@ -289,7 +289,7 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 		return ex, readErr
 	}
 	keys := algorithms.KeysOf(workers[0].lim, key)
-	return analyse(ex, capt.lines, addrs, logs, keys, cfg.Policy.Limit, cmp.Or(cfg.ExplainLines, DefaultExplainLines)), nil
+	return analyse(ex, capt, addrs, logs, keys, cfg.Policy.Limit, cmp.Or(cfg.ExplainLines, DefaultExplainLines)), nil
 }
 
 // nodeOptions are the options of one connection to the server that holds
@@ -418,6 +418,18 @@ func addresses(ctx context.Context, control *redis.Client, tag string, logs []*c
 		return nil, fmt.Errorf("cannot tell which connection is which goroutine's: client list: %w", listErr)
 	}
 	return nil, fmt.Errorf("cannot tell which connection is which goroutine's: client list named %d of %d", listed, len(logs))
+}
+
+// startMarker marks the start of the trace with startScript, whose lines
+// tell where the server shows a script's commands; where scripts may not
+// run, with an ECHO.
+func startMarker(ctx context.Context, c *redis.Client, marker string) error {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Eval(sctx, startScript, nil, marker).Err(); err == nil {
+		return nil
+	}
+	return echo(ctx, c, marker)
 }
 
 // echo sends a marker the monitor will see.

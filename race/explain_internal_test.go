@@ -1,9 +1,12 @@
 package race
 
 import (
+	"bufio"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMonitorLine(t *testing.T) {
@@ -52,7 +55,7 @@ func line(us int64, addr string, args ...string) monLine {
 
 // TestScriptCommandsFollowTheirCall: a script's commands belong to the
 // call next to them, whether Redis shows them after the call (7.0) or
-// before it; another client's script is left out.
+// before it; another client's script is left out, even next to ours.
 func TestScriptCommandsFollowTheirCall(t *testing.T) {
 	t.Parallel()
 	addrs := map[string]int{"a:1": 0, "a:2": 1}
@@ -64,16 +67,30 @@ func TestScriptCommandsFollowTheirCall(t *testing.T) {
 	}
 	after := []monLine{
 		line(0, "a:1", "evalsha", "x", "1", "k"), line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"),
-		{micros: 3}, line(4, "lua", "ZCARD", "other"), // another client's script, its call left out
+		{micros: 3}, line(4, "lua", "ZCARD", "other"), // another client's script after its call, left out
 		line(5, "a:2", "evalsha", "x", "1", "k"), line(6, "lua", "ZCARD", "k"),
 	}
 	before := []monLine{
 		line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"), line(3, "a:1", "evalsha", "x", "1", "k"),
 		line(4, "lua", "ZCARD", "k"), line(5, "a:2", "evalsha", "x", "1", "k"),
 	}
-	for name, lines := range map[string][]monLine{"after the call": after, "before the call": before} {
-		t.Run(name, func(t *testing.T) {
-			events, unmatched := buildTrace(lines, addrs, logs())
+	// Another client's call, then its script's commands, then ours.
+	foreignFirst := append([]monLine{{micros: 0}, line(0, "lua", "ZCARD", "other")}, after...)
+	wantAfter := []string{"g1 EVALSHA", "g1 ZCARD (script)", "g1 ZADD (script)", "g2 EVALSHA", "g2 ZCARD (script)"}
+	wantBefore := []string{"g1 ZCARD (script)", "g1 ZADD (script)", "g1 EVALSHA", "g2 ZCARD (script)", "g2 EVALSHA"}
+	for _, tc := range []struct {
+		name string
+		capt capture
+		want []string
+	}{
+		{"after the call", capture{lines: after, order: scriptsAfterCall}, wantAfter},
+		{"before the call", capture{lines: before, order: scriptsBeforeCall}, wantBefore},
+		{"after the call, order guessed", capture{lines: after}, wantAfter},
+		{"before the call, order guessed", capture{lines: before}, wantBefore},
+		{"another client's script first", capture{lines: foreignFirst, order: scriptsAfterCall}, wantAfter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events, unmatched := buildTrace(tc.capt, addrs, logs())
 			var got []string
 			for _, e := range events {
 				s := goroutine(e.g) + " " + e.name
@@ -82,17 +99,70 @@ func TestScriptCommandsFollowTheirCall(t *testing.T) {
 				}
 				got = append(got, s)
 			}
-			want := []string{"g1 EVALSHA", "g1 ZCARD (script)", "g1 ZADD (script)", "g2 EVALSHA", "g2 ZCARD (script)"}
-			if name == "before the call" {
-				want = []string{"g1 ZCARD (script)", "g1 ZADD (script)", "g1 EVALSHA", "g2 ZCARD (script)", "g2 EVALSHA"}
+			if !slices.Equal(got, tc.want) || unmatched != 0 {
+				t.Fatalf("trace %q (%d unmatched), want %q", got, unmatched, tc.want)
 			}
-			if !slices.Equal(got, want) || unmatched != 0 {
-				t.Fatalf("trace %q (%d unmatched), want %q", got, unmatched, want)
-			}
-			ex := analyse(Explanation{Trial: Trial{Expected: 5}}, lines, addrs, logs(), []string{"k"}, 5, 40)
+			ex := analyse(Explanation{Trial: Trial{Expected: 5}}, tc.capt, addrs, logs(), []string{"k"}, 5, 40)
 			if ex.ScriptCalls != 2 || ex.Interleaved != 0 || ex.Admitted != 1 || ex.Reads != 2 || ex.StaleReads != 0 {
 				t.Fatalf("calls %d, interleaved %d, admitted %d, reads %d, stale %d; want 2, 0, 1, 2, 0",
 					ex.ScriptCalls, ex.Interleaved, ex.Admitted, ex.Reads, ex.StaleReads)
+			}
+		})
+	}
+}
+
+// TestMonitorRead: the reader skips what comes before the start marker,
+// learns from it where scripts' commands stand, keeps the goroutines'
+// lines and the scripts next to them, folds other clients' lines into one,
+// stops at the end marker, and gives up (closing) past its bound.
+func TestMonitorRead(t *testing.T) {
+	t.Parallel()
+	ours := `+1700000000.000100 [0 a:1] "evalsha" "x" "1" "k"`
+	script := `+1700000000.000101 [0 lua] "ZCARD" "k"`
+	other := `+1700000000.000102 [0 b:9] "get" "z"`
+	call := `+1700000000.000001 [0 c:1] "eval" "` + startScript + `" "0" "s"`
+	echo := `+1700000000.000002 [0 lua] "ECHO" "s"`
+	plain := `+1700000000.000002 [0 c:1] "echo" "s"`
+	end := `+1700000000.000200 [0 c:1] "echo" "e"`
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		max   int
+		order scriptOrder
+		addrs []string // of the lines kept; "" for others folded
+		full  bool
+	}{
+		// The second script run is kept, next to ours; buildTrace gives it
+		// to the call before it: another client's.
+		{"after the call", []string{ours, call, echo, ours, script, other, other, script, ours, end}, 10,
+			scriptsAfterCall, []string{"a:1", "lua", "", "lua", "a:1"}, false},
+		{"before the call", []string{echo, call, script, ours, end}, 10, scriptsBeforeCall, []string{"lua", "a:1"}, false},
+		{"plain echo", []string{plain, ours, other, end}, 10, orderUnknown, []string{"a:1", ""}, false},
+		{"full", []string{plain, ours, ours, ours, end}, 2, orderUnknown, []string{"a:1", "a:1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			defer server.Close()
+			go func() {
+				for _, l := range tc.lines {
+					if _, err := server.Write([]byte(l + "\r\n")); err != nil {
+						return // the reader closed: it is full
+					}
+				}
+			}()
+			m := &monitor{conn: client, rd: bufio.NewReader(client)}
+			defer m.Close()
+			_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c, err := m.read("s", "e", map[string]int{"a:1": 0}, tc.max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var addrs []string
+			for _, l := range c.lines {
+				addrs = append(addrs, l.addr)
+			}
+			if !slices.Equal(addrs, tc.addrs) || c.order != tc.order || c.full != tc.full {
+				t.Fatalf("kept %q, order %d, full %v; want %q, %d, %v", addrs, c.order, c.full, tc.addrs, tc.order, tc.full)
 			}
 		})
 	}
@@ -112,7 +182,7 @@ func TestNaiveTrace(t *testing.T) {
 	lines := []monLine{
 		line(0, "a:1", "get", "k"), line(4, "a:2", "get", "k"), line(9, "a:1", "incr", "k"), line(12, "a:2", "incr", "k"),
 	}
-	ex := analyse(Explanation{Trial: Trial{Expected: 1}}, lines, addrs, logs, []string{"k"}, 1, 40)
+	ex := analyse(Explanation{Trial: Trial{Expected: 1}}, capture{lines: lines}, addrs, logs, []string{"k"}, 1, 40)
 	if ex.Reads != 2 || ex.StaleReads != 1 || ex.Admitted != 2 || ex.OverAdmitted != 1 || len(ex.Moments) != 1 {
 		t.Fatalf("reads %d, stale %d, admitted %d, over %d, %d moments; want 2, 1, 2, 1, 1",
 			ex.Reads, ex.StaleReads, ex.Admitted, ex.OverAdmitted, len(ex.Moments))

@@ -235,27 +235,50 @@ func cut(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// scriptOrder is where a server shows a script's commands: after its
+// call (Redis 7.0), or before it.
+type scriptOrder int
+
+const (
+	orderUnknown scriptOrder = iota
+	scriptsAfterCall
+	scriptsBeforeCall
+)
+
+// startScript is the start marker when scripts may run: the order of its
+// two lines, the EVAL and its ECHO, says the server's scriptOrder.
+const startScript = "return redis.call('ECHO', ARGV[1])"
+
 // capture is what a monitor read between two markers: the trial's lines
 // from the clients in addrs, with the runs of script commands next to
 // them; every run of other clients' lines is one line with addr "".
 type capture struct {
 	lines []monLine
+	// order is where the server shows a script's commands, when the start
+	// marker could tell.
+	order scriptOrder
 	// full is set when the capture reached its bound and stopped.
 	full bool
 }
 
-// read reads lines until the one that echoes end, keeping, from the one
-// that echoes start, the lines of addrs (and of scripts next to them), at
-// most max: past that it closes the monitor, so that the server does not
-// hold what it could no longer send. It returns when it has seen end, when
-// the connection fails or is closed, and at the read deadline.
+// read reads lines until the one that echoes end, keeping, from the start
+// marker on, the lines of addrs (and of scripts next to them), at most
+// max: past that it closes the monitor, so that the server does not hold
+// what it could no longer send. The start marker is an ECHO of start, or
+// startScript called with it, whose two lines give the capture's order. It
+// returns when it has seen end, when the connection fails or is closed,
+// and at the read deadline.
 func (m *monitor) read(start, end string, addrs map[string]int, max int) (capture, error) {
 	var c capture
 	var pending []monLine // a run of script lines, kept when next to ours
 	prevOurs := false
-	started := false
+	started, sawCall, sawEcho := false, false, false
 	isMarker := func(l monLine, marker string) bool {
 		return len(l.args) == 2 && strings.EqualFold(l.args[0], "echo") && l.args[1] == marker
+	}
+	isCallMarker := func(l monLine) bool {
+		n := len(l.args)
+		return n == 4 && strings.EqualFold(l.args[0], "eval") && l.args[1] == startScript && l.args[n-1] == start
 	}
 	keep := func(l monLine) bool {
 		if len(c.lines) >= max {
@@ -281,7 +304,21 @@ func (m *monitor) read(start, end string, addrs map[string]int, max int) (captur
 			return c, err
 		}
 		if !started {
-			started = isMarker(l, start)
+			switch {
+			case l.addr == "lua" && isMarker(l, start):
+				if sawCall {
+					c.order = scriptsAfterCall
+				}
+				sawEcho = true
+			case isCallMarker(l):
+				if sawEcho {
+					c.order = scriptsBeforeCall
+				}
+				sawCall = true
+			case isMarker(l, start): // a plain ECHO: scripts may not run
+				sawCall, sawEcho = true, true
+			}
+			started = sawCall && sawEcho
 			continue
 		}
 		if isMarker(l, end) {
