@@ -106,7 +106,50 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 		}
 		ex.Events = append(ex.Events, ev)
 	}
+	ex.Lanes, ex.LanesCut = lanes(events)
 	return ex
+}
+
+// lanes sorts the goroutines' commands into one lane each, in the
+// goroutines' order, up to MaxLaneCommands of them.
+func lanes(events []traceEvent) ([]Lane, int) {
+	first := events[0].line.micros
+	byG := map[int][]LaneCommand{}
+	kept, cut := 0, 0
+	for _, e := range events {
+		if e.script {
+			continue
+		}
+		if kept == MaxLaneCommands {
+			cut++
+			continue
+		}
+		kept++
+		byG[e.g] = append(byG[e.g], LaneCommand{Micros: e.line.micros - first, Name: e.name, Role: role(e.name), Mark: e.mark})
+	}
+	gs := make([]int, 0, len(byG))
+	for g := range byG {
+		gs = append(gs, g)
+	}
+	slices.Sort(gs)
+	out := make([]Lane, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, Lane{Goroutine: goroutine(g), Commands: byG[g]})
+	}
+	return out, cut
+}
+
+// role says what a command does to a limiter's count.
+func role(name string) string {
+	switch {
+	case countReads[name]:
+		return RoleRead
+	case countWrites[name]:
+		return RoleWrite
+	case scriptCalls[name]:
+		return RoleCall
+	}
+	return RoleOther
 }
 
 // buildTrace keeps the captured lines of the goroutines and of the

@@ -34,6 +34,8 @@ const (
 	// maxMoments bounds the moments an explanation describes one by one;
 	// its counts cover them all.
 	maxMoments = 50
+	// MaxLaneCommands bounds the commands an explanation's lanes hold.
+	MaxLaneCommands = 20_000
 )
 
 // Explanation is one more trial of a limiter, run with a MONITOR connection
@@ -96,6 +98,37 @@ type Explanation struct {
 	// Events is the trace, cut to Config.ExplainLines around the moments;
 	// each event keeps its index in the whole trace, so that the cuts show.
 	Events []Event `json:"events"`
+	// Lanes is the whole trace by goroutine, in the goroutines' order, for
+	// one swimlane each on a shared time axis: every command a goroutine
+	// sent (the commands a script ran are in its call). It keeps the first
+	// MaxLaneCommands commands of the trace; LanesCut counts those past it.
+	Lanes    []Lane `json:"lanes,omitempty"`
+	LanesCut int    `json:"lanes_cut,omitempty"`
+}
+
+// Lane is one goroutine's commands in a trace.
+type Lane struct {
+	Goroutine string        `json:"goroutine"`
+	Commands  []LaneCommand `json:"commands"`
+}
+
+// Roles of a command in a lane.
+const (
+	RoleRead  = "read"  // it read the count
+	RoleWrite = "write" // it raised or set the count
+	RoleCall  = "call"  // it ran a script
+	RoleOther = "other" // anything else: PTTL, WATCH, MULTI, EXEC, EXPIRE…
+)
+
+// LaneCommand is one command of a lane.
+type LaneCommand struct {
+	// Micros is the time since the trace's first command, on Redis's clock, in µs.
+	Micros int64 `json:"us"`
+	// Name is the command's name ("GET"), Role what it did to the count.
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Mark is the event's mark: stale, over, aborted or phantom.
+	Mark string `json:"mark,omitempty"`
 }
 
 // Event is one command of a trace.

@@ -86,6 +86,40 @@ func checkTrace(t *testing.T, ex race.Explanation, concurrency int) {
 			t.Errorf("event %d (%s %s) has no reply", i, e.Goroutine, e.Command)
 		}
 	}
+	checkLanes(t, ex, concurrency)
+}
+
+// checkLanes: the lanes hold, goroutine by goroutine and in order, every
+// command of the trace a goroutine sent, as the whole trace has it.
+func checkLanes(t *testing.T, ex race.Explanation, concurrency int) {
+	t.Helper()
+	want := map[string][]race.LaneCommand{}
+	for _, e := range ex.Events {
+		if e.Script {
+			continue
+		}
+		name, _, _ := strings.Cut(e.Command, " ")
+		want[e.Goroutine] = append(want[e.Goroutine], race.LaneCommand{Micros: e.Micros, Name: name, Mark: e.Mark})
+	}
+	if len(ex.Lanes) != len(want) || len(ex.Lanes) != concurrency || ex.LanesCut != 0 {
+		t.Fatalf("%d lanes (%d commands cut) for %d goroutines that sent commands, %d raced", len(ex.Lanes), ex.LanesCut, len(want), concurrency)
+	}
+	roles := map[string]int{}
+	for i, l := range ex.Lanes {
+		if l.Goroutine != fmt.Sprintf("g%d", i+1) || len(l.Commands) != len(want[l.Goroutine]) {
+			t.Fatalf("lane %d: %s with %d commands; the trace has %d", i, l.Goroutine, len(l.Commands), len(want[l.Goroutine]))
+		}
+		for j, c := range l.Commands {
+			w := want[l.Goroutine][j]
+			if c.Micros != w.Micros || c.Name != w.Name || c.Mark != w.Mark {
+				t.Fatalf("%s's command %d: %+v in its lane, %+v in the trace", l.Goroutine, j, c, w)
+			}
+			roles[c.Role]++
+		}
+	}
+	if int64(roles[race.RoleRead]) < ex.Reads-ex.ScriptCalls || int64(roles[race.RoleCall]) != ex.ScriptCalls {
+		t.Errorf("lanes: %v by role; the trace has %d reads and %d script calls", roles, ex.Reads, ex.ScriptCalls)
+	}
 }
 
 // count counts the events of ex whose command starts with name and which

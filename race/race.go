@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,6 +295,27 @@ type Trial struct {
 	StateVerified *bool `json:"state_verified"`
 	// State is what the key held: the log's member count or the counter's value.
 	State int64 `json:"state"`
+	// LatencyMicros is the trial's decision latency, retries included, in
+	// µs: exact nearest-rank percentiles of its decisions.
+	LatencyMicros TrialLatency `json:"latency_us"`
+}
+
+// TrialLatency is one trial's decision latency, in µs.
+type TrialLatency struct {
+	P50 int64 `json:"p50"`
+	P99 int64 `json:"p99"`
+	Max int64 `json:"max"`
+}
+
+// trialLatency takes the exact nearest-rank percentiles of one trial's
+// latencies; it sorts them.
+func trialLatency(us []int64) TrialLatency {
+	if len(us) == 0 {
+		return TrialLatency{}
+	}
+	slices.Sort(us)
+	rank := func(p float64) int64 { return us[max(int(math.Ceil(p*float64(len(us))))-1, 0)] }
+	return TrialLatency{P50: rank(0.50), P99: rank(0.99), Max: us[len(us)-1]}
 }
 
 // Run races every limiter in cfg and returns the report. It stops at the
@@ -646,7 +668,9 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 	lastReply := workers[0].lastReply
 	var members []string
 	var firstErr error
+	var latencies []int64
 	for _, w := range workers {
+		latencies = append(latencies, w.latencies...)
 		t.Admitted += w.admitted
 		t.Errors += w.errs
 		t.RetriesExhausted += w.exhausted
@@ -665,6 +689,7 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 			firstErr = w.err
 		}
 	}
+	t.LatencyMicros = trialLatency(latencies)
 	t.ReleaseSpreadMicros = last.Sub(first).Microseconds()
 	span := lastReply.Sub(first)
 	t.SpanMicros = span.Microseconds()

@@ -60,9 +60,14 @@ func checkTrials(t *testing.T, rep race.Report) {
 		if r.Guarantee != string(info.Guarantee) || r.GuaranteeRule == "" || r.Clock == "" {
 			t.Errorf("%s judged by %q (%q) on the %q clock, want its own guarantee %q", r.Limiter, r.Guarantee, r.GuaranteeRule, r.Clock, info.Guarantee)
 		}
-		var over, under, expected int64
+		var over, under, expected, slowest int64
 		leaked := 0
 		for i, tr := range r.TrialResults {
+			// Every decision began after the release and returned before the trial ended.
+			if l := tr.LatencyMicros; l.P50 > l.P99 || l.P99 > l.Max || l.Max <= 0 || l.Max > tr.ElapsedMicros {
+				t.Errorf("%s trial %d: latency %+v µs in a trial of %d µs", r.Limiter, i+1, l, tr.ElapsedMicros)
+			}
+			slowest = max(slowest, tr.LatencyMicros.Max)
 			if tr.Bound < limit || tr.Expected != min(requests, tr.Bound) || tr.ClockFromMillis > tr.ClockToMillis {
 				t.Errorf("%s trial %d: bound %d, expected %d for %d requests, clock %d..%d",
 					r.Limiter, i+1, tr.Bound, tr.Expected, requests, tr.ClockFromMillis, tr.ClockToMillis)
@@ -76,6 +81,10 @@ func checkTrials(t *testing.T, rep race.Report) {
 			}
 			under += max(tr.Minimum-tr.Admitted, 0)
 			expected += tr.Expected
+		}
+		// The histogram's max is the slowest trial's, to its precision.
+		if m := r.LatencyMicros.Max; m < slowest || m > slowest+slowest/100+1 {
+			t.Errorf("%s: latency max %d µs, the slowest trial's %d µs", r.Limiter, m, slowest)
 		}
 		if r.OverAdmitted != over || r.UnderAdmitted != under || r.LeakedTrials != leaked || r.ExpectedAdmitted != expected {
 			t.Errorf("%s: over %d, under %d, leaked %d, expected %d; the trials add up to %d, %d, %d, %d",
