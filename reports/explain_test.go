@@ -2,6 +2,8 @@ package reports_test
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,9 +47,9 @@ func explainedRace() race.Report {
 		lua = append(lua, race.Event{Index: len(lua), Micros: us, Goroutine: g, Command: cmd, Reply: reply, Script: script})
 		us += 3
 	}
-	for i, g := range []string{"g2", "g5", "g1"} {
+	for i, g := range []string{"g2", "g5", "g1", "g3", "g4", "g6"} {
 		member := "5f1e0c2a9b3d4e6f-" + string(rune('1'+i))
-		reply := []string{"[1 1 0]", "[1 0 0]", "[0 0 10000]"}[i]
+		reply := []string{"[1 1 0]", "[1 0 0]", "[0 0 10000]", "[0 0 10000]", "[0 0 10000]", "[0 0 10000]"}[i]
 		add(g, "EVALSHA "+sha+" 1 "+luaKey+" 2 10000 1700000000000 "+member, reply, false)
 		add(g, "ZRANGE "+luaKey+" -1 -1 WITHSCORES", "", true)
 		add(g, "ZREMRANGEBYSCORE "+luaKey+" -inf 1699999990000", "", true)
@@ -58,13 +60,17 @@ func explainedRace() race.Report {
 		}
 		us += 20
 	}
+	luaLanes := lanesOf(lua)
 	lua = lua[:14]
+	naiveLanes := lanesOf(slices.Concat([]race.Event{{Micros: 0, Goroutine: "g1", Command: "GET " + naiveKey}}, naive,
+		[]race.Event{{Micros: 84, Goroutine: "g6", Command: "GET " + naiveKey}, {Micros: 88, Goroutine: "g6", Command: "PTTL " + naiveKey}}))
 	trial := func(admitted, state, trips int64) race.Trial {
 		return race.Trial{Admitted: admitted, Expected: 2, Bound: 2, Minimum: 2, ClockFromMillis: 1_700_000_000_000,
 			ClockToMillis: 1_700_000_000_001, SpanMicros: 130, RoundTrips: trips, ReportedRoundTrips: trips,
 			ReleaseSpreadMicros: 20, ElapsedMicros: 140, StateVerified: truth(state == admitted), State: state}
 	}
 	result := func(r race.Result, t race.Trial, ex race.Explanation) race.Result {
+		t.LatencyMicros = race.TrialLatency{P50: r.LatencyMicros.P50, P99: r.LatencyMicros.P99, Max: r.LatencyMicros.Max}
 		r.Trials, r.Requests, r.Admitted, r.ExpectedAdmitted = 1, 6, t.Admitted, t.Expected
 		r.OverAdmitted = max(t.Admitted-t.Expected, 0)
 		if r.OverAdmitted > 0 {
@@ -101,7 +107,7 @@ func explainedRace() race.Report {
 							Write:     &race.Step{Event: 14, Micros: 79, Goroutine: "g4", Command: "INCR", Value: count(4)},
 							Admission: 4, Allowed: 2, WritesBetween: 2},
 					},
-					Events: naive}),
+					Events: naive, Lanes: naiveLanes}),
 			result(race.Result{Limiter: "lua", Atomic: true, Description: "atomic sliding-window log in one Lua script (sliding-log)",
 				Guarantee: "sliding-window", GuaranteeRule: "at most 2 in any 10s span", Clock: "caller",
 				ReleaseSpreadMicros: race.Spread{P50: 18, Max: 18}, ElapsedMillis: 1,
@@ -114,8 +120,33 @@ func explainedRace() race.Report {
 						Call:  &race.Step{Event: 0, Micros: 0, Goroutine: "g2", Command: "EVALSHA"},
 						Read:  &race.Step{Event: 3, Micros: 9, Goroutine: "g2", Command: "ZCARD"},
 						Write: &race.Step{Event: 4, Micros: 12, Goroutine: "g2", Command: "ZADD"}}},
-					Events: lua}),
+					Events: lua, Lanes: luaLanes}),
 		},
+	}
+}
+
+// lanesOf sorts a whole trace into one lane per goroutine, as a run does.
+func lanesOf(events []race.Event) []race.Lane {
+	roles := map[string]string{"GET": race.RoleRead, "ZCARD": race.RoleRead, "INCR": race.RoleWrite, "ZADD": race.RoleWrite,
+		"EVALSHA": race.RoleCall}
+	var lanes []race.Lane
+	for g := 1; ; g++ {
+		l := race.Lane{Goroutine: fmt.Sprintf("g%d", g)}
+		for _, e := range events {
+			if e.Goroutine != l.Goroutine || e.Script {
+				continue
+			}
+			name, _, _ := strings.Cut(e.Command, " ")
+			role := roles[name]
+			if role == "" {
+				role = race.RoleOther
+			}
+			l.Commands = append(l.Commands, race.LaneCommand{Micros: e.Micros, Name: name, Role: role, Mark: e.Mark})
+		}
+		if l.Commands == nil {
+			return lanes
+		}
+		lanes = append(lanes, l)
 	}
 }
 
@@ -145,6 +176,18 @@ func TestExplainFixtureAddsUp(t *testing.T) {
 		}
 		if ex.Admitted != ex.Trial.Admitted || ex.Trial.State != ex.Admitted || ex.OverAdmitted != max(ex.Admitted-ex.Trial.Expected, 0) {
 			t.Errorf("%s: the trace admits %d (%d over), the trial %d (key %d)", r.Limiter, ex.Admitted, ex.OverAdmitted, ex.Trial.Admitted, ex.Trial.State)
+		}
+		laneMarks, calls := map[string]int64{}, int64(0)
+		for _, l := range ex.Lanes {
+			for _, c := range l.Commands {
+				laneMarks[c.Mark]++
+				if c.Role == race.RoleCall {
+					calls++
+				}
+			}
+		}
+		if int64(len(ex.Lanes)) != ex.Decisions || calls != ex.ScriptCalls || laneMarks["over"] != ex.OverAdmitted || laneMarks["stale"] != ex.StaleReads {
+			t.Errorf("%s: %d lanes for %d decisions, %d calls of %d, marks %v", r.Limiter, len(ex.Lanes), ex.Decisions, calls, ex.ScriptCalls, laneMarks)
 		}
 	}
 }

@@ -45,7 +45,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:800px;color:
 h1{font-size:22px}h2{font-size:18px;margin-top:36px;border-bottom:1px solid #ccc}h3{font-size:15px}
 figure.chart{margin:18px 0}svg{display:block;max-width:100%;height:auto}
 .title{font-weight:600;font-size:13px}.tick,.legend,.limit-label{font-size:11px}.axis{font-size:12px}
-.plot{fill:none;stroke:#888}.grid{stroke:#e4e4e4}.line{fill:none;stroke-width:1.6}
+.plot{fill:none;stroke:#888}.lane{stroke:#ccc;stroke-width:1}.grid{stroke:#e4e4e4}.line{fill:none;stroke-width:1.6}
 .limit{stroke:#c00;stroke-dasharray:4 2}.limit-label{fill:#c00;text-anchor:end}
 .mark.bad{stroke:#c00;stroke-width:1.5}.band{fill:#f2e3c8}.band-label{font-size:11px;fill:#8a5a00}.empty{text-anchor:middle;fill:#888}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
@@ -192,17 +192,41 @@ func raceSection(b *strings.Builder, i int, r Named[race.Report]) {
 		xLabel: "trial", yLabel: "requests admitted", limits: []limitLine{{y: float64(r.Result.Config.Limit), label: "limit"}}}
 	lat := chart{id: fmt.Sprintf("race-latency-%d", i), title: "Decision latency by percentile", xLabel: "percentile",
 		yLabel: "latency (ms)", xLog: true, xTicks: spectrumTicks()}
+	perTrial := chart{id: fmt.Sprintf("race-trial-latency-%d", i), title: "Decision latency per trial, p99",
+		xLabel: "trial", yLabel: "p99 latency (ms)"}
 	for _, res := range r.Result.Results {
-		var pts []point
+		var pts, p99s []point
 		for t, tr := range res.TrialResults {
 			pts = append(pts, point{x: float64(t + 1), y: float64(tr.Admitted), bad: tr.Admitted > tr.Expected})
+			p99s = append(p99s, point{x: float64(t + 1), y: float64(tr.LatencyMicros.P99) / 1000})
 		}
 		admitted.series = append(admitted.series, series{name: res.Limiter, points: pts})
 		lat.series = append(lat.series, series{name: res.Limiter, points: spectrumPoints(res.LatencyMicros)})
+		perTrial.series = append(perTrial.series, series{name: res.Limiter, points: p99s})
 	}
 	b.WriteString(admitted.svg())
 	note(b, "A red outline marks a trial that admitted more than the limiter's own guarantee allowed over the trial's span.")
 	b.WriteString(lat.svg())
+	b.WriteString(perTrial.svg())
+	note(b, "Each trial's p99 is exact: the 99th percentile of that trial's decisions, retries included.")
+	for j, res := range r.Result.Results {
+		ex := res.Explain
+		switch {
+		case ex == nil:
+		case ex.Skipped != "":
+			note(b, res.Limiter+", explained: no trace: "+ex.Skipped)
+		case len(ex.Lanes) > 0:
+			title := fmt.Sprintf("%s, explained: %d commands of %d goroutines as Redis executed them", res.Limiter, ex.Commands, len(ex.Lanes))
+			b.WriteString(swimlanes(fmt.Sprintf("race-lanes-%d-%d", i, j), title, ex))
+			text := fmt.Sprintf("One more trial of %s, with MONITOR on (its latency is not comparable): %d decisions, %d of %d reads stale, "+
+				"%d admitted where %d were allowed. A goroutine's lane runs from its first command to its last; a script's own commands are in its call.",
+				res.Limiter, ex.Decisions, ex.StaleReads, ex.Reads, ex.Admitted, ex.Trial.Expected)
+			if ex.LanesCut > 0 {
+				text += fmt.Sprintf(" The lanes stop after the first %d commands; %d more are not drawn.", race.MaxLaneCommands, ex.LanesCut)
+			}
+			note(b, text)
+		}
+	}
 }
 
 func compareSection(b *strings.Builder, i int, r Named[compare.Report]) {

@@ -2,6 +2,7 @@ package reports_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,7 +105,7 @@ func TestHTMLInABrowser(t *testing.T) {
 		{StartMillis: 1000, Decisions: 75, Admitted: 30}}}
 	page := reports.Page{
 		Bench:   []reports.Named[bench.Result]{{Name: "leaky.json", Result: run}},
-		Race:    []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}},
+		Race:    []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}, {Name: "explained.json", Result: explainedRace()}},
 		Compare: []reports.Named[compare.Report]{{Name: "compare.json", Result: cmp}},
 		Skew:    []reports.Named[skew.Report]{{Name: "skew.json", Result: fixedSkew()}},
 		Drill:   []reports.Named[drill.Report]{{Name: "drill.json", Result: dr}},
@@ -153,10 +154,25 @@ func TestHTMLInABrowser(t *testing.T) {
 			}
 		}
 	}
-	r := fixedRace()
-	for _, res := range r.Results {
-		want["race-admitted-0"] += len(res.TrialResults)
-		want["race-latency-0"] += 6
+	wantBad := map[string]int{}
+	for i, r := range []race.Report{fixedRace(), explainedRace()} {
+		for j, res := range r.Results {
+			want[fmt.Sprintf("race-admitted-%d", i)] += len(res.TrialResults)
+			want[fmt.Sprintf("race-latency-%d", i)] += 6
+			want[fmt.Sprintf("race-trial-latency-%d", i)] += len(res.TrialResults)
+			if res.Explain == nil {
+				continue
+			}
+			id := fmt.Sprintf("race-lanes-%d-%d", i, j)
+			for _, l := range res.Explain.Lanes {
+				want[id] += len(l.Commands)
+				for _, c := range l.Commands {
+					if c.Mark == "over" || c.Mark == "aborted" {
+						wantBad[id]++
+					}
+				}
+			}
+		}
 	}
 	for _, res := range cmp.Results {
 		want["compare-boundary-0"] += 2 // two instants with an admission
@@ -243,6 +259,9 @@ func TestHTMLInABrowser(t *testing.T) {
 			t.Errorf("chart %s: %d marks drawn (%d said), want %d from the data", f.ID, f.Marks, f.Data, w)
 		case f.Axes != 2 || (w > 0 && f.Items == 0):
 			t.Errorf("chart %s: %d axis labels, %d legend items", f.ID, f.Axes, f.Items)
+		}
+		if strings.HasPrefix(f.ID, "race-lanes-") && f.Bad != wantBad[f.ID] {
+			t.Errorf("chart %s: %d commands outlined, the trace has %d over the guarantee or aborted", f.ID, f.Bad, wantBad[f.ID])
 		}
 		if f.ID == "drill-0-0" && f.Bad != 2 {
 			t.Errorf("the drill chart outlines %d intervals over the guarantee, the data 2", f.Bad)

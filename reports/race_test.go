@@ -58,6 +58,19 @@ func raceResult(info race.Result, trials ...race.Trial) race.Result {
 		}
 	}
 	r.StateVerified = truth(verified)
+	// Each trial's latency, the last trial's max the result's.
+	n := int64(len(trials))
+	for k := range r.TrialResults {
+		back := n - 1 - int64(k)
+		l := info.LatencyMicros
+		tr := &r.TrialResults[k]
+		tr.LatencyMicros = race.TrialLatency{P50: l.P50 + 20*int64(k), P99: l.P99 - 30*back, Max: l.Max}
+		if back > 0 {
+			tr.LatencyMicros.Max = min(l.Max, tr.LatencyMicros.P99+50)
+		}
+		tr.ElapsedMicros = max(tr.ElapsedMicros, tr.LatencyMicros.Max+60)
+		tr.SpanMicros = max(tr.SpanMicros, tr.ElapsedMicros-100)
+	}
 	return r
 }
 
@@ -72,7 +85,7 @@ func fixedRace() race.Report {
 		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: race.Settings{Limiters: []string{"naive", "watch", "lua", "fixed-window", "lua-count-denied"}, Concurrency: 100, Limit: 5,
 			WindowMillis: 10000, Trials: 2, RequestsPerWorker: 1, Clock: "caller", WatchRetries: 100},
-		ElapsedMillis: 912,
+		ElapsedMillis: 1312,
 		Results: []race.Result{
 			raceResult(race.Result{Limiter: "naive", Description: "GET the counter, compare, INCR: racy by design",
 				Guarantee: "expiry-windows", GuaranteeRule: "at most 5 per 10s key lifetime", Clock: "redis",
@@ -96,7 +109,7 @@ func fixedRace() race.Report {
 				raceTrial(5, 5, 100, 0, 0, 5), raceTrial(8, 10, 100, 0, 0, 8)),
 			raceResult(race.Result{Limiter: "lua-count-denied", Atomic: true,
 				Guarantee: "sliding-window", GuaranteeRule: "at most 5 in any 10s span", Clock: "caller",
-				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, ElapsedMillis: 5,
+				ReleaseSpreadMicros: race.Spread{P50: 175, Max: 220}, ElapsedMillis: 1255,
 				LatencyMicros: hdr.Percentiles{P50: 1000, P90: 1630, P95: 1820, P99: 1990, P999: 1_250_000, Max: 1_250_000, Count: 200}},
 				raceTrial(5, 5, 100, 0, 2, 98), raceTrial(5, 5, 100, 0, 1, 99)),
 		},
@@ -126,6 +139,16 @@ func TestRaceFixtureAddsUp(t *testing.T) {
 		}
 		// Every decision is timed, failed ones too.
 		checkPercentiles(t, r.Limiter+" latency", r.LatencyMicros, r.Requests)
+		var slowest, elapsed int64
+		for _, tr := range r.TrialResults {
+			if l := tr.LatencyMicros; l.P50 > l.P99 || l.P99 > l.Max || l.Max > tr.ElapsedMicros {
+				t.Errorf("%s: trial latency %+v µs in a trial of %d µs", r.Limiter, l, tr.ElapsedMicros)
+			}
+			slowest, elapsed = max(slowest, tr.LatencyMicros.Max), elapsed+tr.ElapsedMicros
+		}
+		if slowest != r.LatencyMicros.Max || elapsed > r.ElapsedMillis*1000 {
+			t.Errorf("%s: slowest trial %d µs, result max %d µs; trials took %d µs of the limiter's %d ms", r.Limiter, slowest, r.LatencyMicros.Max, elapsed, r.ElapsedMillis)
+		}
 	}
 }
 
