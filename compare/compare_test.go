@@ -31,6 +31,9 @@ func config(t *testing.T, addr string) compare.Config {
 		Keys:        200,
 		Duration:    200 * time.Millisecond,
 		Seed:        1,
+		// Enough decisions to judge (a few thousand per algorithm), few
+		// enough for the race detector.
+		AccuracyClients: 10,
 	}
 }
 

@@ -99,6 +99,10 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx) }()
 	t.Cleanup(func() {
+		// A connection the client dialled and never used is new to the
+		// server, which waits 5 s before it counts it idle and shuts down:
+		// the client closes its idle ones first.
+		httpClient.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)

@@ -829,31 +829,50 @@ func TestBenchAudit(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	var mu sync.Mutex
-	count := map[string]int{}
-	start := time.Now()
-	leaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
-		count[key]++
-		w.Header().Set("RateLimit-Policy", `"default";q=5;w=1`)
-		if count[key] > 10 {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-		}
-	}))
-	defer leaky.Close()
-	args := []string{"--rate", "40", "--duration", "2500ms", "--consumers", "2", "--expect-limit", "5/1s", "--fail-on-leak"}
-	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes"}, args...)...)
+	// A server that advertises 5 per second and admits 10.
+	leaky := func() *httptest.Server {
+		var mu sync.Mutex
+		count := map[string]int{}
+		start := time.Now()
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
+			count[key]++
+			w.Header().Set("RateLimit-Policy", `"default";q=5;w=1`)
+			if count[key] > 10 {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	args := []string{"--rate", "40", "--duration", "2500ms", "--consumers", "2", "--expect-limit", "5/1s"}
+	// One run judged alone, and at the same time two more at another such
+	// server, as two load machines would, whose results are merged: one
+	// audit over both, and the same verdict.
+	var code int
+	var stdout, stderr string
+	var jsons [2]string
+	var wg sync.WaitGroup
+	alone := leaky().URL
+	wg.Go(func() {
+		code, stdout, stderr = ratelab(t, append([]string{"bench", "http", alone, "--no-probes", "--fail-on-leak"}, args...)...)
+	})
+	shared := leaky().URL
+	for i := range jsons {
+		wg.Go(func() {
+			_, jsons[i], _ = ratelab(t, append([]string{"bench", "http", shared, "--no-probes", "-o", "json"}, args...)...)
+		})
+	}
+	wg.Wait()
 	if code != exitThreshold || !strings.Contains(stderr, "over the 5 allowed") || !strings.Contains(stdout, "LEAKED") {
 		t.Fatalf("leaky server: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
-	// Two such runs merged: one audit over both, and the same verdict.
 	dir := t.TempDir()
-	for _, name := range []string{"a", "b"} {
-		_, stdout, _ := ratelab(t, append([]string{"bench", "http", leaky.URL, "--no-probes", "-o", "json"}, args[:len(args)-1]...)...)
-		if err := os.WriteFile(dir+"/"+name+".json", []byte(stdout), 0o644); err != nil {
+	for i, name := range []string{"a", "b"} {
+		if err := os.WriteFile(dir+"/"+name+".json", []byte(jsons[i]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -879,7 +898,7 @@ func TestBenchAudit(t *testing.T) {
 			t.Fatal("edge not listening")
 		}
 	}
-	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/"}, args...)...)
+	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/", "--fail-on-leak"}, args...)...)
 	if code != exitOK || !strings.Contains(stdout, "(held)") || !strings.Contains(stdout, "Retry-After: honest") {
 		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
