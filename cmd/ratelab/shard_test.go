@@ -41,9 +41,11 @@ func ratelabProcess(t *testing.T, args ...string) (int, []byte, string) {
 
 // TestShardsInProcesses: three ratelab processes, shards of one run that
 // start at the same instant, share the consumers of a server that admits
-// twice the limit it advertises. Each shard's audit passes alone; the
-// merge's counts are the sum, its percentiles the exact merge, and its
-// audit catches the leak: exit 3.
+// twice the limit it advertises. Each consumer is sent 36 requests a
+// second, 12 by each shard: the server admits them all, 36 where it
+// promised 20. Each shard's audit passes alone (12 of 20, room for a
+// stalled shard's catch-up); the merge's counts are the sum, its
+// percentiles the exact merge, and its audit catches the leak: exit 3.
 func TestShardsInProcesses(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -57,8 +59,8 @@ func TestShardsInProcesses(t *testing.T) {
 		defer mu.Unlock()
 		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
 		count[key]++
-		w.Header().Set("RateLimit-Policy", `"default";q=6;w=1`)
-		if count[key] > 12 { // twice the advertised limit
+		w.Header().Set("RateLimit-Policy", `"default";q=20;w=1`)
+		if count[key] > 40 { // twice the advertised limit
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
@@ -74,7 +76,7 @@ func TestShardsInProcesses(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			code, stdout, stderr := ratelabProcess(t, "bench", "http", leaky.URL, "--rate", "72", "--duration", "2500ms",
-				"--connections", "6", "--consumers", "2", "--expect-limit", "6/1s", "--fail-on-leak", "--no-probes",
+				"--connections", "6", "--consumers", "2", "--expect-limit", "20/1s", "--fail-on-leak", "--no-probes",
 				"--shard", fmt.Sprintf("%d/3", i), "--shared-consumers", "--start-at", at, "-o", "json")
 			if code != exitOK {
 				t.Errorf("shard %d alone: exit %d (%s): its audit should pass", i, code, stderr)
