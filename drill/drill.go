@@ -291,9 +291,9 @@ type Row struct {
 	// DetectMillis is from the fault's start to the first answer made
 	// without Redis; null when there was none.
 	DetectMillis *int64 `json:"detect_ms"`
-	// RecoverMillis is from the fault's end to the last answer made without
-	// Redis (0 when it came before the end); null when none was made, or
-	// when none made with Redis followed it.
+	// RecoverMillis is from the fault's end to the last answer made
+	// without Redis before Redis decided a request sent after the end (0
+	// when Redis decided first); null when Redis decided none.
 	RecoverMillis *int64 `json:"recover_ms"`
 	// P50Millis and P99Millis are the latency percentiles of the requests
 	// due during the fault, from when each was due.

@@ -27,7 +27,7 @@ func judge(cfg Config, rs []bench.Response, w window) Row {
 	}
 	per := make([][]bench.Response, cfg.Consumers)
 	lat := hdr.New()
-	var firstDegraded, lastDegraded *bench.Response
+	var firstDegraded *bench.Response
 	for i, r := range rs {
 		row.Decisions++
 		if r.Error != "" {
@@ -41,9 +41,6 @@ func judge(cfg Config, rs []bench.Response, w window) Row {
 			if !r.Sent.Before(w.start) {
 				if firstDegraded == nil || r.Done.Before(firstDegraded.Done) {
 					firstDegraded = &rs[i]
-				}
-				if lastDegraded == nil || r.Done.After(lastDegraded.Done) {
-					lastDegraded = &rs[i]
 				}
 			}
 		}
@@ -59,13 +56,25 @@ func judge(cfg Config, rs []bench.Response, w window) Row {
 	if firstDegraded != nil {
 		ms := max(firstDegraded.Done.Sub(w.start), 0).Milliseconds()
 		row.DetectMillis = &ms
-		// Recovered once an answer made with Redis followed the last one made without.
-		for _, r := range rs {
-			if decided(r) && r.Sent.After(lastDegraded.Sent) {
-				ms := max(lastDegraded.Done.Sub(w.end), 0).Milliseconds()
-				row.RecoverMillis = &ms
-				break
+		// Recovered when Redis decided a request sent after the fault's
+		// end: from the end to the last answer made without Redis before
+		// that one. A later failure (one request's timeout on a loaded
+		// machine) is counted as an error, not as the fault going on.
+		var back *bench.Response
+		for i, r := range rs {
+			if decided(r) && !r.Sent.Before(w.end) && (back == nil || r.Done.Before(back.Done)) {
+				back = &rs[i]
 			}
+		}
+		if back != nil {
+			var last time.Time
+			for _, r := range rs {
+				if !decided(r) && !r.Sent.Before(w.start) && !r.Done.After(back.Done) && r.Done.After(last) {
+					last = r.Done
+				}
+			}
+			ms := max(last.Sub(w.end), 0).Milliseconds()
+			row.RecoverMillis = &ms
 		}
 	}
 	exact := info.Guarantee == algorithms.SlidingWindow

@@ -41,7 +41,7 @@ func drillNotes(rep drill.Report) []string {
 		"decisions: requests sent over the whole run. over: admitted beyond the algorithm's guarantee, judged on the " +
 			"requests' whole flights. wrong 429/503: refusals an exact sliding window would have admitted. errors: requests " +
 			"Redis did not decide (answers without RateLimit fields, transport errors). detect: fault start to the first " +
-			"answer made without Redis; recover: fault end to the last one (– when there was none). p50/p99: requests due " +
+			"answer made without Redis; recover: fault end to the last one before Redis decided again (– when it did not). p50/p99: requests due " +
 			fmt.Sprintf("during the fault, timed from when they were due. The drill took %s.", ms(rep.ElapsedMillis)),
 	}
 	for _, s := range rep.Skipped {
