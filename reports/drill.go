@@ -28,10 +28,17 @@ func Drill(w io.Writer, rep drill.Report, f Format, opt Options) error {
 func drillSummary(rep drill.Report) string {
 	c := rep.Config
 	return fmt.Sprintf("%s · %s, %d per %s (%s) · %d consumers at %g× their limit, %g requests/s per gateway, %d gateway(s) · "+
-		"steady %s, fault %s, after %s · Redis timeout %s, circuit after %d failures",
+		"steady %s, fault %s, after %s · Redis timeout %s, %s",
 		serverName(rep.RedisVersion), c.Algorithm, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond, rep.Guarantee,
 		c.Consumers, c.Load, c.RatePerSec, c.Nodes, ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
-		ms(c.TimeoutMillis), c.BreakerFailures)
+		ms(c.TimeoutMillis), breaker(c.BreakerFailures))
+}
+
+func breaker(failures int) string {
+	if failures == 0 {
+		return "no circuit breaker"
+	}
+	return fmt.Sprintf("circuit after %d failures", failures)
 }
 
 func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }

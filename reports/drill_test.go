@@ -68,3 +68,16 @@ func TestDrillJSON(t *testing.T) {
 		t.Errorf("verdict %q", got)
 	}
 }
+
+// TestDrillWithoutBreaker: a drill run with the circuit breaker off says so.
+func TestDrillWithoutBreaker(t *testing.T) {
+	rep := fixedDrill()
+	rep.Config.BreakerFailures = 0
+	var buf bytes.Buffer
+	if err := reports.Drill(&buf, rep, reports.Table, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "Redis timeout 200ms, no circuit breaker\n") || strings.Contains(out, "circuit after") {
+		t.Fatalf("the summary does not say the breaker was off:\n%s", out)
+	}
+}
