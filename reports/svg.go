@@ -274,7 +274,7 @@ func (c chart) draw(b *strings.Builder, style int, s series, xs, ys scale) {
 	}
 	fmt.Fprintf(b, `<path class="line" d="%s" stroke="%s" stroke-dasharray="%s"/>`, strings.TrimSpace(path.String()), colour, dashes[style])
 	for _, p := range s.points {
-		fmt.Fprintf(b, `%s`, marker(shapes[style], xs.at(p.x), ys.at(p.y), colour, markClass(p), tip(c, s, p)))
+		fmt.Fprintf(b, `%s`, marker(shapes[style], xs.at(p.x), ys.at(p.y), markerSize, colour, markClass(p), tip(c, s, p)))
 	}
 	b.WriteString(`</g>`)
 }
@@ -292,9 +292,13 @@ func tip(c chart, s series, p point) string {
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
-// marker draws one mark of a shape at x, y.
-func marker(shape string, x, y float64, colour, class, title string) string {
-	const r = 3.5
+// markerSize is the half-width of a chart's marks, in px.
+const markerSize = 3.5
+
+// marker draws one mark of a shape, r px from its centre to its side, at
+// x, y: a circle, a square, a triangle, a diamond, or a tick (a thin bar
+// 2r tall).
+func marker(shape string, x, y, r float64, colour, class, title string) string {
 	t := "<title>" + title + "</title>"
 	switch shape {
 	case "square":
@@ -305,6 +309,8 @@ func marker(shape string, x, y float64, colour, class, title string) string {
 	case "diamond":
 		return fmt.Sprintf(`<polygon class="%s" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s">%s</polygon>`,
 			class, x, y-r-1, x+r+1, y, x, y+r+1, x-r-1, y, colour, t)
+	case "tick":
+		return fmt.Sprintf(`<rect class="%s" x="%.1f" y="%.1f" width="1.2" height="%.1f" fill="%s">%s</rect>`, class, x-0.6, y-r, 2*r, colour, t)
 	}
 	return fmt.Sprintf(`<circle class="%s" cx="%.1f" cy="%.1f" r="%.1f" fill="%s">%s</circle>`, class, x, y, r, colour, t)
 }
@@ -321,7 +327,7 @@ func (c chart) legend(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, `<g class="legend-item"><line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="%s"/>`,
 			x, x+18, y, y, palette[style], dashes[style])
-		b.WriteString(marker(shapes[style], x+9, y, palette[style], "legend-mark", html.EscapeString(label)))
+		b.WriteString(marker(shapes[style], x+9, y, markerSize, palette[style], "legend-mark", html.EscapeString(label)))
 		fmt.Fprintf(b, `<text class="legend" x="%.1f" y="%.1f">%s</text></g>`, x+22, y+4, html.EscapeString(label))
 		x += w
 	}

@@ -98,7 +98,7 @@ func swimlanes(id, title string, ex *race.Explanation) string {
 			if c.Mark != "" {
 				tipText += " (" + c.Mark + ")"
 			}
-			b.WriteString(laneMarker(st.shape, xs.at(float64(c.Micros)), y, r, st.fill, class, html.EscapeString(tipText)))
+			b.WriteString(marker(st.shape, xs.at(float64(c.Micros)), y, r, st.fill, class, html.EscapeString(tipText)))
 		}
 		b.WriteString(`</g>`)
 	}
@@ -124,22 +124,6 @@ func commandStyle(c race.LaneCommand) (laneStyle, string) {
 		}
 	}
 	return st, "mark"
-}
-
-// laneMarker draws one command: a circle, a square, a diamond, or a tick
-// as tall as most of the lane.
-func laneMarker(shape string, x, y, r float64, fill, class, title string) string {
-	t := "<title>" + title + "</title>"
-	switch shape {
-	case "square":
-		return fmt.Sprintf(`<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s">%s</rect>`, class, x-r, y-r, 2*r, 2*r, fill, t)
-	case "diamond":
-		return fmt.Sprintf(`<polygon class="%s" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s">%s</polygon>`,
-			class, x, y-r-0.5, x+r+0.5, y, x, y+r+0.5, x-r-0.5, y, fill, t)
-	case "tick":
-		return fmt.Sprintf(`<rect class="%s" x="%.1f" y="%.1f" width="1.2" height="%.1f" fill="%s">%s</rect>`, class, x-0.6, y-r, 2*r, fill, t)
-	}
-	return fmt.Sprintf(`<circle class="%s" cx="%.1f" cy="%.1f" r="%.1f" fill="%s">%s</circle>`, class, x, y, r, fill, t)
 }
 
 // laneLegend names the shapes of the roles the trace has, and the fills of
@@ -170,7 +154,7 @@ func laneLegend(b *strings.Builder, ex *race.Explanation, r float64) {
 			x, y = marginL, y+16
 		}
 		b.WriteString(`<g class="legend-item">`)
-		b.WriteString(laneMarker(it.shape, x+6, y, max(r, 3), it.fill, "legend-mark", html.EscapeString(it.label)))
+		b.WriteString(marker(it.shape, x+6, y, max(r, 3), it.fill, "legend-mark", html.EscapeString(it.label)))
 		fmt.Fprintf(b, `<text class="legend" x="%.1f" y="%.1f">%s</text></g>`, x+14, y+4, html.EscapeString(it.label))
 		x += w
 	}

@@ -832,25 +832,6 @@ func TestBenchAudit(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	// A server that advertises 5 per second and admits 10.
-	leaky := func() *httptest.Server {
-		var mu sync.Mutex
-		count := map[string]int{}
-		start := time.Now()
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			defer mu.Unlock()
-			key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
-			count[key]++
-			w.Header().Set("RateLimit-Policy", `"default";q=5;w=1`)
-			if count[key] > 10 {
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusTooManyRequests)
-			}
-		}))
-		t.Cleanup(s.Close)
-		return s
-	}
 	args := []string{"--rate", "40", "--duration", "2500ms", "--consumers", "2", "--expect-limit", "5/1s"}
 	// One run judged alone, and at the same time two more at another such
 	// server, as two load machines would, whose results are merged: one
@@ -859,11 +840,11 @@ func TestBenchAudit(t *testing.T) {
 	var stdout, stderr string
 	var jsons [2]string
 	var wg sync.WaitGroup
-	alone := leaky().URL
+	alone := leakyServer(t, 5).URL
 	wg.Go(func() {
 		code, stdout, stderr = ratelab(t, append([]string{"bench", "http", alone, "--no-probes", "--fail-on-leak"}, args...)...)
 	})
-	shared := leaky().URL
+	shared := leakyServer(t, 5).URL
 	for i := range jsons {
 		wg.Go(func() {
 			_, jsons[i], _ = ratelab(t, append([]string{"bench", "http", shared, "--no-probes", "-o", "json"}, args...)...)

@@ -39,6 +39,28 @@ func ratelabProcess(t *testing.T, args ...string) (int, []byte, string) {
 	return code, stdout.Bytes(), stderr.String()
 }
 
+// leakyServer advertises a limit of advertised per second per consumer
+// (RateLimit-Policy) and admits twice as many in each second since it
+// started.
+func leakyServer(t *testing.T, advertised int) *httptest.Server {
+	var mu sync.Mutex
+	count := map[string]int{}
+	start := time.Now()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
+		count[key]++
+		w.Header().Set("RateLimit-Policy", fmt.Sprintf(`"default";q=%d;w=1`, advertised))
+		if count[key] > 2*advertised {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
 // TestShardsInProcesses: three ratelab processes, shards of one run that
 // start at the same instant, share the consumers of a server that admits
 // twice the limit it advertises. Each consumer is sent 36 requests a
@@ -51,21 +73,7 @@ func TestShardsInProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
-	var mu sync.Mutex
-	count := map[string]int{}
-	start := time.Now()
-	leaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		key := r.Header.Get("X-Consumer-Id") + "/" + strconv.Itoa(int(time.Since(start)/time.Second))
-		count[key]++
-		w.Header().Set("RateLimit-Policy", `"default";q=20;w=1`)
-		if count[key] > 40 { // twice the advertised limit
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-		}
-	}))
-	defer leaky.Close()
+	leaky := leakyServer(t, 20)
 	at := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 	dir := t.TempDir()
 	files := make([]string, 3)
