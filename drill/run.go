@@ -297,7 +297,18 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // gateway serves the limiter with r's engine and mode in front of s, on
 // a free loopback port, until ctx is done; it returns once it accepts
 // connections, with a function that stops it and reports how it ended.
+// A port found free may be taken before the gateway binds it (by another
+// program's outgoing connection): then it tries another, twice at most.
 func gateway(ctx context.Context, cfg Config, r run, s *stage) (string, func() error, error) {
+	for attempt := 1; ; attempt++ {
+		addr, stop, err := gatewayOnce(ctx, cfg, r, s)
+		if err == nil || attempt == 3 || !strings.Contains(strings.ToLower(err.Error()), "address already in use") {
+			return addr, stop, err
+		}
+	}
+}
+
+func gatewayOnce(ctx context.Context, cfg Config, r run, s *stage) (string, func() error, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err

@@ -175,11 +175,23 @@ func StartNginx(ctx context.Context, c NginxConfig) (*Nginx, error) {
 	}
 	n := &Nginx{cmd: cmd, dir: dir, exited: make(chan struct{})}
 	go func() { n.err = cmd.Wait(); close(n.exited) }()
+	// Both ports must accept: nginx listens on the first while it retries
+	// binding the second, and exits when it cannot.
+	pending := []string{c.Listen}
+	if c.Admin != "" {
+		pending = append(pending, c.Admin)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		conn, err := net.DialTimeout("tcp", c.Listen, 100*time.Millisecond)
-		if err == nil {
+		for len(pending) > 0 {
+			conn, err := net.DialTimeout("tcp", pending[0], 100*time.Millisecond)
+			if err != nil {
+				break
+			}
 			conn.Close()
+			pending = pending[1:]
+		}
+		if len(pending) == 0 {
 			return n, nil
 		}
 		select {
@@ -194,7 +206,7 @@ func StartNginx(ctx context.Context, c NginxConfig) (*Nginx, error) {
 		}
 		if time.Now().After(deadline) {
 			n.Stop()
-			return nil, fmt.Errorf("nginx not accepting on %s after 10s", c.Listen)
+			return nil, fmt.Errorf("nginx not accepting on %s after 10s", pending[0])
 		}
 	}
 }

@@ -48,7 +48,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 		}
 		t.Skip(err)
 	}
-	c.Listen, c.Admin, c.Upstream = freeAddr(t), freeAddr(t), upstream
+	c.Upstream = upstream
 	c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second // a loaded machine must not fail a decision open
@@ -58,7 +58,17 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 		c.OnError = "open"
 	}
 	c.Workers = 2
-	n, err := edge.StartNginx(context.Background(), c)
+	// A port found free may be taken before nginx binds it (by another
+	// test's outgoing connection): then try others, twice at most.
+	var n *edge.Nginx
+	var err error
+	for attempt := 1; ; attempt++ {
+		c.Listen, c.Admin = freeAddr(t), freeAddr(t)
+		n, err = edge.StartNginx(context.Background(), c)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
