@@ -377,7 +377,7 @@ func TestOpenRestyFailures(t *testing.T) {
 		if resp.StatusCode != 503 {
 			t.Fatalf("Redis hung, fail closed: %d", resp.StatusCode)
 		}
-		if took > timeout/2 {
+		if took >= timeout { // it waited the timeout: a fast answer on a loaded machine rarely takes as long
 			slow++
 		}
 	}
