@@ -73,7 +73,8 @@ func newReportHTMLCmd(io *ioStreams) *cobra.Command {
 needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid
 (throughput, latency and status classes over time, the latency percentile spectrum, and each
 audited run's admissions per consumer against the limit), race (admitted per trial against the
-limit, latency by percentile), compare (the trade table, the boundary and hammer timelines,
+limit, latency by percentile and each trial's p99, and each trial explained with --explain as
+swimlanes, one goroutine each on Redis's time axis), compare (the trade table, the boundary and hammer timelines,
 memory per client by limit), skew (over-admission against the skew) and drill (each run over
 time, its fault shaded: admitted, over the guarantee, not decided by Redis, wrongly refused).`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/ --rate 500 -o json > a.json
