@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -32,6 +33,37 @@ type Page struct {
 type Named[T any] struct {
 	Name   string
 	Result T
+}
+
+// Add decodes one result saved with --output json (by race, compare,
+// skew, drill or bench http) into the page, shown by name.
+func (p *Page) Add(name string, data []byte) error {
+	var kind struct{ Command string }
+	if err := json.Unmarshal(data, &kind); err != nil {
+		return fmt.Errorf("not a ratelab JSON result: %w", err)
+	}
+	switch kind.Command {
+	case "bench_http":
+		return addNamed(data, name, &p.Bench)
+	case "race":
+		return addNamed(data, name, &p.Race)
+	case "compare":
+		return addNamed(data, name, &p.Compare)
+	case "skew":
+		return addNamed(data, name, &p.Skew)
+	case "drill":
+		return addNamed(data, name, &p.Drill)
+	}
+	return fmt.Errorf("a %q result, which report html does not draw", kind.Command)
+}
+
+func addNamed[T any](data []byte, name string, into *[]Named[T]) error {
+	var r T
+	if err := json.Unmarshal(data, &r); err != nil {
+		return err
+	}
+	*into = append(*into, Named[T]{Name: name, Result: r})
+	return nil
 }
 
 // HTML writes one self-contained page (inline SVG and CSS, no script, no

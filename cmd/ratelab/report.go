@@ -109,37 +109,9 @@ func readResults(paths []string) (reports.Page, error) {
 		if err != nil {
 			return p, usagef("%w", err)
 		}
-		var kind struct{ Command string }
-		if err := json.Unmarshal(b, &kind); err != nil {
-			return p, usagef("%s: not a ratelab JSON result: %w", path, err)
-		}
-		name := filepath.Base(path)
-		switch kind.Command {
-		case "bench_http":
-			err = decodeInto(b, name, &p.Bench)
-		case "race":
-			err = decodeInto(b, name, &p.Race)
-		case "compare":
-			err = decodeInto(b, name, &p.Compare)
-		case "skew":
-			err = decodeInto(b, name, &p.Skew)
-		case "drill":
-			err = decodeInto(b, name, &p.Drill)
-		default:
-			return p, usagef("%s: a %q result, which report html does not draw", path, kind.Command)
-		}
-		if err != nil {
+		if err := p.Add(filepath.Base(path), b); err != nil {
 			return p, usagef("%s: %w", path, err)
 		}
 	}
 	return p, nil
-}
-
-func decodeInto[T any](b []byte, name string, into *[]reports.Named[T]) error {
-	var r T
-	if err := json.Unmarshal(b, &r); err != nil {
-		return err
-	}
-	*into = append(*into, reports.Named[T]{Name: name, Result: r})
-	return nil
 }
