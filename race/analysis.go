@@ -115,8 +115,10 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 func lanes(events []traceEvent) ([]Lane, int) {
 	first := events[0].line.micros
 	byG := map[int][]LaneCommand{}
+	type place struct{ g, i int }
+	at := map[int]place{} // where each kept event stands in its lane
 	kept, cut := 0, 0
-	for _, e := range events {
+	for i, e := range events {
 		if e.script {
 			continue
 		}
@@ -125,7 +127,15 @@ func lanes(events []traceEvent) ([]Lane, int) {
 			continue
 		}
 		kept++
+		at[i] = place{e.g, len(byG[e.g])}
 		byG[e.g] = append(byG[e.g], LaneCommand{Micros: e.line.micros - first, Name: e.name, Role: role(e.name), Mark: e.mark})
+	}
+	// A script's commands are in its call: so is their mark (a script's
+	// write over the limit marks the call that made it).
+	for _, e := range events {
+		if p, ok := at[e.owner]; ok && e.script && e.mark != "" && byG[p.g][p.i].Mark == "" {
+			byG[p.g][p.i].Mark = e.mark
+		}
 	}
 	gs := make([]int, 0, len(byG))
 	for g := range byG {

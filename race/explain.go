@@ -247,18 +247,11 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 		return Explanation{}, err
 	}
 	ex := Explanation{Node: node.Addr, Key: key}
-	tag := randid.Hex(4)
-	mon, err := openMonitor(ctx, node, "ratelab-"+tag+"-monitor")
-	var refused *monitorRefusedError
-	if errors.As(err, &refused) {
-		ex.Skipped = refused.Error()
+	if node.Network == "unix" {
+		ex.Skipped = "MONITOR shows every client of a Unix socket by the same address, so the goroutines cannot be told apart: explain over TCP"
 		return ex, nil
 	}
-	if err != nil {
-		return ex, err
-	}
-	defer mon.Close()
-
+	tag := randid.Hex(4)
 	named := true
 	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build, named)
 	if redis.HasErrorPrefix(err, "NOPERM") {
@@ -282,6 +275,18 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	if err != nil {
 		return ex, err
 	}
+	// The monitor opens last, so that the server queues nothing for it
+	// before its reader runs.
+	mon, err := openMonitor(ctx, node, "ratelab-"+tag+"-monitor")
+	var refused *monitorRefusedError
+	if errors.As(err, &refused) {
+		ex.Skipped = refused.Error()
+		return ex, nil
+	}
+	if err != nil {
+		return ex, err
+	}
+	defer mon.Close()
 
 	start, end := "ratelab-"+tag+"-start", "ratelab-"+tag+"-end"
 	_ = mon.conn.SetReadDeadline(time.Now().Add(cfg.TrialTimeout + explainSetup))
@@ -291,6 +296,9 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	go func() {
 		defer close(read)
 		capt, readErr = mon.read(start, end, addrs, MaxExplainEvents)
+		if readErr != nil || capt.full {
+			mon.Close() // nobody reads it any more: the server must not queue for it
+		}
 	}()
 	// Whatever happens, the monitor is closed before explain returns, and
 	// the reader has stopped.

@@ -61,7 +61,9 @@ func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitor, 
 		return nil, fmt.Errorf("monitor: dial %s: %w", o.Addr, err)
 	}
 	m := &monitor{conn: conn, rd: bufio.NewReaderSize(conn, 64<<10)}
-	m.stop = context.AfterFunc(ctx, m.Close)
+	// The callback touches only conn: it may run at once, in a goroutine
+	// of its own, while m is still being built.
+	m.stop = context.AfterFunc(ctx, func() { conn.Close() })
 	if deadline, ok := dctx.Deadline(); ok {
 		_ = conn.SetDeadline(deadline)
 	}
@@ -171,6 +173,15 @@ func parseMonitorLine(s string) (monLine, error) {
 		return monLine{}, fmt.Errorf("monitor: %w in %q", err, cut(s, 80))
 	}
 	return monLine{micros: secs*1_000_000 + us, addr: addr, args: args}, nil
+}
+
+// lineAddr is the client address of a MONITOR line, as far as it can be
+// read; "" when it cannot.
+func lineAddr(s string) string {
+	_, rest, _ := strings.Cut(s, " [")
+	client, _, _ := strings.Cut(rest, `] "`)
+	_, addr, _ := strings.Cut(client, " ")
+	return addr
 }
 
 // unquoteArgs reads Redis's quoted representation of arguments (sdscatrepr):
@@ -301,6 +312,11 @@ func (m *monitor) read(start, end string, addrs map[string]int, max int) (captur
 		}
 		l, err := parseMonitorLine(s)
 		if err != nil {
+			if a := lineAddr(s); a != "lua" {
+				if _, ours := addrs[a]; !ours {
+					continue // another client's line, cut at monitorLineMax or odd: not ours to read
+				}
+			}
 			return c, err
 		}
 		if !started {

@@ -385,8 +385,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if slices.Contains(cfg.Explain, e.info.Name) {
 			key := algorithms.Key(cfg.Consumer+"-"+e.info.Name+"-explain", e.info.Name)
 			ex, err := explain(ctx, client, cfg, e, key)
-			if err != nil {
+			if err != nil && ctx.Err() != nil {
 				return rep, fmt.Errorf("race: %s: explain: %w", e.info.Name, err)
+			}
+			if err != nil {
+				// The race stands without its trace: say why there is none.
+				ex = Explanation{Skipped: "the trace could not be taken: " + err.Error(), Node: ex.Node, Key: key}
 			}
 			res.Explain = &ex
 		}
