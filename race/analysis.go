@@ -73,6 +73,12 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	for _, l := range logs {
 		ex.Decisions += int64(len(l.decisions))
 	}
+	if len(events) == 0 && ex.Decisions > 0 {
+		// Every command was taken for another client's: the addresses the
+		// server saw are not those the connections were dialled from.
+		return Explanation{Node: ex.Node, Key: ex.Key, Trial: ex.Trial,
+			Skipped: "MONITOR showed none of the goroutines' commands under the addresses they were known by (a proxy or NAT between ratelab and Redis?)"}
+	}
 	ex.Commands = len(events)
 	ex.Counts = map[string]int{}
 	for _, e := range events {
@@ -526,9 +532,8 @@ func (a *analyser) aborts(ex *Explanation) []Moment {
 		}
 		ex.AbortedExecs++
 		a.events[u.aborted].mark = "aborted"
-		if len(moments) >= maxMoments {
-			continue
-		}
+		// Every one is kept here: the units are in the order their attempts
+		// began, and the moments are cut in the trace's order (analyse).
 		g := a.decisions[u.decision].g
 		m := Moment{Kind: MomentAborted, Goroutine: goroutine(g), Write: a.step(u.aborted)}
 		if u.watch >= 0 {
@@ -592,10 +597,7 @@ func (a *analyser) phantoms(ex *Explanation) []Moment {
 	}
 	var moments []Moment
 	for _, p := range ps {
-		a.events[p.write].mark = "phantom"
-		if len(moments) >= maxMoments {
-			continue
-		}
+		a.events[p.write].mark = "phantom" // every one is kept here; analyse cuts them in the trace's order
 		m := Moment{Kind: MomentPhantom, Goroutine: goroutine(a.decisions[p.decision].g), Write: a.step(p.write), Undo: a.step(p.undo)}
 		if p.read >= 0 {
 			m.Read = a.step(p.read)

@@ -225,3 +225,18 @@ func TestCutTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceOfStrangers: when the server showed the goroutines' commands
+// under addresses other than those they were known by, nothing matches,
+// and the explanation says so instead of reporting an empty race.
+func TestTraceOfStrangers(t *testing.T) {
+	t.Parallel()
+	addrs := map[string]int{"a:1": 0}
+	logs := []*clientLog{{cmds: []sent{{name: "get", reply: "(nil)", hasCount: true}, {name: "incr", reply: "1", count: 1, hasCount: true}},
+		decisions: []logged{{from: 0, to: 2, allowed: true}}}}
+	lines := []monLine{{micros: 0}} // what the capture keeps of other clients' lines
+	ex := analyse(Explanation{Key: "k", Trial: Trial{Expected: 1, Admitted: 1}}, capture{lines: lines}, addrs, logs, []string{"k"}, 1, 40)
+	if !strings.Contains(ex.Skipped, "showed none of the goroutines' commands") || ex.Commands != 0 || ex.Key != "k" || ex.Trial.Admitted != 1 {
+		t.Fatalf("explanation %+v, want it skipped for want of the goroutines' commands", ex)
+	}
+}

@@ -188,7 +188,7 @@ func TestExplainNaive(t *testing.T) {
 				continue
 			}
 			// Both reads returned the same count before either wrote.
-			if *m.Read.Value != *m.OtherRead.Value || m.Read.Event >= m.OtherWrite.Event || m.OtherRead.Event >= m.Write.Event ||
+			if m.Read.Value == nil || m.OtherRead.Value == nil || *m.Read.Value != *m.OtherRead.Value || m.Read.Event >= m.OtherWrite.Event || m.OtherRead.Event >= m.Write.Event ||
 				m.Read.Goroutine == m.OtherRead.Goroutine {
 				t.Errorf("not a pair of stale reads: %+v", m)
 			}

@@ -47,6 +47,9 @@ func explainSummary(ex race.Explanation) string {
 	if ex.Trial.StateVerified != nil {
 		counted += fmt.Sprintf(" and the key held %d", ex.Trial.State)
 	}
+	if ex.Admitted != ex.Trial.Admitted {
+		counted += fmt.Sprintf(", where the trace shows %d: it is not the whole trial", ex.Admitted)
+	}
 	parts = append(parts, counted)
 	if ex.AbortedExecs > 0 {
 		parts = append(parts, fmt.Sprintf("Redis aborted %d EXECs: a WATCHed key had changed", ex.AbortedExecs))

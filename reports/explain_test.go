@@ -280,3 +280,24 @@ func TestExplainMore(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainSaysWhenTheTraceIsShort: a trace that shows fewer admissions
+// than the trial counted says it is not the whole trial.
+func TestExplainSaysWhenTheTraceIsShort(t *testing.T) {
+	rep := explainedRace()
+	rep.Results[0].Explain.Admitted = 3
+	var buf bytes.Buffer
+	if err := reports.Race(&buf, rep, reports.Table, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "the trial counted 4 admitted and the key held 4, where the trace shows 3: it is not the whole trial") {
+		t.Fatalf("the summary does not say the trace is short:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := reports.Race(&buf, explainedRace(), reports.Table, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "not the whole trial") {
+		t.Fatalf("a whole trace said to be short:\n%s", buf.String())
+	}
+}
