@@ -137,7 +137,10 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: cmp.Or(name, "rule") + "-" + redistest.Prefix(t), Policy: p,
-				KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true,
+				// Far above any decision on a loaded machine: a decision that
+				// timed out would fail open, an admission the limiter never made.
+				Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			a := auditExpect(t, h, name, false)
 			if a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
 				t.Fatalf("%s: admitted %d in %d ms where %d were allowed", name, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)

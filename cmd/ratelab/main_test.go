@@ -619,7 +619,7 @@ func TestEdgeServes(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
 			"--limit", "2/1m", "--key-by", "header:X-Consumer-Id"}, io.Discard, &stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -671,7 +671,7 @@ func TestEdgeClock(t *testing.T) {
 				}
 				mon := redistest.NewMonitor(t, srv)
 				addr := freeAddr(t)
-				args := []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+				args := []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
 					"--limit", "5/1m", "--key-by", "header:X-Consumer-Id", "--engine", engine}
 				if clock != "redis" {
 					args = append(args, "--clock", clock)
@@ -869,7 +869,7 @@ func TestBenchAudit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
 			"--limit", "5/1s", "--key-by", "header:X-Consumer-Id"}, io.Discard, io.Discard)
 	}()
 	defer func() { cancel(); <-done }()
