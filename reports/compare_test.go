@@ -2,6 +2,7 @@ package reports_test
 
 import (
 	"bytes"
+	"io"
 	"testing"
 
 	"github.com/ratelab/ratelab/compare"
@@ -56,22 +57,9 @@ func fixedCompare() compare.Report {
 }
 
 func TestCompareGolden(t *testing.T) {
-	for _, tc := range []struct {
-		format reports.Format
-		file   string
-	}{
-		{reports.Table, "compare.table.golden"},
-		{reports.Markdown, "compare.md.golden"},
-		{reports.JSON, "compare.json.golden"},
-	} {
-		t.Run(string(tc.format), func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := reports.Compare(&buf, fixedCompare(), tc.format, reports.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.file, buf.Bytes())
-		})
-	}
+	goldens(t, "compare", func(w io.Writer, f reports.Format) error {
+		return reports.Compare(w, fixedCompare(), f, reports.Options{})
+	})
 }
 
 // TestCompareFixtureHoldsTheInvariants checks the fixture against what

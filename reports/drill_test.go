@@ -2,6 +2,7 @@ package reports_test
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -33,22 +34,7 @@ func fixedDrill() drill.Report {
 }
 
 func TestDrillGolden(t *testing.T) {
-	for _, tc := range []struct {
-		format reports.Format
-		file   string
-	}{
-		{reports.Table, "drill.table.golden"},
-		{reports.Markdown, "drill.md.golden"},
-		{reports.JSON, "drill.json.golden"},
-	} {
-		t.Run(string(tc.format), func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := reports.Drill(&buf, fixedDrill(), tc.format, reports.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.file, buf.Bytes())
-		})
-	}
+	goldens(t, "drill", func(w io.Writer, f reports.Format) error { return reports.Drill(w, fixedDrill(), f, reports.Options{}) })
 }
 
 // TestDrillJSON: the fields the drill promises, by name.

@@ -3,6 +3,7 @@ package reports_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -193,22 +194,9 @@ func TestExplainFixtureAddsUp(t *testing.T) {
 }
 
 func TestExplainGolden(t *testing.T) {
-	for _, tc := range []struct {
-		format reports.Format
-		file   string
-	}{
-		{reports.Table, "race_explain.table.golden"},
-		{reports.Markdown, "race_explain.md.golden"},
-		{reports.JSON, "race_explain.json.golden"},
-	} {
-		t.Run(string(tc.format), func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := reports.Race(&buf, explainedRace(), tc.format, reports.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.file, buf.Bytes())
-		})
-	}
+	goldens(t, "race_explain", func(w io.Writer, f reports.Format) error {
+		return reports.Race(w, explainedRace(), f, reports.Options{})
+	})
 }
 
 // TestExplainSkipped: a refused MONITOR is said in place of the trace; on

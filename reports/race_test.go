@@ -3,6 +3,7 @@ package reports_test
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -169,22 +170,9 @@ func checkPercentiles(t *testing.T, what string, p hdr.Percentiles, count int64)
 }
 
 func TestRaceGolden(t *testing.T) {
-	for _, tc := range []struct {
-		format reports.Format
-		file   string
-	}{
-		{reports.Table, "race.table.golden"},
-		{reports.Markdown, "race.md.golden"},
-		{reports.JSON, "race.json.golden"},
-	} {
-		t.Run(string(tc.format), func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := reports.Race(&buf, fixedRace(), tc.format, reports.Options{Color: false}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.file, buf.Bytes())
-		})
-	}
+	goldens(t, "race", func(w io.Writer, f reports.Format) error {
+		return reports.Race(w, fixedRace(), f, reports.Options{Color: false})
+	})
 }
 
 // TestRaceColor: colour is only there when asked for, and the text is the same.
@@ -225,6 +213,21 @@ func TestRaceVerdict(t *testing.T) {
 func TestParseFormat(t *testing.T) {
 	if _, err := reports.ParseFormat("yaml"); err == nil || err.Error() != `unknown output "yaml" (want table, markdown or json)` {
 		t.Fatalf("ParseFormat(yaml) = %v", err)
+	}
+}
+
+// goldens renders in each format and compares with testdata/PREFIX.table.golden,
+// .md.golden and .json.golden.
+func goldens(t *testing.T, prefix string, render func(io.Writer, reports.Format) error) {
+	t.Helper()
+	for format, ext := range map[reports.Format]string{reports.Table: "table", reports.Markdown: "md", reports.JSON: "json"} {
+		t.Run(string(format), func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := render(&buf, format); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, prefix+"."+ext+".golden", buf.Bytes())
+		})
 	}
 }
 

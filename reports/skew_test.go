@@ -1,7 +1,7 @@
 package reports_test
 
 import (
-	"bytes"
+	"io"
 	"testing"
 
 	"github.com/ratelab/ratelab/internal/hdr"
@@ -55,22 +55,7 @@ func TestSkewFixtureAddsUp(t *testing.T) {
 }
 
 func TestSkewGolden(t *testing.T) {
-	for _, tc := range []struct {
-		format reports.Format
-		file   string
-	}{
-		{reports.Table, "skew.table.golden"},
-		{reports.Markdown, "skew.md.golden"},
-		{reports.JSON, "skew.json.golden"},
-	} {
-		t.Run(string(tc.format), func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := reports.Skew(&buf, fixedSkew(), tc.format, reports.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.file, buf.Bytes())
-		})
-	}
+	goldens(t, "skew", func(w io.Writer, f reports.Format) error { return reports.Skew(w, fixedSkew(), f, reports.Options{}) })
 }
 
 func TestSkewVerdict(t *testing.T) {
