@@ -468,12 +468,7 @@ func TestExplainOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl := startCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	defer cc.Close()
 	for _, name := range []string{"naive", "lua"} {

@@ -313,6 +313,18 @@ func TestTrialsOutlastingTheWindow(t *testing.T) {
 	}
 }
 
+// startCluster starts a three-master Redis Cluster, stopped when t ends.
+func startCluster(t *testing.T) *redisrun.Cluster {
+	t.Helper()
+	redistest.Client(t, srv) // skips without redis-server, fails under CI
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	return cl
+}
+
 // TestRaceOnCluster: every limiter keeps its invariants on a three-master
 // Redis Cluster, with no CROSSSLOT error (errors would fail the run).
 func TestRaceOnCluster(t *testing.T) {
@@ -321,12 +333,7 @@ func TestRaceOnCluster(t *testing.T) {
 	}
 	// Alone: the naive limiter leaks when its goroutines overlap, which
 	// other tests running beside it make rarer.
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl := startCluster(t)
 	cfg := config(t, cl.Addrs()[0], algorithms.Names()...)
 	cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
 	cfg.Trials = 6
