@@ -448,7 +448,7 @@ func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sam
 	if len(picks) == 0 {
 		// No denial in the run can be trusted (the limiter refills as it
 		// goes): ask a few consumers until they are denied.
-		picks = driveToDenial(ctx, p, min(cfg.Consumers, 3), a.Limit)
+		picks = driveToDenial(ctx, p, 3, a.Limit)
 	}
 	if len(picks) == 0 {
 		if ctx.Err() == nil {
@@ -543,12 +543,14 @@ func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sam
 	}
 }
 
-// driveToDenial asks each of the first n consumers, back to back, until a
+// driveToDenial asks each of the first n of this shard's own consumers
+// (never another shard's: that would spend its quota), back to back, until a
 // request is denied with a Retry-After: at most twice the limit plus two
 // requests (at most 1,000) and 10 seconds each. It returns the denials.
 func driveToDenial(ctx context.Context, p *plan, n int, limit int64) []sample {
 	var picks []sample
-	for consumer := range n {
+	for j := range min(n, p.ownConsumers()) {
+		consumer := p.consumer(int64(j))
 		c := newConn(p, 0)
 		deadline := time.Now().Add(10 * time.Second)
 		for range min(2*limit+2, 1000) {

@@ -77,8 +77,19 @@ func (p *plan) consumer(j int64) int {
 	case p.sharedConsumers:
 		return int((p.shard + j) % k)
 	}
-	mine := (k - p.shard + p.shards - 1) / p.shards // consumers ≡ shard (mod shards)
-	return int(p.shard + p.shards*(j%mine))
+	return int(p.shard + p.shards*(j%int64(p.ownConsumers())))
+}
+
+// ownConsumers is how many consumers this shard sends: every one, unless
+// it is one of several shards that do not share them, when it sends those
+// whose index is ≡ shard (mod shards). consumer(j) for j below it are
+// those, each once.
+func (p *plan) ownConsumers() int {
+	k := int64(p.consumers)
+	if p.shards == 1 || p.sharedConsumers {
+		return int(k)
+	}
+	return int((k - p.shard + p.shards - 1) / p.shards)
 }
 
 // due is when request i should be sent, since start.
