@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -415,16 +414,91 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, a *A
 	}
 }
 
-// probeRetryAfter asks a few consumers whose last response was a 429 again
-// just before their advertised Retry-After (less the second it was rounded
-// up by, and timed from when the request was sent: the decision may have
-// been made as early as that) and just after it (timed from when the
-// response came back), and then every 100 ms until admitted (for at most 10
-// seconds past it).
-func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sample, a *Audit) {
-	// A denial tells the truth about the consumer's state only if nothing
-	// was admitted after it: take, per consumer, the last 429 sent after
-	// every one of its successes had come back.
+// prober is what the audit asks of the load engine: requests beyond the
+// measured run, to the consumers it names. The audit chooses whom to ask
+// and judges what came back; the engine sends.
+type prober interface {
+	// denials asks up to n of the run's own consumers, back to back, until
+	// one is denied with a Retry-After, and returns those denials (at most
+	// one per consumer).
+	denials(ctx context.Context, n int, limit int64) []sample
+	// retry asks each denied consumer again around its Retry-After, all at
+	// once, and returns what it found, one per denial, in their order.
+	retry(ctx context.Context, denials []sample) []retried
+}
+
+// retried is what asking a denied consumer again found.
+type retried struct {
+	// asked is false when ctx ended first: nothing was found.
+	asked bool
+	// early is set when it was admitted just before its Retry-After could
+	// have freed a slot.
+	early bool
+	// admitted is set when it was admitted after its Retry-After (asked
+	// again for at most 10 seconds); first when at the first try after it,
+	// and late is how long after the advertised time that was.
+	admitted, first bool
+	late            time.Duration
+}
+
+// probeRetryAfter judges the endpoint's Retry-After: it has pr ask a few
+// consumers whose last response was a 429 again around their advertised
+// Retry-After (or, when no denial in the run can be trusted, first drive a
+// few to a denial), and judges what came back.
+func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *Audit) {
+	picks := trustedDenials(samples)
+	if len(picks) == 0 {
+		// No denial in the run can be trusted (the limiter refills as it
+		// goes): ask a few consumers until they are denied.
+		picks = pr.denials(ctx, 3, a.Limit)
+	}
+	if len(picks) == 0 {
+		if ctx.Err() == nil {
+			a.RetryAfter.Skipped = "no consumer was denied with a Retry-After, in the run or when asked again after it"
+		}
+		return
+	}
+	picks = picks[:min(len(picks), 3)]
+	const maxWait = 70 * time.Second
+	for _, s := range picks {
+		if s.retryAfter > maxWait {
+			a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
+			return
+		}
+	}
+	honest := true
+	for _, r := range pr.retry(ctx, picks) {
+		if !r.asked {
+			continue
+		}
+		a.RetryAfter.Probes++
+		switch {
+		case r.early:
+			honest = false
+		case !r.admitted:
+			honest = false
+			a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, (10 * time.Second).Milliseconds())
+		case r.first:
+			// Admitted at the first try after the advertised time: on time,
+			// however late a busy client got round to asking.
+		default:
+			honest = false
+			a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, int64(math.Ceil(float64(r.late)/float64(time.Millisecond))))
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		a.RetryAfter.Skipped = "the probes were interrupted"
+	case a.RetryAfter.Probes > 0:
+		a.RetryAfter.Honest = &honest
+	}
+}
+
+// trustedDenials are, per consumer, its last 429 with a Retry-After that
+// was sent after every one of its successes had come back: a denial tells
+// the truth about the consumer's state only if nothing was admitted after
+// it. They come in the consumers' order.
+func trustedDenials(samples []sample) []sample {
 	lastOK := map[int32]time.Duration{}
 	for _, s := range samples {
 		if s.ok() {
@@ -445,147 +519,5 @@ func probeRetryAfter(ctx context.Context, p *plan, cfg HTTPConfig, samples []sam
 		picks = append(picks, s)
 	}
 	sort.Slice(picks, func(i, j int) bool { return picks[i].consumer < picks[j].consumer })
-	if len(picks) == 0 {
-		// No denial in the run can be trusted (the limiter refills as it
-		// goes): ask a few consumers until they are denied.
-		picks = driveToDenial(ctx, p, 3, a.Limit)
-	}
-	if len(picks) == 0 {
-		if ctx.Err() == nil {
-			a.RetryAfter.Skipped = "no consumer was denied with a Retry-After, in the run or when asked again after it"
-		}
-		return
-	}
-	picks = picks[:min(len(picks), 3)]
-	const maxWait = 70 * time.Second
-	for _, s := range picks {
-		if s.retryAfter > maxWait {
-			a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
-			return
-		}
-	}
-	runStart := p.start.Add(p.warmup)
-	var until time.Time
-	for _, s := range picks {
-		until = later(until, runStart.Add(s.done+s.retryAfter+10*time.Second))
-	}
-	p.probes.Store(until.UnixNano())
-	defer p.probes.Store(0)
-	honest := true
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, s := range picks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			consumer := int(s.consumer)
-			// The decision was made after s was sent, and the slot cannot
-			// free before its Retry-After, rounded up to a whole second, less
-			// that second: probe just before then, when it is still ahead.
-			early := false
-			if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); time.Until(before) > 0 {
-				if wait(ctx, before) != nil {
-					return
-				}
-				status, _ := p.single(ctx, consumer)
-				early = status >= 200 && status < 300
-			}
-			// After the advertised time, counted from when the denial came
-			// back, the consumer must be admitted at the first try. When it is
-			// not, keep asking every 100 ms to learn how late the truth was.
-			advertised := runStart.Add(s.done + s.retryAfter)
-			var admitted time.Time
-			first := true
-			if !early {
-				if wait(ctx, advertised.Add(50*time.Millisecond)) != nil {
-					return
-				}
-				for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
-					status, err := p.single(ctx, consumer)
-					if err == nil && status >= 200 && status < 300 {
-						admitted = t
-						break
-					}
-					if ctx.Err() != nil {
-						return
-					}
-					first = false
-					if wait(ctx, t.Add(100*time.Millisecond)) != nil {
-						return
-					}
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			a.RetryAfter.Probes++
-			switch {
-			case early:
-				honest = false
-			case admitted.IsZero():
-				honest = false
-				a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, (10 * time.Second).Milliseconds())
-			case first:
-				// Admitted at the first try after the advertised time: on time,
-				// however late a busy client got round to asking.
-			default:
-				honest = false
-				late := admitted.Sub(advertised)
-				a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, int64(math.Ceil(float64(late)/float64(time.Millisecond))))
-			}
-		}()
-	}
-	wg.Wait()
-	switch {
-	case ctx.Err() != nil:
-		a.RetryAfter.Skipped = "the probes were interrupted"
-	case a.RetryAfter.Probes > 0:
-		a.RetryAfter.Honest = &honest
-	}
-}
-
-// driveToDenial asks each of the first n of this shard's own consumers
-// (never another shard's: that would spend its quota), back to back, until a
-// request is denied with a Retry-After: at most twice the limit plus two
-// requests (at most 1,000) and 10 seconds each. It returns the denials.
-func driveToDenial(ctx context.Context, p *plan, n int, limit int64) []sample {
-	var picks []sample
-	for j := range min(n, p.ownConsumers()) {
-		consumer := p.consumer(int64(j))
-		c := newConn(p, 0)
-		deadline := time.Now().Add(10 * time.Second)
-		for range min(2*limit+2, 1000) {
-			s, err := c.ask(ctx, consumer)
-			if err != nil || time.Now().After(deadline) {
-				break
-			}
-			if s.status == http.StatusTooManyRequests && s.retryAfter > 0 {
-				picks = append(picks, s)
-				break
-			}
-		}
-		c.hangUp()
-	}
 	return picks
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-func wait(ctx context.Context, until time.Time) error {
-	d := time.Until(until)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -474,30 +474,3 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 	p.sampleCap = max(maxSamples/cfg.Connections, 1)
 	return p, nil
 }
-
-// single sends one request for consumer on a connection of its own, apart
-// from the run's measurements, and returns the response's status.
-func (p *plan) single(ctx context.Context, consumer int) (int, error) {
-	c := newConn(p, 0)
-	defer c.hangUp()
-	s, err := c.ask(ctx, consumer)
-	return int(s.status), err
-}
-
-// ask sends one request for consumer on c, apart from the run's
-// measurements, and returns the response as a sample timed from when the
-// measured run began.
-func (c *conn) ask(ctx context.Context, consumer int) (sample, error) {
-	stop := context.AfterFunc(ctx, c.cancel)
-	defer stop()
-	runStart := c.p.start.Add(c.p.warmup)
-	sent := time.Now()
-	if err := c.roundTrip(ctx, sent, consumer); err != nil {
-		c.hangUp()
-		return sample{}, err
-	}
-	if c.resp.close {
-		c.hangUp()
-	}
-	return newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits), nil
-}

@@ -290,7 +290,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			a.RetryAfter.Skipped = "the run was interrupted"
 		default:
-			probeRetryAfter(ctx, p, cfg, samples, &a)
+			probeRetryAfter(ctx, p, samples, &a)
 		}
 		res.Audit = &a
 		res.AuditSamples = encodeSamples(samples)

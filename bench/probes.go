@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// The engine's side of the audit's probes: requests sent apart from the
+// run's measurements, to the consumers the audit names.
+var _ prober = (*plan)(nil)
+
+// denials asks each of the first n of this shard's own consumers (never
+// another shard's: that would spend its quota), back to back, until a
+// request is denied with a Retry-After: at most twice the limit plus two
+// requests (at most 1,000) and 10 seconds each. It returns the denials.
+func (p *plan) denials(ctx context.Context, n int, limit int64) []sample {
+	var picks []sample
+	for j := range min(n, p.ownConsumers()) {
+		consumer := p.consumer(int64(j))
+		c := newConn(p, 0)
+		deadline := time.Now().Add(10 * time.Second)
+		for range min(2*limit+2, 1000) {
+			s, err := c.ask(ctx, consumer)
+			if err != nil || time.Now().After(deadline) {
+				break
+			}
+			if s.status == http.StatusTooManyRequests && s.retryAfter > 0 {
+				picks = append(picks, s)
+				break
+			}
+		}
+		c.hangUp()
+	}
+	return picks
+}
+
+// retry asks each denied consumer again, all at once: just before its
+// advertised Retry-After (less the second it was rounded up by, and timed
+// from when the request was sent: the decision may have been made as early
+// as that) and just after it (timed from when the response came back), and
+// then every 100 ms until admitted (for at most 10 seconds past it). The
+// live line shows the probes until they are over.
+func (p *plan) retry(ctx context.Context, denials []sample) []retried {
+	runStart := p.start.Add(p.warmup)
+	var until time.Time
+	for _, s := range denials {
+		until = later(until, runStart.Add(s.done+s.retryAfter+10*time.Second))
+	}
+	p.probes.Store(until.UnixNano())
+	defer p.probes.Store(0)
+	found := make([]retried, len(denials))
+	var wg sync.WaitGroup
+	for i, s := range denials {
+		wg.Go(func() { found[i] = p.retryOne(ctx, runStart, s) })
+	}
+	wg.Wait()
+	return found
+}
+
+// retryOne asks the consumer of the denial s again, as retry says.
+func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retried {
+	consumer := int(s.consumer)
+	// The decision was made after s was sent, and the slot cannot free
+	// before its Retry-After, rounded up to a whole second, less that
+	// second: probe just before then, when it is still ahead.
+	if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); time.Until(before) > 0 {
+		if wait(ctx, before) != nil {
+			return retried{}
+		}
+		if status, _ := p.single(ctx, consumer); status >= 200 && status < 300 {
+			return retried{asked: true, early: true}
+		}
+	}
+	// After the advertised time, counted from when the denial came back,
+	// the consumer must be admitted at the first try. When it is not, keep
+	// asking every 100 ms to learn how late the truth was.
+	advertised := runStart.Add(s.done + s.retryAfter)
+	if wait(ctx, advertised.Add(50*time.Millisecond)) != nil {
+		return retried{}
+	}
+	first := true
+	for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
+		status, err := p.single(ctx, consumer)
+		if err == nil && status >= 200 && status < 300 {
+			return retried{asked: true, admitted: true, first: first, late: t.Sub(advertised)}
+		}
+		if ctx.Err() != nil {
+			return retried{}
+		}
+		first = false
+		if wait(ctx, t.Add(100*time.Millisecond)) != nil {
+			return retried{}
+		}
+	}
+	return retried{asked: true}
+}
+
+// single sends one request for consumer on a connection of its own, apart
+// from the run's measurements, and returns the response's status.
+func (p *plan) single(ctx context.Context, consumer int) (int, error) {
+	c := newConn(p, 0)
+	defer c.hangUp()
+	s, err := c.ask(ctx, consumer)
+	return int(s.status), err
+}
+
+// ask sends one request for consumer on c, apart from the run's
+// measurements, and returns the response as a sample timed from when the
+// measured run began.
+func (c *conn) ask(ctx context.Context, consumer int) (sample, error) {
+	stop := context.AfterFunc(ctx, c.cancel)
+	defer stop()
+	runStart := c.p.start.Add(c.p.warmup)
+	sent := time.Now()
+	if err := c.roundTrip(ctx, sent, consumer); err != nil {
+		c.hangUp()
+		return sample{}, err
+	}
+	if c.resp.close {
+		c.hangUp()
+	}
+	return newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits), nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// wait waits until until, and returns ctx's error when it ended first.
+func wait(ctx context.Context, until time.Time) error {
+	d := time.Until(until)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
