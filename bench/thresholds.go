@@ -12,9 +12,10 @@ import (
 type Thresholds struct {
 	// MaxP99 is the highest acceptable p99 latency; 0 for none.
 	MaxP99 time.Duration
-	// MaxErrorRate is the highest acceptable share (0 to 1) of transport
-	// errors and 5xx among the measured requests; negative for none.
-	MaxErrorRate float64
+	// MaxErrorRate, when not nil, is the highest acceptable share (0 to 1)
+	// of transport errors and 5xx among the measured requests: new(0.0)
+	// fails a run with any; nil for none.
+	MaxErrorRate *float64
 	// FailOnLeak fails a run whose audit found a consumer over its limit, a
 	// false Retry-After or wrong rate-limit headers.
 	FailOnLeak bool
@@ -25,8 +26,8 @@ func (t Thresholds) Validate() error {
 	switch {
 	case t.MaxP99 < 0:
 		return field.Errorf("MaxP99", "must not be negative (got %s)", t.MaxP99)
-	case t.MaxErrorRate > 1:
-		return field.Errorf("MaxErrorRate", "must be between 0 and 1 (got %g)", t.MaxErrorRate)
+	case t.MaxErrorRate != nil && (*t.MaxErrorRate < 0 || *t.MaxErrorRate > 1):
+		return field.Errorf("MaxErrorRate", "must be between 0 and 1 (got %g)", *t.MaxErrorRate)
 	}
 	return nil
 }
@@ -39,15 +40,15 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 	if p99 := time.Duration(r.LatencyMicros.P99) * time.Microsecond; t.MaxP99 > 0 && p99 > t.MaxP99 {
 		crossed = append(crossed, field.Errorf("MaxP99", ": p99 %s is above %s", p99, t.MaxP99))
 	}
-	if t.MaxErrorRate >= 0 && r.Requests > 0 {
+	if t.MaxErrorRate != nil && r.Requests > 0 {
 		bad := r.Errors
 		for code, n := range r.StatusCounts {
 			if strings.HasPrefix(code, "5") {
 				bad += n
 			}
 		}
-		if rate := float64(bad) / float64(r.Requests); rate > t.MaxErrorRate {
-			crossed = append(crossed, field.Errorf("MaxErrorRate", ": %.4f of requests failed, above %g", rate, t.MaxErrorRate))
+		if rate := float64(bad) / float64(r.Requests); rate > *t.MaxErrorRate {
+			crossed = append(crossed, field.Errorf("MaxErrorRate", ": %.4f of requests failed, above %g", rate, *t.MaxErrorRate))
 		}
 	}
 	if !t.FailOnLeak {

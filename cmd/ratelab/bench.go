@@ -92,7 +92,7 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.DurationVar(&opts.Interval, "interval", time.Second, "length of the timeline's intervals")
 	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
-	f.Float64Var(&opts.MaxErrorRate, "max-error-rate", -1, "exit 3 when the share of transport errors and 5xx is above this (0 to 1)")
+	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of transport errors and 5xx is above this (0 to 1; 0: exit 3 on any)")
 	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for --expect-limit: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
@@ -201,6 +201,28 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	}
 	return crossed(opts.Thresholds.Crossed(res))
 }
+
+// optionalFloat is a float flag that sets *p when given and leaves it nil
+// when not, for a threshold that is off unless asked for.
+type optionalFloat struct{ p **float64 }
+
+func (o optionalFloat) String() string {
+	if o.p == nil || *o.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(**o.p, 'g', -1, 64)
+}
+
+func (o optionalFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return err
+	}
+	*o.p = &v
+	return nil
+}
+
+func (o optionalFloat) Type() string { return "float" }
 
 // crossed is the threshold error (exit 3) of the thresholds a run crossed.
 func crossed(errs []*field.Error) error {

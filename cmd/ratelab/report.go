@@ -52,7 +52,7 @@ func newReportCmd(io *ioStreams) *cobra.Command {
 			if err := reports.BenchHTTP(io.out, res, format, io.render()); err != nil {
 				return err
 			}
-			return crossed(bench.Thresholds{MaxErrorRate: -1, FailOnLeak: failOnLeak}.Crossed(res))
+			return crossed(bench.Thresholds{FailOnLeak: failOnLeak}.Crossed(res))
 		},
 	}
 	output.bind(merge)
