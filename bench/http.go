@@ -46,7 +46,8 @@ type HTTPConfig struct {
 	// ConsumerHeader as consumer-0 … consumer-K-1; none when 0.
 	Consumers      int
 	ConsumerHeader string
-	// Timeout bounds one request, connecting included; 10s by default.
+	// Timeout bounds one request, connecting included: 1ms to 1h; 10s
+	// when 0.
 	Timeout time.Duration
 	// Insecure skips the verification of an https target's certificate.
 	Insecure bool
@@ -56,7 +57,8 @@ type HTTPConfig struct {
 	// machines sharing one schedule: Rate, Connections and Requests are
 	// totals over the shards, and this one sends its share. Each shard sends
 	// the consumers with index ≡ Shard (mod Shards), or all of them with
-	// SharedConsumers. 0 of 1 by default: the whole run.
+	// SharedConsumers. 0 ≤ Shard < Shards; 0 of 0 (or 1), the default, is
+	// the whole run.
 	Shard, Shards   int
 	SharedConsumers bool
 	// StartAt, when set, is the wall-clock time the run begins at (every
@@ -128,7 +130,7 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("Consumers", "must be between 0 and 10000000 (got %d)", c.Consumers)
 	case c.Consumers > 0 && c.ConsumerHeader == "":
 		return field.Errorf("Consumers", "needs {ConsumerHeader}")
-	case c.Timeout < 0 || c.Timeout > time.Hour:
+	case c.Timeout != 0 && (c.Timeout < time.Millisecond || c.Timeout > time.Hour): // 0: the default
 		return field.Errorf("Timeout", "must be between 1ms and 1h (got %s)", c.Timeout)
 	case c.Interval < 0 || (c.Interval > 0 && c.Interval < 10*time.Millisecond):
 		return field.Errorf("Interval", "must be at least 10ms (got %s)", c.Interval)
@@ -138,7 +140,7 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("ExpectLimit", "audits per consumer: it needs {ConsumerHeader}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
 		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
-	case c.Shards < 0 || c.Shards > 10_000 || c.Shard < 0 || (c.Shards > 0 && c.Shard >= c.Shards):
+	case c.Shards < 0 || c.Shards > 10_000 || c.Shard < 0 || c.Shard >= max(c.Shards, 1): // Shards 0: one, the whole run
 		return field.Errorf("Shard", "must be I/N with 0 ≤ I < N ≤ 10000 (got %d/%d)", c.Shard, c.Shards)
 	case c.Shards > 1 && c.Connections > 0 && c.Connections < c.Shards:
 		return field.Errorf("Connections", "are a total over the shards: at least one each, %d (got %d)", c.Shards, c.Connections)

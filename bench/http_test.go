@@ -130,19 +130,45 @@ func firstKey(m map[string]int) string {
 	return ""
 }
 
+// TestValidate: each field's bounds, both sides of each edge.
 func TestValidate(t *testing.T) {
+	// ok is a valid config changed by f.
+	ok := func(f func(*bench.HTTPConfig)) bench.HTTPConfig {
+		c := bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second}
+		f(&c)
+		return c
+	}
 	for _, tc := range []struct {
+		name string
 		cfg  bench.HTTPConfig
-		want string
+		want string // the error's start; "" for none
 	}{
-		{bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `Target "ftp://x": want an http:// or https:// URL`},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Rate: -1, Duration: time.Second}, "Rate must be between 0"},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
-		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Consumers: 3}, "Consumers needs ConsumerHeader"},
+		{"ftp", bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `Target "ftp://x": want an http:// or https:// URL`},
+		{"negative rate", ok(func(c *bench.HTTPConfig) { c.Rate = -1 }), "Rate must be between 0"},
+		{"unbounded", bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
+		{"consumers without a header", ok(func(c *bench.HTTPConfig) { c.Consumers = 3 }), "Consumers needs ConsumerHeader"},
+		{"timeout 0: the default", ok(func(c *bench.HTTPConfig) { c.Timeout = 0 }), ""},
+		{"timeout 1ms", ok(func(c *bench.HTTPConfig) { c.Timeout = time.Millisecond }), ""},
+		{"timeout 1h", ok(func(c *bench.HTTPConfig) { c.Timeout = time.Hour }), ""},
+		{"timeout 500µs", ok(func(c *bench.HTTPConfig) { c.Timeout = 500 * time.Microsecond }), "Timeout must be between 1ms and 1h"},
+		{"timeout 2h", ok(func(c *bench.HTTPConfig) { c.Timeout = 2 * time.Hour }), "Timeout must be between 1ms and 1h"},
+		{"timeout 1h and 1ns", ok(func(c *bench.HTTPConfig) { c.Timeout = time.Hour + 1 }), "Timeout must be between 1ms and 1h"},
+		{"timeout -1s", ok(func(c *bench.HTTPConfig) { c.Timeout = -time.Second }), "Timeout must be between 1ms and 1h"},
+		{"shard 0/0: the whole run", ok(func(c *bench.HTTPConfig) {}), ""},
+		{"shard 2/3", ok(func(c *bench.HTTPConfig) { c.Shard, c.Shards = 2, 3 }), ""},
+		{"shard 0/1", ok(func(c *bench.HTTPConfig) { c.Shard, c.Shards = 0, 1 }), ""},
+		{"shard 3/3", ok(func(c *bench.HTTPConfig) { c.Shard, c.Shards = 3, 3 }), "Shard must be I/N with 0 ≤ I < N"},
+		{"shard 5 without shards", ok(func(c *bench.HTTPConfig) { c.Shard = 5 }), "Shard must be I/N with 0 ≤ I < N ≤ 10000 (got 5/0)"},
+		{"shard 1 without shards", ok(func(c *bench.HTTPConfig) { c.Shard = 1 }), "Shard must be I/N"},
+		{"shard -1/3", ok(func(c *bench.HTTPConfig) { c.Shard, c.Shards = -1, 3 }), "Shard must be I/N"},
+		{"shard 0/-1", ok(func(c *bench.HTTPConfig) { c.Shards = -1 }), "Shard must be I/N"},
 	} {
-		if err := tc.cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.HasPrefix(err.Error(), tc.want)) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }
 
