@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"net/http"
@@ -107,30 +108,23 @@ func newSample(consumer int, sent, done time.Duration, status int, f *limitField
 	}
 	if q, ok := sfParam(f.policy, "q"); ok {
 		s.limit = q
-	} else if n, err := strconv.ParseInt(cmpOr(f.limit, f.xLimit), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmp.Or(f.limit, f.xLimit), 10, 64); err == nil {
 		s.limit = n
 	}
 	if r, ok := sfParam(f.rateLimit, "r"); ok {
 		s.remaining = r
-	} else if n, err := strconv.ParseInt(cmpOr(f.remaining, f.xRemaining), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmp.Or(f.remaining, f.xRemaining), 10, 64); err == nil {
 		s.remaining = n
 	}
 	if t, ok := sfParam(f.rateLimit, "t"); ok {
 		s.reset = time.Duration(t) * time.Second
-	} else if n, err := strconv.ParseInt(cmpOr(f.reset, f.xReset), 10, 64); err == nil {
+	} else if n, err := strconv.ParseInt(cmp.Or(f.reset, f.xReset), 10, 64); err == nil {
 		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
 			n -= time.Now().Unix()
 		}
 		s.reset = time.Duration(max(n, 0)) * time.Second
 	}
 	return s
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // sfParam reads an integer parameter of the first item of a structured

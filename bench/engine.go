@@ -45,7 +45,7 @@ type plan struct {
 	req           *request
 	head          bool // HEAD: responses have no body
 	audit         bool
-	keep          bool // KeepResponses
+	keepResponses bool // KeepResponses
 	sampleCap     int  // samples (and responses) one connection keeps
 	addr          string
 	tls           *tls.Config
@@ -186,7 +186,7 @@ func (c *conn) run(ctx context.Context) {
 		}
 		e := event{done: doneAt.Sub(p.start) - p.warmup, latency: (doneAt.Sub(p.start) - due).Microseconds(),
 			lag: (sent - due).Microseconds(), warm: warm}
-		if p.keep && !warm && len(c.responses) < p.sampleCap {
+		if p.keepResponses && !warm && len(c.responses) < p.sampleCap {
 			c.responses = append(c.responses, c.response(consumer, due, sentAt, doneAt, err))
 		}
 		if err != nil {
@@ -202,7 +202,7 @@ func (c *conn) run(ctx context.Context) {
 				c.hangUp()
 			}
 			if p.audit && !warm {
-				c.keep(consumer, sent-p.warmup, e.done)
+				c.keepSample(consumer, sent-p.warmup, e.done)
 			}
 		}
 		c.record(e)
@@ -248,7 +248,7 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	// this one reads, its own is more often there, and the read that would
 	// only have found nothing (and a trip through the poller) is saved.
 	runtime.Gosched()
-	return readResponse(c.br, p.head, p.audit || p.keep, &c.resp)
+	return readResponse(c.br, p.head, p.audit || p.keepResponses, &c.resp)
 }
 
 // dial opens the connection, with TLS for https.
@@ -360,9 +360,10 @@ func (c *conn) flush() {
 	}
 }
 
-// keep records the response for the audit, up to the connection's share of
-// the samples; past it, it notes from when samples are missing.
-func (c *conn) keep(consumer int, sent, done time.Duration) {
+// keepSample keeps the response as a sample for the audit, up to the
+// connection's share of the samples; past it, it notes from when samples
+// are missing.
+func (c *conn) keepSample(consumer int, sent, done time.Duration) {
 	if len(c.samples) >= c.p.sampleCap {
 		if c.cappedAt < 0 {
 			c.cappedAt = sent
@@ -454,7 +455,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		req:             newRequest(cfg, u),
 		head:            cfg.Method == http.MethodHead,
 		audit:           cfg.ExpectLimit > 0,
-		keep:            cfg.KeepResponses,
+		keepResponses:   cfg.KeepResponses,
 		addr:            u.Host,
 		tally:           t,
 	}

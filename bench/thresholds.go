@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"strings"
 	"time"
 
@@ -56,7 +57,7 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 	}
 	a := r.Audit
 	if a == nil {
-		return append(crossed, field.Errorf("FailOnLeak", ": there is no audit (%s)", cmpOr(r.AuditNote, "the run audited nothing")))
+		return append(crossed, field.Errorf("FailOnLeak", ": there is no audit (%s)", cmp.Or(r.AuditNote, "the run audited nothing")))
 	}
 	if a.OverAdmitted > 0 {
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s got %d through in %s, over the %d allowed (%s)",
