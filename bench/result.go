@@ -11,17 +11,15 @@ import (
 
 // Settings is the configuration as reports show it.
 type Settings struct {
-	Model       string  `json:"model"` // "open" (a fixed schedule) or "closed" (back to back)
-	Method      string  `json:"method"`
-	RatePerSec  float64 `json:"rate_per_sec"`
-	Connections int     `json:"connections"`
-	// MaxInFlight is the most requests in flight at once: one per connection.
-	MaxInFlight    int    `json:"max_in_flight"`
-	DurationMillis int64  `json:"duration_ms"`
-	Requests       int64  `json:"requests"`
-	WarmupMillis   int64  `json:"warmup_ms"`
-	Consumers      int    `json:"consumers"`
-	ConsumerHeader string `json:"consumer_header"`
+	Model          string  `json:"model"` // "open" (a fixed schedule) or "closed" (back to back)
+	Method         string  `json:"method"`
+	RatePerSec     float64 `json:"rate_per_sec"`
+	Connections    int     `json:"connections"`
+	DurationMillis int64   `json:"duration_ms"`
+	Requests       int64   `json:"requests"`
+	WarmupMillis   int64   `json:"warmup_ms"`
+	Consumers      int     `json:"consumers"`
+	ConsumerHeader string  `json:"consumer_header"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
@@ -157,7 +155,7 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 		Command: "bench_http",
 		Target:  cfg.Target,
 		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: rate, Connections: cfg.Connections,
-			MaxInFlight: cfg.Connections, DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
+			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
 			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},

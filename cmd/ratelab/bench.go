@@ -28,7 +28,6 @@ type benchOptions struct {
 	body        string
 	expectLimit string
 	threads     int
-	maxInFlight int
 	shard       string
 	startAt     string
 	hgrm        string
@@ -76,8 +75,6 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f := http.Flags()
 	f.Float64Var(&opts.Rate, "rate", 100, "requests per second in total (open model); 0 for the closed model")
 	f.IntVar(&opts.Connections, "connections", 10, "keep-alive connections, each with one request in flight at a time")
-	f.IntVar(&opts.maxInFlight, "max-in-flight", 0, "requests in flight at most")
-	_ = f.MarkDeprecated("max-in-flight", "each connection has one request in flight: use --connections")
 	f.IntVar(&opts.threads, "threads", 0, "threads the load generator runs on (GOMAXPROCS), as wrk's -t (0: every core)")
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "length of the measured run (0: bounded by --requests)")
 	f.Int64Var(&opts.Requests, "requests", 0, "measured requests to send, at most")
@@ -164,8 +161,6 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		return cfg, "", usagef("--timeout must be positive (got %s)", cfg.Timeout)
 	case opts.threads < 0 || opts.threads > 1024:
 		return cfg, "", usagef("--threads must be between 0 (every core) and 1024 (got %d)", opts.threads)
-	case opts.maxInFlight < 0:
-		return cfg, "", usagef("--max-in-flight must not be negative (got %d)", opts.maxInFlight)
 	}
 	if err := errors.Join(cfg.Validate(), opts.Thresholds.Validate()); err != nil {
 		return cfg, "", flagError(err, benchNames)

@@ -48,3 +48,22 @@ func TestBenchThresholdFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchMaxInFlightIsGone: --max-in-flight, which did nothing, is no
+// flag, and the JSON has no max_in_flight (one request per connection is
+// what connections says).
+func TestBenchMaxInFlightIsGone(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	code, stdout, stderr := ratelab(t, "bench", "http", srv.URL, "--requests", "5", "--rate", "0", "--max-in-flight", "5")
+	if code != exitUsage || !strings.Contains(stderr, "unknown flag: --max-in-flight") || stdout != "" {
+		t.Fatalf("--max-in-flight: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+	code, stdout, stderr = ratelab(t, "bench", "http", srv.URL, "--requests", "5", "--rate", "0", "-o", "json")
+	var res struct{ Config map[string]any }
+	decodeJSON(t, stdout, &res)
+	if _, ok := res.Config["max_in_flight"]; code != exitOK || ok || res.Config["connections"] == nil {
+		t.Fatalf("exit %d (%s), config %v", code, stderr, res.Config)
+	}
+}
