@@ -430,3 +430,23 @@ func TestOpenRestyFailures(t *testing.T) {
 		t.Fatalf("%d lines about the full store in %s, want 1 to %d:\n%s", n, fullFor.Round(time.Millisecond), most, log)
 	}
 }
+
+// TestOpenRestyStoppedWhileStarting: a Serve whose context ends while nginx
+// is still starting stops nginx and returns nil, as the go engine does, not
+// the context's error (which ratelab edge would report as a failure).
+func TestOpenRestyStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // before nginx can answer: Serve sees it while waiting for the port
+	o := edge.Options{Engine: edge.EngineOpenResty, Listen: freeAddr(t), Upstream: "builtin", Off: true,
+		KeyBy: "ip", OnError: "open", Headers: "both", Timeout: time.Second, Pool: 1, Nodes: 1}
+	if err := edge.Serve(ctx, o, nil, ""); err != nil {
+		t.Fatalf("stopped while starting: %v, want nil", err)
+	}
+}
