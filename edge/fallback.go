@@ -76,14 +76,17 @@ type health struct {
 	quiet  map[string]int64     // kind -> failures since then, not written
 	failed int64                // failures since Redis last answered
 
-	stop    chan struct{}
-	stopped bool
+	// ctx ends when the middleware is closed; it bounds the prober's calls.
+	ctx     context.Context
+	stop    context.CancelFunc
+	stopped bool // under mu: no prober starts any more
 	probing sync.WaitGroup
 }
 
 func newHealth(log io.Writer, threshold int, timeout time.Duration, m *Metrics, probe func(ctx context.Context) error) *health {
+	ctx, stop := context.WithCancel(context.Background())
 	return &health{log: log, threshold: threshold, timeout: timeout, metrics: m, probe: probe,
-		logged: map[string]time.Time{}, quiet: map[string]int64{}, stop: make(chan struct{})}
+		logged: map[string]time.Time{}, quiet: map[string]int64{}, ctx: ctx, stop: stop}
 }
 
 // circuitOpen reports whether decisions skip Redis for now, and why.
@@ -110,15 +113,22 @@ func (h *health) failedWith(kind string, err error) {
 		h.metrics.setRedisUp(false)
 	}
 	h.note(kind, err, now)
-	if n := h.consecutive.Add(1); h.threshold > 0 && n >= int64(h.threshold) && h.open.CompareAndSwap(false, true) {
+	n := h.consecutive.Add(1)
+	if h.threshold <= 0 || n < int64(h.threshold) || h.open.Load() {
+		return
+	}
+	// The circuit opens only with a prober to close it again: never once
+	// the middleware is closed.
+	h.mu.Lock()
+	opened := !h.stopped && h.open.CompareAndSwap(false, true)
+	if opened {
+		h.probing.Add(1)
+		go h.probeUntilAnswered()
+	}
+	h.mu.Unlock()
+	if opened {
 		h.metrics.setCircuitOpen(true)
 		h.line("circuit open after %d failures in a row: decisions skip Redis, which is asked every %s", n, probeEvery)
-		h.mu.Lock()
-		if !h.stopped {
-			h.probing.Add(1)
-			go h.probeUntilAnswered()
-		}
-		h.mu.Unlock()
 	}
 }
 
@@ -172,16 +182,18 @@ func (h *health) probeUntilAnswered() {
 	defer t.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-h.ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
 		err := h.probe(ctx)
 		cancel()
-		if err == nil {
-			h.open.Store(false)
-			h.metrics.setCircuitOpen(false)
+		switch {
+		case h.ctx.Err() != nil:
+			return // closed while asking: not Redis's failure
+		case err == nil:
+			h.closeCircuit()
 			h.answered()
 			return
 		}
@@ -189,15 +201,22 @@ func (h *health) probeUntilAnswered() {
 	}
 }
 
-// close stops the prober and waits for it.
+func (h *health) closeCircuit() {
+	if h.open.CompareAndSwap(true, false) {
+		h.metrics.setCircuitOpen(false)
+	}
+}
+
+// close stops the prober and waits for it (for a call in flight, at most
+// the timeout), then closes the circuit for good: with no prober, every
+// decision asks Redis again.
 func (h *health) close() {
 	h.mu.Lock()
-	if !h.stopped {
-		h.stopped = true
-		close(h.stop)
-	}
+	h.stopped = true
 	h.mu.Unlock()
+	h.stop()
 	h.probing.Wait()
+	h.closeCircuit()
 }
 
 // report answers /healthz: 200 and "ok" while Redis answers; while it

@@ -64,7 +64,7 @@ type Gateway struct {
 	lnAdmin net.Listener
 	builtin *Builtin
 	metrics *Metrics
-	limiter *limiter // nil with Off
+	limiter *Handler // nil with Off
 }
 
 // NewGateway binds the listeners (so that their addresses are known) and
@@ -105,7 +105,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g.lnMain = ln
 	handler := upstream
 	if !cfg.Off {
-		g.limiter = newLimiter(g.cfg.Limit, upstream)
+		g.limiter = Middleware(g.cfg.Limit, upstream)
 		handler = g.limiter
 	}
 	g.main = &http.Server{
@@ -195,7 +195,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		serr = errors.Join(serr, g.admin.Shutdown(sctx))
 	}
 	if g.limiter != nil {
-		g.limiter.close()
+		_ = g.limiter.Close()
 	}
 	if g.cfg.Log != nil {
 		fmt.Fprintln(g.cfg.Log, "ratelab edge: stopped")

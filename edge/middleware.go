@@ -97,11 +97,14 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Middleware limits next. With BreakerFailures set, an open circuit's
-// prober runs until Redis answers.
-func Middleware(cfg Config, next http.Handler) http.Handler { return newLimiter(cfg, next) }
-
-func newLimiter(cfg Config, next http.Handler) *limiter {
+// Middleware limits next. With BreakerFailures set, an open circuit asks
+// Redis from a goroutine of its own until it answers: Close the Handler
+// when it serves no more, after http.Server.Shutdown, to stop it.
+//
+//	h := edge.Middleware(cfg, mux)
+//	defer h.Close()
+//	srv := &http.Server{Handler: h}
+func Middleware(cfg Config, next http.Handler) *Handler {
 	if cfg.PolicyName == "" {
 		cfg.PolicyName = "default"
 	}
@@ -120,7 +123,7 @@ func newLimiter(cfg Config, next http.Handler) *limiter {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	l := &limiter{cfg: cfg, next: next, denied: map[string]time.Time{}}
+	l := &Handler{cfg: cfg, next: next, denied: map[string]time.Time{}}
 	probeKey := algorithms.Key("ratelab-probe", cfg.Algorithm)
 	l.health = newHealth(cfg.Log, cfg.BreakerFailures, cfg.Timeout, cfg.Metrics, func(ctx context.Context) error {
 		_, err := cfg.Limiter.Allow(ctx, probeKey)
@@ -129,7 +132,10 @@ func newLimiter(cfg Config, next http.Handler) *limiter {
 	return l
 }
 
-type limiter struct {
+// Handler is the middleware in front of an upstream, built by Middleware:
+// it serves HTTP, and owns the goroutine that probes Redis while its
+// circuit is open, which Close stops.
+type Handler struct {
 	cfg    Config
 	next   http.Handler
 	health *health
@@ -139,7 +145,7 @@ type limiter struct {
 	sweep  time.Time
 }
 
-func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := l.cfg.KeyBy.Identify(r)
 	key := algorithms.Key(id.Key, l.cfg.Algorithm)
 	// The scripts keep time in whole milliseconds: so does the cache, so that
@@ -203,7 +209,7 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // fallback answers r without Redis, which failed with kind, as OnError
 // says; the answer carries no RateLimit fields.
-func (l *limiter) fallback(w http.ResponseWriter, r *http.Request, key, kind string) {
+func (l *Handler) fallback(w http.ResponseWriter, r *http.Request, key, kind string) {
 	switch {
 	case l.cfg.OnError == FailClosed:
 		l.cfg.Metrics.decision(OutcomeErrorClosed)
@@ -233,11 +239,17 @@ func (l *limiter) fallback(w http.ResponseWriter, r *http.Request, key, kind str
 	l.next.ServeHTTP(w, r)
 }
 
-// close stops the circuit's prober.
-func (l *limiter) close() { l.health.close() }
+// Close stops the goroutine that asks Redis while the circuit is open and
+// waits for it: for a probe in flight, at most Config.Timeout. A Handler
+// used after Close still decides every request, in Redis, as with no
+// circuit breaker. Close always returns nil; a second call does nothing.
+func (l *Handler) Close() error {
+	l.health.close()
+	return nil
+}
 
 // setHeaders writes the limit state of d.
-func (l *limiter) setHeaders(h http.Header, d algorithms.Decision) {
+func (l *Handler) setHeaders(h http.Header, d algorithms.Decision) {
 	window := ceilSeconds(l.cfg.Policy.Window)
 	reset := window // after at most one window every request has left it
 	if !d.Allowed && d.RetryAfter > 0 {
@@ -256,7 +268,7 @@ func (l *limiter) setHeaders(h http.Header, d algorithms.Decision) {
 }
 
 // tooMany answers 429 with Retry-After in whole seconds, rounded up.
-func (l *limiter) tooMany(w http.ResponseWriter, retry time.Duration) {
+func (l *Handler) tooMany(w http.ResponseWriter, retry time.Duration) {
 	h := w.Header()
 	if h.Get("RateLimit-Policy") == "" && h.Get("RateLimit-Limit") == "" {
 		l.setHeaders(h, algorithms.Decision{Limit: l.cfg.Policy.Limit, RetryAfter: retry})
@@ -289,7 +301,7 @@ func isTimeout(err error) bool {
 }
 
 // cachedDenial reports whether key is denied until a time after now.
-func (l *limiter) cachedDenial(key string, now time.Time) (time.Time, bool) {
+func (l *Handler) cachedDenial(key string, now time.Time) (time.Time, bool) {
 	if !l.cfg.DenyCache {
 		return time.Time{}, false
 	}
@@ -310,7 +322,7 @@ const maxDenied = 100_000
 // cacheDenial remembers a denial; it sweeps expired entries at most once a
 // second, so the cache holds only consumers denied within their retry-after,
 // and at most maxDenied of them.
-func (l *limiter) cacheDenial(key string, until, now time.Time) {
+func (l *Handler) cacheDenial(key string, until, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.denied) < maxDenied {

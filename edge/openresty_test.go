@@ -49,7 +49,9 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 		t.Skip(err)
 	}
 	c.Upstream = upstream
-	c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
+	if c.RedisPort == 0 { // else a relay in front of r
+		c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second // a loaded machine must not fail a decision open
 	}
@@ -57,7 +59,9 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 	if c.OnError == "" {
 		c.OnError = "open"
 	}
-	c.Workers = 2
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
 	// A port found free may be taken before nginx binds it (by another
 	// test's outgoing connection): then try others, twice at most.
 	var n *edge.Nginx
@@ -343,57 +347,106 @@ func TestNginxConfRenders(t *testing.T) {
 
 // TestOpenRestyFailures: the module on a full Redis answers 503 naming
 // the full store and logs it once for many failures; with Redis hung its
-// circuit opens after two failures per worker and the rest are answered at
-// once; once Redis answers, it limits again.
+// circuit opens after two failures and the rest are answered without
+// Redis; once Redis answers, it limits again. A relay between nginx and
+// Redis counts the decisions sent for the consumer, answered or not: the
+// test counts what the module did, never how long an answer took. One
+// worker, so that the counts are exact (each worker has its own circuit).
 func TestOpenRestyFailures(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
-	timeout := 300 * time.Millisecond
+	consumer := "failures-" + redistest.Prefix(t)
+	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
+	rel := startRelay(t, r.Addr, []byte(algorithms.Key(id.Key, "sliding-log")))
+	// A timeout of seconds: a full Redis answers OOM, never "too late",
+	// however loaded the machine.
 	nc := startNginx(t, r, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}, OnError: "closed",
-		Timeout: timeout, BreakerFailures: 2})
+		Timeout: 2 * time.Second, BreakerFailures: 2, Workers: 1, RedisHost: "127.0.0.1", RedisPort: rel.Port()})
 	url := "http://" + nc.Listen + "/"
-	hdr := map[string]string{"X-Consumer-Id": "failures"}
-	c := client(t, r.Addr, time.Second)
-	if err := c.ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 { // the circuit opens, and its probes find Redis still full
-		resp, text := body(t, url, hdr)
-		if resp.StatusCode != 503 || !strings.Contains(text, "OOM") || hasLimitFields(resp.Header) {
-			t.Fatalf("full Redis, request %d: %d %q %v, want 503 naming OOM without RateLimit fields", i+1, resp.StatusCode, text, resp.Header)
+	hdr := map[string]string{"X-Consumer-Id": consumer}
+	c := client(t, r.Addr, 5*time.Second)
+	ctx := context.Background()
+
+	// failClosed sends n requests and checks each is the fail mode's 503
+	// naming cause, with Retry-After 1 and no RateLimit fields; it returns
+	// how many decisions for the consumer reached Redis meanwhile.
+	failClosed := func(phase string, n int, cause string) int64 {
+		t.Helper()
+		before := rel.Seen()
+		for i := range n {
+			resp, text := body(t, url, hdr)
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(text, cause) ||
+				resp.Header.Get("Retry-After") != "1" || hasLimitFields(resp.Header) {
+				t.Fatalf("%s, request %d: %d %q %v; want 503 naming %q, Retry-After 1, no RateLimit fields",
+					phase, i+1, resp.StatusCode, text, resp.Header, cause)
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		// The two that opened the circuit were sent; wait until the relay
+		// has read them, then see that nothing more was.
+		return rel.waitSeen(t, before+2) - before
 	}
-	if err := c.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+
+	// Another consumer's decision loads the script: from then on each
+	// decision sends one EVALSHA naming the key, and no EVAL after a NOSCRIPT.
+	if resp, _ := get(t, url, map[string]string{"X-Consumer-Id": "warm-" + consumer}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	full := time.Now()
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitForStatus(t, url, hdr, http.StatusOK)
+	if sent := failClosed("full Redis", 10, "OOM"); sent != 2 {
+		t.Fatalf("full Redis: %d of 10 decisions reached Redis, want 2: the circuit opens after 2 failures", sent)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitForStatus(t, url, hdr, http.StatusOK) // the probe found Redis answering, the circuit closed
+	fullFor := time.Since(full)
+
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	slow := 0
-	for range 20 {
-		resp, took := get(t, url, hdr)
-		if resp.StatusCode != 503 {
-			t.Fatalf("Redis hung, fail closed: %d", resp.StatusCode)
-		}
-		if took >= timeout { // it waited the timeout: a fast answer on a loaded machine rarely takes as long
-			slow++
-		}
-	}
-	// Two workers, each waits the timeout twice before its circuit opens.
-	if slow > 4 {
-		t.Fatalf("%d of 20 requests waited the timeout with Redis hung; the circuits should have opened after 2 each", slow)
+	if sent := failClosed("Redis hung", 20, "did not answer in time"); sent != 2 {
+		t.Fatalf("Redis hung: %d of 20 decisions reached Redis, want 2: the circuit opens after 2 failures", sent)
 	}
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	waitForStatus(t, url, hdr, http.StatusTooManyRequests)
+
 	log, err := os.ReadFile(filepath.Join(nc.Dir, "error.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(log), "ratelab: redis oom"); n < 1 || n > 2 {
-		t.Fatalf("%d log lines about the full store (one per worker at most):\n%s", n, log)
+	for line, want := range map[string]int{"ratelab: circuit open after 2 failures in a row": 2, "ratelab: redis answers again": 2} {
+		if n := strings.Count(string(log), line); n != want {
+			t.Fatalf("%d lines %q, want %d (the full Redis, then the hung one):\n%s", n, line, want, log)
+		}
+	}
+	// One line per kind per 10 s: the full Redis failed every decision and
+	// probe for fullFor, and was written about once per 10 s of it.
+	if n, most := strings.Count(string(log), "ratelab: redis oom"), 1+int(fullFor/(10*time.Second)); n < 1 || n > most {
+		t.Fatalf("%d lines about the full store in %s, want 1 to %d:\n%s", n, fullFor.Round(time.Millisecond), most, log)
+	}
+}
+
+// TestOpenRestyStoppedWhileStarting: a Serve whose context ends while nginx
+// is still starting stops nginx and returns nil, as the go engine does, not
+// the context's error (which ratelab edge would report as a failure).
+func TestOpenRestyStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // before nginx can answer: Serve sees it while waiting for the port
+	o := edge.Options{Engine: edge.EngineOpenResty, Listen: freeAddr(t), Upstream: "builtin", Off: true,
+		KeyBy: "ip", OnError: "open", Headers: "both", Timeout: time.Second, Pool: 1, Nodes: 1}
+	if err := edge.Serve(ctx, o, nil, ""); err != nil {
+		t.Fatalf("stopped while starting: %v, want nil", err)
 	}
 }

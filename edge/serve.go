@@ -241,18 +241,23 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		nc.RedisHost, nc.RedisPassword = host, r.Password
 		nc.RedisPort, _ = strconv.Atoi(portText)
 	}
+	// What it will serve is said first: clients may reach nginx a moment
+	// before StartNginx sees it accept.
+	if o.Log != nil && !o.Off {
+		fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
+			o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+	}
 	n, err := StartNginx(ctx, nc)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // stopped before nginx was ready: StartNginx has stopped it
+	case err != nil:
 		return err
 	}
 	defer n.Stop()
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
 			nc.Listen, o.Upstream, orNone(nc.Admin), n.Dir())
-		if !o.Off {
-			fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
-				o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
-		}
 	}
 	select {
 	case <-ctx.Done():

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/drill"
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/reports"
 )
 
@@ -16,6 +18,7 @@ import (
 type drillOptions struct {
 	drill.Config
 	engines, faults, modes, limit string
+	enginesNamed                  bool // --engine was given, not left to its default
 	maxP99                        time.Duration
 	failOnLeak                    bool
 	output                        outputFlag
@@ -52,10 +55,13 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
   ratelab drill --engine go --faults hang,oom --on-redis-error closed --fail-on-leak
   ratelab drill --faults hang --on-redis-error local --nodes 2 --output json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runDrill(cmd.Context(), io, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.enginesNamed = cmd.Flags().Changed("engine")
+			return runDrill(cmd.Context(), io, opts)
+		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty (skipped without nginx unless named alone)")
+	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty (left to the default, openresty is skipped where nginx is missing; named, it is required)")
 	f.StringVar(&opts.faults, "faults", "all", "faults, comma-separated, or all: "+strings.Join(drill.Faults(), ", "))
 	f.StringVar(&opts.modes, "on-redis-error", "open,closed,local", "fail modes to run each fault under, comma-separated")
 	f.DurationSliceVar(&opts.Latencies, "fault-latency", []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}, "latencies of the latency fault")
@@ -118,11 +124,16 @@ func drillConfig(opts drillOptions) (drill.Config, reports.Format, error) {
 	if cfg.BreakerFailures == 0 {
 		cfg.BreakerFailures = -1 // no circuit breaker
 	}
-	if opts.engines == "go,openresty" {
+	if !opts.enginesNamed {
 		cfg.Engines = nil // both, openresty only where nginx is found
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, "", flagError(err, drillNames)
+	}
+	if slices.Contains(cfg.Engines, edge.EngineOpenResty) {
+		if _, _, err := edge.FindNginx(); err != nil {
+			return cfg, "", usagef("--engine names openresty, which needs nginx with its lua module: %v", err)
+		}
 	}
 	return cfg, format, nil
 }

@@ -110,6 +110,11 @@ func edgeConfig(io *ioStreams, opts edgeOptions) (edge.Options, redisrun.TargetC
 	if err := o.Validate(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, edgeNames)
 	}
+	if o.Engine == edge.EngineOpenResty {
+		if _, _, err := edge.FindNginx(); err != nil {
+			return o, redisrun.TargetConfig{}, usagef("--engine openresty needs nginx with its lua module: %v", err)
+		}
+	}
 	target, err := opts.redis.config(io)
 	if err != nil {
 		return o, target, err

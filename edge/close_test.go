@@ -1,0 +1,92 @@
+package edge_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+)
+
+// TestMiddlewareCloseStopsTheProbe: a middleware whose circuit opened on a
+// hung or stopped Redis asks Redis from a goroutine of its own until it
+// answers; Close stops that goroutine and waits for it, so a library user
+// who is done with the middleware leaves nothing running, and a request
+// after Close opens no circuit again. Not parallel: goleak looks at every
+// goroutine of the process.
+func TestMiddlewareCloseStopsTheProbe(t *testing.T) {
+	// go-redis retries a refused dial from a goroutine that sleeps a second
+	// and outlives the client's Close.
+	dial := goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+	for _, fault := range []string{"hung", "stopped"} {
+		t.Run(fault, func(t *testing.T) {
+			r := startRedis(t)
+			before := goleak.IgnoreCurrent()
+			c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
+			defer c.Close()
+			p := algorithms.Policy{Limit: 10, Window: time.Minute}
+			lim, err := algorithms.New("sliding-log", c, p, algorithms.WithClock(algorithms.ClockRedis))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch fault {
+			case "hung":
+				if err := r.Pause(); err != nil {
+					t.Fatal(err)
+				}
+			case "stopped":
+				r.Stop()
+			}
+			m := edge.NewMetrics()
+			// A short timeout: the decision is meant to fail.
+			h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, OnError: edge.FailClosed,
+				BreakerFailures: 1, Timeout: 100 * time.Millisecond, Metrics: m}, http.NotFoundHandler())
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("Redis %s, fail closed: %d, want 503", fault, rec.Code)
+			}
+			if open := gauge(t, m, "ratelab_edge_circuit_open"); open != 1 {
+				t.Fatalf("ratelab_edge_circuit_open is %v after a failure with a breaker of 1: no probe runs", open)
+			}
+			if err := h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Closed, it still decides, in Redis: the circuit stays shut and
+			// no prober starts again.
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != http.StatusServiceUnavailable || m.Decisions(edge.OutcomeErrorClosed) != 2 {
+				t.Fatalf("closed, Redis %s: %d, %d fail-closed decisions; want 503 and 2", fault, rec.Code, m.Decisions(edge.OutcomeErrorClosed))
+			}
+			if open := gauge(t, m, "ratelab_edge_circuit_open"); open != 0 {
+				t.Fatalf("ratelab_edge_circuit_open is %v after Close, want 0", open)
+			}
+			if calls := redisCalls(t, m); calls != 2 {
+				t.Fatalf("%d decisions asked Redis, want 2: the circuit let the one after Close through to Redis", calls)
+			}
+			goleak.VerifyNone(t, before, dial)
+		})
+	}
+}
+
+// gauge reads the gauge name from m.
+func gauge(t *testing.T, m *edge.Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
+}
