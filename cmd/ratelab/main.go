@@ -76,7 +76,7 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 	root.SetErr(io.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newDrillCmd(io), newBenchCmd(io),
-		newReportCmd(io), newVersionCmd(io), newDocsCmd(io))
+		newReportCmd(io), newVersionCmd(io), newDocsCmd())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
 	return root

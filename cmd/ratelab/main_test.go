@@ -54,14 +54,6 @@ func noRedisURL(name string) string {
 	return os.Getenv(name)
 }
 
-// goRatelab runs one command line in-process, in a goroutine, until ctx
-// ends; the exit code comes on the channel.
-func goRatelab(ctx context.Context, stderr io.Writer, args ...string) <-chan int {
-	done := make(chan int, 1)
-	go func() { done <- runEnv(ctx, args, io.Discard, stderr, noRedisURL) }()
-	return done
-}
-
 // connections reads how many connections the server has accepted so far.
 func connections(t *testing.T, c *redis.Client) string {
 	t.Helper()
