@@ -79,7 +79,18 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 		newReportCmd(io), newVersionCmd(io), newDocsCmd())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
+	warnOn(root, io.err)
 	return root
+}
+
+// warnOn sends the flags' warnings (a deprecated flag or shorthand) to w,
+// the error stream: cobra would print them on the output stream, into a
+// report such as -o json's.
+func warnOn(cmd *cobra.Command, w io.Writer) {
+	cmd.Flags().SetOutput(w)
+	for _, c := range cmd.Commands() {
+		warnOn(c, w)
+	}
 }
 
 // refuseUnknownSubcommands makes every command that only groups others

@@ -78,7 +78,7 @@ swimlanes, one goroutine each on Redis's time axis), compare (the trade table, t
 memory per client by limit), skew (over-admission against the skew) and drill (each run over
 time, its fault shaded: admitted, over the guarantee, not decided by Redis, wrongly refused).`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/ --rate 500 -o json > a.json
-  ratelab report html a.json b.json -o report.html`,
+  ratelab report html a.json b.json --out report.html`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usagef("report html takes one or more JSON files")
@@ -97,6 +97,9 @@ time, its fault shaded: admitted, over the guarantee, not decided by Redis, wron
 		},
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "", "the HTML file to write")
+	// Everywhere else -o is --output, the format: -o FILE still works here,
+	// with a notice on the error stream.
+	_ = cmd.Flags().MarkShorthandDeprecated("out", "use --out FILE (elsewhere -o is --output, the format)")
 	return cmd
 }
 
