@@ -9,12 +9,26 @@ VERSION := $(shell git describe --tags --exact-match 2>/dev/null || \
 	TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h --abbrev=12 2>/dev/null || echo v0.0.0-dev)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build demo test test-short check docs bench deps clean
+.PHONY: all build image demo test test-short check docs bench deps clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/ratelab
+
+# The container image for load machines (docs/distributed.md): a static
+# ratelab and Debian's CA certificates on an empty base, written by
+# scripts/image as a tarball that docker load and crane push take. It needs
+# no container daemon and pulls no base image; one commit's image is the same
+# bytes wherever it is built. GOARCH=arm64 make image builds another's.
+IMAGE    := bin/ratelab-image.tar
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+EPOCH    := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+image:
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/ratelab-linux ./cmd/ratelab
+	$(GO) run ./scripts/image -binary bin/ratelab-linux -certs $(CA_CERTS) -version $(VERSION) -commit $(COMMIT) \
+		-epoch $(EPOCH) -out $(IMAGE)
 
 # The default race: naive, multi, watch and lua, 100 goroutines, limit 5, 20 trials,
 # on a private redis-server that ratelab starts and stops.

@@ -97,7 +97,8 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
 	f.StringVar(&opts.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
-	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time (RFC 3339), the same on every shard")
+	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
+		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
 	cmd.AddCommand(http)
@@ -150,8 +151,8 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		}
 	}
 	if opts.startAt != "" {
-		if cfg.StartAt, err = time.Parse(time.RFC3339Nano, opts.startAt); err != nil {
-			return cfg, "", usagef("--start-at %q: want an RFC 3339 time, such as 2026-12-02T18:00:00Z", opts.startAt)
+		if cfg.StartAt, err = parseStartAt(opts.startAt, time.Now()); err != nil {
+			return cfg, "", err
 		}
 	}
 	switch {
@@ -242,4 +243,29 @@ func writeFile(path string, write func(*os.File) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// parseStartAt reads --start-at: an RFC 3339 time, or next:D, which every
+// shard computes alike from now (bench.NextStart).
+func parseStartAt(s string, now time.Time) (time.Time, error) {
+	const forms = "want an RFC 3339 time, such as 2026-12-02T18:00:00Z, or next:D, the next multiple of D (1s to 1h) " +
+		"on the UTC clock at least 15s ahead, such as next:1m"
+	every, ok := strings.CutPrefix(s, "next:")
+	if !ok {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return t, usagef("--start-at %q: %s", s, forms)
+		}
+		return t, nil
+	}
+	d, err := time.ParseDuration(every)
+	if err != nil {
+		return time.Time{}, usagef("--start-at %q: D is not a duration; %s", s, forms)
+	}
+	t, err := bench.NextStart(now, d)
+	var fe *field.Error
+	if errors.As(err, &fe) {
+		return t, usagef("--start-at %q: %s; %s", s, fe.Render(func(string) string { return "D" }), forms)
+	}
+	return t, err
 }

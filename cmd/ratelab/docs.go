@@ -7,7 +7,7 @@ import (
 
 // newDocsCmd is ratelab gen-docs DIR, hidden: it writes a markdown page per
 // command, generated from the commands themselves (make docs).
-func newDocsCmd(io *ioStreams) *cobra.Command {
+func newDocsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "gen-docs DIR",
 		Short:  "Write the command reference as markdown into DIR",

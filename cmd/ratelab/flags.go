@@ -100,12 +100,15 @@ func openTarget(ctx context.Context, io *ioStreams, c redisrun.TargetConfig, com
 	return t, nil
 }
 
-// outputFlag is --output.
-type outputFlag struct{ value string }
+// outputFlag is --output, the report's format, and --out, the file it is
+// written to instead of standard output (for a container with no shell to
+// redirect it): the root command's reportTo hook sends io.out there.
+type outputFlag struct{ value, file string }
 
 func (o *outputFlag) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.value, "output", "o", "table", "output format: table, markdown or json")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "markdown", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().StringVar(&o.file, "out", "", "write the report to FILE instead of standard output")
 }
 
 func (o *outputFlag) format() (reports.Format, error) {

@@ -40,9 +40,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runEnv is run with the environment read through getenv.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	root := newRootCmd(newIOStreams(stdout, stderr, getenv))
+	streams := newIOStreams(stdout, stderr, getenv)
+	root := newRootCmd(streams)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if closeErr := streams.closeReport(); err == nil {
+		err = closeErr
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -75,11 +79,29 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 	root.SetOut(io.out)
 	root.SetErr(io.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	// --out FILE of a command with --output (outputFlag) takes the report.
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if out := c.Flags().Lookup("out"); out != nil && out.Changed && c.Flags().Lookup("output") != nil {
+			return io.reportTo(out.Value.String())
+		}
+		return nil
+	}
 	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newDrillCmd(io), newBenchCmd(io),
-		newReportCmd(io), newVersionCmd(io), newDocsCmd(io))
+		newReportCmd(io), newVersionCmd(io), newDocsCmd())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
+	warnOn(root, io.err)
 	return root
+}
+
+// warnOn sends the flags' warnings (a deprecated flag or shorthand) to w,
+// the error stream: cobra would print them on the output stream, into a
+// report such as -o json's.
+func warnOn(cmd *cobra.Command, w io.Writer) {
+	cmd.Flags().SetOutput(w)
+	for _, c := range cmd.Commands() {
+		warnOn(c, w)
+	}
 }
 
 // refuseUnknownSubcommands makes every command that only groups others

@@ -54,14 +54,6 @@ func noRedisURL(name string) string {
 	return os.Getenv(name)
 }
 
-// goRatelab runs one command line in-process, in a goroutine, until ctx
-// ends; the exit code comes on the channel.
-func goRatelab(ctx context.Context, stderr io.Writer, args ...string) <-chan int {
-	done := make(chan int, 1)
-	go func() { done <- runEnv(ctx, args, io.Discard, stderr, noRedisURL) }()
-	return done
-}
-
 // connections reads how many connections the server has accepted so far.
 func connections(t *testing.T, c *redis.Client) string {
 	t.Helper()
@@ -810,6 +802,8 @@ func TestBenchHTTP(t *testing.T) {
 		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--expect-algorithm", "naive"}, `--expect-algorithm "naive": want one of`},
 		{[]string{"bench", "http", srv.URL, "--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"bench", "http", srv.URL, "--interval", "1ms"}, "--interval must be at least 10ms"},
+		{[]string{"bench", "http", srv.URL, "--start-at", "tomorrow"}, `--start-at "tomorrow": want an RFC 3339 time`},
+		{[]string{"bench", "http", srv.URL, "--start-at", "next:2h"}, `--start-at "next:2h": D must be between 1s and 1h`},
 		{[]string{"report", "merge", "a.json", "--clock-tolerance", "-1s"}, "--clock-tolerance must be between 0 and 1m"},
 		{[]string{"report", "merge", "/nonexistent.json"}, "/nonexistent.json"},
 	} {

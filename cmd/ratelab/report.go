@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,12 @@ func newReportCmd(io *ioStreams) *cobra.Command {
 	merge := &cobra.Command{
 		Use:   "merge FILE...",
 		Short: "Merge bench http JSON results from several load machines into one report, with exact percentiles and one audit",
+		Long: `report merge reads the JSON results of bench http runs from several load machines (--shard)
+and reports them as one run: counts and throughput summed, histograms merged (exact percentiles),
+timelines lined up, and one audit over every response.
+
+A FILE that holds *, ? or [ and names no file is a pattern report merge expands itself, for
+where no shell does (a container's command): /results/shard-*.json.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usagef("report merge takes one or more JSON files")
@@ -35,8 +42,12 @@ func newReportCmd(io *ioStreams) *cobra.Command {
 			if tolerance < 0 || tolerance > time.Minute {
 				return usagef("--clock-tolerance must be between 0 and 1m (got %s)", tolerance)
 			}
-			runs := make([]bench.Result, len(args))
-			for i, path := range args {
+			paths, err := expandPatterns(args)
+			if err != nil {
+				return err
+			}
+			runs := make([]bench.Result, len(paths))
+			for i, path := range paths {
 				b, err := os.ReadFile(path)
 				if err != nil {
 					return usagef("%w", err)
@@ -78,7 +89,7 @@ swimlanes, one goroutine each on Redis's time axis), compare (the trade table, t
 memory per client by limit), skew (over-admission against the skew) and drill (each run over
 time, its fault shaded: admitted, over the guarantee, not decided by Redis, wrongly refused).`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/ --rate 500 -o json > a.json
-  ratelab report html a.json b.json -o report.html`,
+  ratelab report html a.json b.json --out report.html`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usagef("report html takes one or more JSON files")
@@ -97,13 +108,20 @@ time, its fault shaded: admitted, over the guarantee, not decided by Redis, wron
 		},
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "", "the HTML file to write")
+	// Everywhere else -o is --output, the format: -o FILE still works here,
+	// with a notice on the error stream.
+	_ = cmd.Flags().MarkShorthandDeprecated("out", "use --out FILE (elsewhere -o is --output, the format)")
 	return cmd
 }
 
 // readResults reads saved results of every kind into a page, each named by
 // its file.
-func readResults(paths []string) (reports.Page, error) {
+func readResults(args []string) (reports.Page, error) {
 	var p reports.Page
+	paths, err := expandPatterns(args)
+	if err != nil {
+		return p, err
+	}
 	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -114,4 +132,27 @@ func readResults(paths []string) (reports.Page, error) {
 		}
 	}
 	return p, nil
+}
+
+// expandPatterns reads each argument that holds *, ? or [ and names no file
+// as the files it matches, in order, as a shell would: a container's
+// command has no shell to expand /results/shard-*.json. A pattern that
+// matches nothing is refused.
+func expandPatterns(args []string) ([]string, error) {
+	var paths []string
+	for _, arg := range args {
+		if _, err := os.Stat(arg); err == nil || !strings.ContainsAny(arg, "*?[") {
+			paths = append(paths, arg)
+			continue
+		}
+		matches, err := filepath.Glob(arg)
+		if err != nil {
+			return nil, usagef("%q: %w", arg, err)
+		}
+		if len(matches) == 0 {
+			return nil, usagef("%s matches no file", arg)
+		}
+		paths = append(paths, matches...)
+	}
+	return paths, nil
 }

@@ -11,7 +11,7 @@ import (
 
 // TestReportHTML: saved results of race (explained too) become one page
 // with a chart per kind and the explained trial's swimlanes; a file that is
-// not a result, a kind the page does not draw, or no -o is refused with
+// not a result, a kind the page does not draw, or no --out is refused with
 // exit 2 and no page written.
 func TestReportHTML(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestReportHTML(t *testing.T) {
 		}
 	}
 	page := filepath.Join(dir, "report.html")
-	if code, _, stderr := ratelab(t, "report", "html", race, "-o", page); code != exitOK {
+	if code, _, stderr := ratelab(t, "report", "html", race, "--out", page); code != exitOK {
 		t.Fatalf("report html: exit %d: %s", code, stderr)
 	}
 	b, err := os.ReadFile(page)
@@ -48,9 +48,9 @@ func TestReportHTML(t *testing.T) {
 		want string
 	}{
 		{[]string{race}, "--out is required"},
-		{[]string{notResult, "-o", page + ".2"}, "notes.json: not a ratelab JSON result"},
-		{[]string{other, "-o", page + ".2"}, `other.json: a "ping" result, which report html does not draw`},
-		{[]string{filepath.Join(dir, "missing.json"), "-o", page + ".2"}, "missing.json"},
+		{[]string{notResult, "--out", page + ".2"}, "notes.json: not a ratelab JSON result"},
+		{[]string{other, "--out", page + ".2"}, `other.json: a "ping" result, which report html does not draw`},
+		{[]string{filepath.Join(dir, "missing.json"), "--out", page + ".2"}, "missing.json"},
 	} {
 		code, _, stderr := ratelab(t, append([]string{"report", "html"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
@@ -59,5 +59,53 @@ func TestReportHTML(t *testing.T) {
 		if _, err := os.Stat(page + ".2"); err == nil {
 			t.Errorf("report html %v wrote a page", tc.args)
 		}
+	}
+}
+
+// TestReportHTMLOut: report html writes its page to --out FILE; -o FILE
+// still works, with a notice on the error stream (elsewhere -o is the
+// output format); with neither it is refused, exit 2.
+func TestReportHTMLOut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	result := filepath.Join(dir, "run.json")
+	if err := os.WriteFile(result, []byte(`{"command": "bench_http"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flag   string
+		code   int
+		notice bool
+	}{
+		{"--out", exitOK, false},
+		{"-o", exitOK, true},
+		{"", exitUsage, false},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			page := filepath.Join(dir, "page"+tc.flag+".html")
+			args := []string{"report", "html", result}
+			if tc.flag != "" {
+				args = append(args, tc.flag, page)
+			}
+			code, stdout, stderr := ratelab(t, args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("printed on the output stream: %q", stdout)
+			}
+			if said := strings.Contains(stderr, "-o has been deprecated, use --out FILE"); said != tc.notice {
+				t.Errorf("stderr %q: deprecation notice %v, want %v", stderr, said, tc.notice)
+			}
+			_, err := os.Stat(page)
+			switch {
+			case tc.code == exitOK && err != nil:
+				t.Errorf("no page written: %v", err)
+			case tc.code != exitOK:
+				if !strings.Contains(stderr, "--out is required") {
+					t.Errorf("stderr %q does not ask for --out", stderr)
+				}
+			}
+		})
 	}
 }

@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},
+	"scripts/image":               {},
 }
 
 // forbidden lists third-party imports a package must not make.

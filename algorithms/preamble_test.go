@@ -1,0 +1,49 @@
+package algorithms_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+// TestScriptsSharePreamble: every script of this package begins with the
+// same lines, Redis 7's shebang and what it means, and the production
+// sliding log's embedded source is its file, byte for byte. The preamble
+// is repeated rather than assembled in Go because each .lua file is itself
+// a script that runs outside Go: edge/openresty's README has users copy
+// slidinglog.lua beside ratelimit.lua, and race --script runs it, so the
+// shebang has to be the first line of the file. A change to the preamble
+// is made to every file, or this fails.
+func TestScriptsSharePreamble(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.lua")
+	if err != nil || len(files) < 6 {
+		t.Fatalf("scripts %v (%v): want this package's six", files, err)
+	}
+	preamble := func(src string) string {
+		lines := strings.SplitAfter(src, "\n")
+		return strings.Join(lines[:min(5, len(lines))], "")
+	}
+	var first string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := preamble(string(b))
+		if !strings.HasPrefix(p, "#!lua\n") {
+			t.Errorf("%s does not begin with Redis 7's shebang: %q", f, p)
+		}
+		if first == "" {
+			first = p
+		} else if p != first {
+			t.Errorf("%s begins\n%s\nand %s\n%s", f, p, files[0], first)
+		}
+		if f == "slidinglog.lua" && string(b) != algorithms.SlidingLogSource() {
+			t.Error("SlidingLogSource is not slidinglog.lua as it is in the tree")
+		}
+	}
+}
