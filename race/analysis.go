@@ -33,8 +33,8 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 
 	a := &analyser{events: events, decisions: decisions, keys: keys, limit: limit, expected: ex.Trial.Expected}
 	a.split()
-	moments := a.stale(&ex)
-	moments = append(moments, a.admissions(&ex)...)
+	a.countStaleReads(&ex)
+	moments := a.admissions(&ex)
 	moments = append(moments, a.aborts(&ex)...)
 	moments = append(moments, a.phantoms(&ex)...)
 	moments = append(moments, a.scripts(&ex)...)
@@ -81,7 +81,10 @@ func lanes(events []traceEvent) ([]Lane, int) {
 	// A script's commands are in its call: so is their mark (a script's
 	// write over the limit marks the call that made it).
 	for _, e := range events {
-		if p, ok := at[e.owner]; ok && e.script && e.mark != "" && byG[p.g][p.i].Mark == "" {
+		if !e.script || e.mark == "" {
+			continue
+		}
+		if p, ok := at[e.owner]; ok && byG[p.g][p.i].Mark == "" {
 			byG[p.g][p.i].Mark = e.mark
 		}
 	}

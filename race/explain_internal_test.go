@@ -111,6 +111,35 @@ func TestScriptCommandsFollowTheirCall(t *testing.T) {
 	}
 }
 
+// TestScriptAdmissions: a script call that admitted is an admission at
+// its write of the count when the trace shows one, at the call when the
+// script wrote nothing the trace shows; a call that denied is none.
+func TestScriptAdmissions(t *testing.T) {
+	t.Parallel()
+	addrs := map[string]int{"a:1": 0, "a:2": 1, "a:3": 2}
+	logs := []*clientLog{
+		{cmds: []sent{{name: "evalsha", reply: "1"}}, decisions: []logged{{from: 0, to: 1, allowed: true}}},
+		{cmds: []sent{{name: "evalsha", reply: "1"}}, decisions: []logged{{from: 0, to: 1, allowed: true}}},
+		{cmds: []sent{{name: "evalsha", reply: "0"}}, decisions: []logged{{from: 0, to: 1}}},
+	}
+	lines := []monLine{
+		line(0, "a:1", "evalsha", "x", "1", "k"), line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"),
+		line(3, "a:2", "evalsha", "x", "1", "k"), line(4, "lua", "ZCARD", "k"), // its write went elsewhere
+		line(5, "a:3", "evalsha", "x", "1", "k"), line(6, "lua", "ZCARD", "k"),
+	}
+	ex := analyse(Explanation{Trial: Trial{Expected: 1}}, capture{lines: lines, order: scriptsAfterCall}, addrs, logs, []string{"k"}, 1, 40)
+	var marks []string
+	for _, e := range ex.Events {
+		marks = append(marks, e.Mark)
+	}
+	if ex.Admitted != 2 || ex.OverAdmitted != 1 || !slices.Equal(marks, []string{"", "", "", "over", "", "", ""}) {
+		t.Fatalf("admitted %d, over %d, marks %q; want 2, 1, the second call marked over", ex.Admitted, ex.OverAdmitted, marks)
+	}
+	if m := ex.Moments; len(m) != 2 || m[1].Kind != MomentOver || m[1].Write.Event != 3 || m[1].Read != nil {
+		t.Fatalf("moments %+v; want the over-admission at the second call, with no read of its own", m)
+	}
+}
+
 // TestMonitorRead: the reader skips what comes before the start marker,
 // learns from it where scripts' commands stand, keeps the goroutines'
 // lines and the scripts next to them, folds other clients' lines into one,

@@ -6,18 +6,36 @@ import (
 )
 
 // unit is one attempt of a decision: the whole decision, or one WATCH
-// attempt of it. Its fields are event indices, -1 when absent.
+// attempt of it.
 type unit struct {
 	decision int
 	// first is its first event.
 	first int
 	// watch is the WATCH that began it, call its script call.
-	watch, call int
+	watch, call ref
 	// read is its first read of the count, write its first write of it
 	// that Redis executed, aborted the EXEC Redis refused, undo the ZREM
 	// that took its write back.
-	read, write, aborted, undo int
+	read, write, aborted, undo ref
 }
+
+// ref is an event of the trace, by its index, or none.
+type ref struct {
+	i  int
+	ok bool
+}
+
+// refTo is event i.
+func refTo(i int) ref { return ref{i: i, ok: true} }
+
+// get is the event's index, and whether there is one.
+func (r ref) get() (int, bool) { return r.i, r.ok }
+
+// is reports whether r is event i.
+func (r ref) is(i int) bool { return r.ok && r.i == i }
+
+// before reports whether r and s are both events and r came first.
+func (r ref) before(s ref) bool { return r.ok && s.ok && r.i < s.i }
 
 // analyser holds a trace while it is explained.
 type analyser struct {
@@ -71,22 +89,22 @@ func (a *analyser) split() {
 				started = false
 			}
 			if !started {
-				u = unit{decision: d, first: i, watch: -1, call: -1, read: -1, write: -1, aborted: -1, undo: -1}
+				u = unit{decision: d, first: i}
 				started = true
 			}
 			switch {
 			case e.name == "WATCH":
-				u.watch = i
+				u.watch = refTo(i)
 			case scriptCalls[e.name] && !e.script:
-				u.call = i
-			case countReads[e.name] && a.onKey(e) && u.read < 0:
-				u.read = i
-			case a.isWrite(i) && u.write < 0:
-				u.write = i
+				u.call = refTo(i)
+			case countReads[e.name] && a.onKey(e) && !u.read.ok:
+				u.read = refTo(i)
+			case a.isWrite(i) && !u.write.ok:
+				u.write = refTo(i)
 			case e.name == "EXEC" && e.sent != nil && e.sent.aborted:
-				u.aborted = i
-			case e.name == "ZREM" && a.onKey(e) && u.write >= 0:
-				u.undo = i
+				u.aborted = refTo(i)
+			case e.name == "ZREM" && a.onKey(e) && u.write.ok:
+				u.undo = refTo(i)
 			}
 		}
 		if started {
@@ -97,72 +115,67 @@ func (a *analyser) split() {
 	a.byDecision = make([][]int, len(a.decisions))
 	for k, u := range a.units {
 		a.byDecision[u.decision] = append(a.byDecision[u.decision], k)
-		if u.read >= 0 {
+		if u.read.ok {
 			a.readAt = append(a.readAt, k)
 		}
 	}
-	slices.SortFunc(a.readAt, func(x, y int) int { return a.units[x].read - a.units[y].read })
+	slices.SortFunc(a.readAt, func(x, y int) int { return a.units[x].read.i - a.units[y].read.i })
 }
 
 // target is what a unit did on its read: its write, or the EXEC Redis
-// refused; -1 when it did neither after the read.
-func (a *analyser) target(u unit) int {
+// refused; none when it did neither after the read.
+func (a *analyser) target(u unit) ref {
 	switch {
-	case u.read < 0:
-		return -1
-	case u.write > u.read:
+	case u.read.before(u.write):
 		return u.write
-	case u.aborted > u.read:
+	case u.read.before(u.aborted):
 		return u.aborted
 	}
-	return -1
+	return ref{}
 }
 
-// stale counts the reads and the stale ones, and marks the stale ones.
-func (a *analyser) stale(ex *Explanation) []Moment {
+// countStaleReads counts the reads of the count, and the stale ones among
+// them: those whose unit wrote (or tried to, with an EXEC) after another
+// write had changed the count. It marks the stale ones; the moments that
+// tell them are the admissions they led to (admissions).
+func (a *analyser) countStaleReads(ex *Explanation) {
 	for _, u := range a.units {
-		if u.read < 0 {
+		if !u.read.ok {
 			continue
 		}
 		ex.Reads++
-		if t := a.target(u); t >= 0 && a.writes[t]-a.writes[u.read+1] > 0 {
+		if t := a.target(u); t.ok && a.writes[t.i]-a.writes[u.read.i+1] > 0 {
 			ex.StaleReads++
-			a.events[u.read].mark = "stale"
+			a.events[u.read.i].mark = "stale"
 		}
 	}
-	return nil
 }
 
-// admitted is the event that shows decision d's admission, or -1 when the
-// trace shows none: the script call's reply, or a write that stayed.
-func (a *analyser) admitted(d int) int {
+// admitted is the event that shows decision d's admission, if the trace
+// shows one: a script's write (or its call, when the script wrote
+// nothing the trace shows) for a call that admitted, or a write that stayed.
+func (a *analyser) admitted(d int) (int, bool) {
 	dec := a.decisions[d]
 	for _, k := range a.byDecision[d] {
 		u := a.units[k]
-		if u.call >= 0 {
-			if !dec.allowed {
-				return -1
-			}
-			return cmpOr(u.write, u.call)
-		}
-		if u.write >= 0 && u.undo < 0 {
-			return u.write
+		switch {
+		case u.call.ok && !dec.allowed:
+			return 0, false
+		case u.call.ok && u.write.ok:
+			return u.write.i, true
+		case u.call.ok:
+			return u.call.i, true
+		case u.write.ok && !u.undo.ok:
+			return u.write.i, true
 		}
 	}
-	return -1
-}
-
-func cmpOr(a, b int) int {
-	if a >= 0 {
-		return a
-	}
-	return b
+	return 0, false
 }
 
 // unitOf is the unit of decision d that holds event i.
 func (a *analyser) unitOf(d, i int) (unit, bool) {
 	for _, k := range a.byDecision[d] {
-		if u := a.units[k]; u.write == i || u.call == i {
+		if u := a.units[k]; u.write.is(i) || u.call.is(i) {
 			return u, true
 		}
 	}
@@ -177,7 +190,7 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 	type admission struct{ d, at int }
 	var adm []admission
 	for d := range a.decisions {
-		if at := a.admitted(d); at >= 0 {
+		if at, ok := a.admitted(d); ok {
 			adm = append(adm, admission{d, at})
 		}
 	}
@@ -196,11 +209,11 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 		m := Moment{Kind: MomentOver, Goroutine: goroutine(a.decisions[ad.d].g), Write: a.step(ad.at),
 			Admission: int64(k + 1), Allowed: a.expected}
 		u, ok := a.unitOf(ad.d, ad.at)
-		if ok && u.read >= 0 && u.read < ad.at {
-			m.Read = a.step(u.read)
-			m.WritesBetween = a.writes[ad.at] - a.writes[u.read+1]
+		if ok && u.read.before(refTo(ad.at)) {
+			m.Read = a.step(u.read.i)
+			m.WritesBetween = a.writes[ad.at] - a.writes[u.read.i+1]
 			if p, ok := a.partner(u, ad.at); ok {
-				m.OtherRead, m.OtherWrite = a.step(p.read), a.step(p.write)
+				m.OtherRead, m.OtherWrite = a.step(p.read.i), a.step(p.write.i)
 			}
 		}
 		moments = append(moments, m)
@@ -212,7 +225,7 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 // and wrote, both reads before either write: the one whose read is
 // closest before u's, else the first after it.
 func (a *analyser) partner(u unit, write int) (unit, bool) {
-	v := a.events[u.read].sent
+	v := a.events[u.read.i].sent
 	if v == nil || !v.hasCount {
 		return unit{}, false
 	}
@@ -221,14 +234,14 @@ func (a *analyser) partner(u unit, write int) (unit, bool) {
 	found := false
 	for _, k := range a.readAt {
 		p := a.units[k]
-		if p.read >= write || (found && p.read > u.read) {
+		if p.read.i >= write || (found && u.read.before(p.read)) {
 			break
 		}
-		pv := a.events[p.read].sent
-		if a.decisions[p.decision].g == g || p.write < p.read || pv == nil || !pv.hasCount || pv.count != v.count {
+		pv := a.events[p.read.i].sent
+		if a.decisions[p.decision].g == g || !p.read.before(p.write) || pv == nil || !pv.hasCount || pv.count != v.count {
 			continue
 		}
-		if u.read < p.write {
+		if u.read.before(p.write) {
 			best, found = p, true
 		}
 	}
@@ -241,24 +254,23 @@ func (a *analyser) partner(u unit, write int) (unit, bool) {
 func (a *analyser) aborts(ex *Explanation) []Moment {
 	var moments []Moment
 	for _, u := range a.units {
-		if u.aborted < 0 {
+		if !u.aborted.ok {
 			continue
 		}
 		ex.AbortedExecs++
-		a.events[u.aborted].mark = "aborted"
+		a.events[u.aborted.i].mark = "aborted"
 		// Every one is kept here: the units are in the order their attempts
 		// began, and the moments are cut in the trace's order (analyse).
 		g := a.decisions[u.decision].g
-		m := Moment{Kind: MomentAborted, Goroutine: goroutine(g), Write: a.step(u.aborted)}
-		if u.watch >= 0 {
-			m.Watch = a.step(u.watch)
-		}
-		if u.read >= 0 {
-			m.Read = a.step(u.read)
-		}
+		m := Moment{Kind: MomentAborted, Goroutine: goroutine(g), Watch: a.stepAt(u.watch), Read: a.stepAt(u.read),
+			Write: a.step(u.aborted.i)}
 		// Any write after the WATCH aborts the EXEC.
-		k := sort.SearchInts(a.writeAt, u.watch+1)
-		for ; k < len(a.writeAt) && a.writeAt[k] < u.aborted; k++ {
+		from := 0
+		if u.watch.ok {
+			from = u.watch.i + 1
+		}
+		k := sort.SearchInts(a.writeAt, from)
+		for ; k < len(a.writeAt) && a.writeAt[k] < u.aborted.i; k++ {
 			if a.events[a.writeAt[k]].g != g {
 				m.OtherWrite = a.step(a.writeAt[k])
 				break
@@ -275,7 +287,7 @@ func (a *analyser) aborts(ex *Explanation) []Moment {
 func (a *analyser) phantoms(ex *Explanation) []Moment {
 	var ps []unit
 	for _, u := range a.units {
-		if u.write >= 0 && u.undo > u.write && u.call < 0 {
+		if u.write.before(u.undo) && !u.call.ok {
 			ps = append(ps, u)
 		}
 	}
@@ -286,20 +298,20 @@ func (a *analyser) phantoms(ex *Explanation) []Moment {
 	// alive[i] counts the phantoms in the count at event i.
 	alive := make([]int, len(a.events)+1)
 	for _, p := range ps {
-		alive[p.write+1]++
-		alive[p.undo]--
+		alive[p.write.i+1]++
+		alive[p.undo.i]--
 	}
 	for i := 1; i < len(alive); i++ {
 		alive[i] += alive[i-1]
 	}
 	// A read denied that would have admitted without the others' phantoms.
 	deniedBy := func(u unit) bool {
-		s := a.events[u.read].sent
+		s := a.events[u.read.i].sent
 		if s == nil || !s.hasCount || a.decisions[u.decision].allowed {
 			return false
 		}
-		others := alive[u.read]
-		if u.write >= 0 && u.write < u.read && u.undo > u.read {
+		others := alive[u.read.i]
+		if u.write.before(u.read) && u.read.before(u.undo) {
 			others-- // its own member, not a phantom yet
 		}
 		return others > 0 && s.count-int64(others) <= a.limit
@@ -311,14 +323,12 @@ func (a *analyser) phantoms(ex *Explanation) []Moment {
 	}
 	var moments []Moment
 	for _, p := range ps {
-		a.events[p.write].mark = "phantom" // every one is kept here; analyse cuts them in the trace's order
-		m := Moment{Kind: MomentPhantom, Goroutine: goroutine(a.decisions[p.decision].g), Write: a.step(p.write), Undo: a.step(p.undo)}
-		if p.read >= 0 {
-			m.Read = a.step(p.read)
-		}
+		a.events[p.write.i].mark = "phantom" // every one is kept here; analyse cuts them in the trace's order
+		m := Moment{Kind: MomentPhantom, Goroutine: goroutine(a.decisions[p.decision].g), Read: a.stepAt(p.read),
+			Write: a.step(p.write.i), Undo: a.step(p.undo.i)}
 		for _, k := range a.readAt {
 			r := a.units[k]
-			if r.read <= p.write || r.read >= p.undo || r.decision == p.decision {
+			if !p.write.before(r.read) || !r.read.before(p.undo) || r.decision == p.decision {
 				continue
 			}
 			m.Counted++
@@ -337,15 +347,16 @@ func (a *analyser) phantoms(ex *Explanation) []Moment {
 func (a *analyser) scripts(ex *Explanation) []Moment {
 	var moments []Moment
 	for _, u := range a.units {
-		if u.call < 0 {
+		call, ok := u.call.get()
+		if !ok {
 			continue
 		}
 		ex.ScriptCalls++
 		own := a.decisions[u.decision].events
-		lo, hi := u.call, u.call
+		lo, hi := call, call
 		n := 0
 		for _, i := range own {
-			if i == u.call || (a.events[i].script && a.events[i].owner == u.call) {
+			if i == call || (a.events[i].script && a.events[i].owner == call) {
 				lo, hi = min(lo, i), max(hi, i)
 				n++
 			}
@@ -355,14 +366,8 @@ func (a *analyser) scripts(ex *Explanation) []Moment {
 			ex.Interleaved++
 		}
 		if (ex.ScriptCalls == 1 || between > 0) && len(moments) < maxMoments {
-			m := Moment{Kind: MomentAtomic, Goroutine: goroutine(a.decisions[u.decision].g), Call: a.step(u.call), Between: between}
-			if u.read >= 0 {
-				m.Read = a.step(u.read)
-			}
-			if u.write >= 0 {
-				m.Write = a.step(u.write)
-			}
-			moments = append(moments, m)
+			moments = append(moments, Moment{Kind: MomentAtomic, Goroutine: goroutine(a.decisions[u.decision].g),
+				Call: a.step(call), Read: a.stepAt(u.read), Write: a.stepAt(u.write), Between: between})
 		}
 	}
 	return moments
@@ -377,6 +382,14 @@ func (a *analyser) step(i int) *Step {
 		s.Value = &v
 	}
 	return s
+}
+
+// stepAt is the event r points at as a moment points at it; nil for none.
+func (a *analyser) stepAt(r ref) *Step {
+	if !r.ok {
+		return nil
+	}
+	return a.step(r.i)
 }
 
 // momentAt is where a moment stands in the trace: at its write, or its

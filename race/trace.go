@@ -35,9 +35,11 @@ type traceEvent struct {
 	script bool
 	owner  int   // for a script's command, the event of its call
 	sent   *sent // what the goroutine sent and got back; nil where unknown
-	pos    int   // where sent stands in the goroutine's log
-	// decision is the index of the event's decision; -1 when none.
+	pos    int   // where sent stands in the goroutine's log, when sent is known
+	// decision is the index of the event's decision, and decided whether
+	// the event has one.
 	decision int
+	decided  bool
 	mark     string
 }
 
@@ -133,7 +135,7 @@ func buildTrace(capt capture, addrs map[string]int, logs []*clientLog) ([]traceE
 		if g == other || (g == script && !inScript) {
 			continue
 		}
-		e := traceEvent{line: l, name: strings.ToUpper(l.args[0]), g: g, owner: -1, pos: -1, decision: -1}
+		e := traceEvent{line: l, name: strings.ToUpper(l.args[0]), g: g}
 		if g == script {
 			e.g, e.script, e.owner = who[call], true, call // a line for now; an event below
 		} else {
@@ -183,15 +185,15 @@ func assignDecisions(events []traceEvent, logs []*clientLog) []decision {
 		ds := logs[e.g].decisions
 		k := sort.Search(len(ds), func(k int) bool { return ds[k].to > e.pos })
 		if k < len(ds) && ds[k].from <= e.pos {
-			e.decision = offset[e.g] + k
+			e.decision, e.decided = offset[e.g]+k, true
 		}
 	}
 	for i := range events {
 		e := &events[i]
 		if e.script {
-			e.decision = events[e.owner].decision
+			e.decision, e.decided = events[e.owner].decision, events[e.owner].decided
 		}
-		if e.decision >= 0 {
+		if e.decided {
 			decisions[e.decision].events = append(decisions[e.decision].events, i)
 		}
 	}
