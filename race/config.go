@@ -50,6 +50,11 @@ type Config struct {
 	// ExplainLines is the most commands an explanation's trace keeps;
 	// DefaultExplainLines when 0, at most MaxExplainLines.
 	ExplainLines int
+
+	// hook, when set, is added to every client the run decides with (the
+	// pool, and each traced connection): the tests' barrier between a
+	// limiter's read and its write.
+	hook redis.Hook
 }
 
 // Limits on a run, so that every run is bounded.

@@ -18,8 +18,9 @@ import (
 // and checked with a PING before any trial, and counts round trips through a
 // hook. With the pool no larger than n, holding n connections at once
 // initialises every connection it will ever hand out, so no handshake is sent
-// (and counted) during a trial.
-func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.UniversalClient, error) {
+// (and counted) during a trial. A hook, when not nil, is added after the
+// count's.
+func openPool(ctx context.Context, base *redis.UniversalOptions, n int, hook redis.Hook) (redis.UniversalClient, error) {
 	// One connection first, so that an unreachable address fails once,
 	// quickly, before the pool tries to dial it n times.
 	if _, err := redisrun.Ping(ctx, base); err != nil {
@@ -32,6 +33,9 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int) (redis.U
 	opts.PipelinePoolSize = -1 // pipelines use the same pre-opened connections
 	client := redis.NewUniversalClient(&opts)
 	roundtrip.Attach(client)
+	if hook != nil {
+		addHook(client, hook)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -101,4 +105,14 @@ func holdConns(ctx context.Context, c interface {
 		return fmt.Errorf("opened %d of %d", got, n)
 	}
 	return nil
+}
+
+// addHook adds h to c; on a Cluster, to every node's client as nodes are
+// found, where transactions run too (as roundtrip.Attach does).
+func addHook(c redis.UniversalClient, h redis.Hook) {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+		return
+	}
+	c.AddHook(h)
 }

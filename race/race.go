@@ -41,7 +41,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Consumer == "" {
 		cfg.Consumer = "race-" + randid.Hex(4)
 	}
-	client, err := openPool(ctx, cfg.Redis, cfg.Concurrency)
+	client, err := openPool(ctx, cfg.Redis, cfg.Concurrency, cfg.hook)
 	if err != nil {
 		return Report{}, err
 	}
