@@ -35,8 +35,10 @@ type gate struct {
 
 var _ redis.Hook = (*readBarrier)(nil)
 
+// DialHook passes dials through.
 func (b *readBarrier) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook holds after a GET.
 func (b *readBarrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -45,6 +47,7 @@ func (b *readBarrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook holds after a pipeline with a GET.
 func (b *readBarrier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
