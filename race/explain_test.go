@@ -461,7 +461,8 @@ func TestExplainOnCluster(t *testing.T) {
 	defer cc.Close()
 	for _, name := range []string{"naive", "lua"} {
 		cfg := config(t, cl.Addrs()[0], name)
-		cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
+		cfg.Redis = redisOptions(cl.Addrs()...)
+		cfg.Redis.IsClusterMode = true
 		_, ex := explainOne(t, cfg)
 		checkTrace(t, ex, 100)
 		node, err := cc.MasterForKey(context.Background(), ex.Key)

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 func config(t testing.TB, addr string, limiters ...string) race.Config {
 	t.Helper()
 	return race.Config{
-		Redis:             &redis.UniversalOptions{Addrs: []string{addr}},
+		Redis:             redisOptions(addr),
 		Limiters:          limiters,
 		Policy:            algorithms.Policy{Limit: 5, Window: 10 * time.Second},
 		Concurrency:       100,
@@ -35,6 +35,14 @@ func config(t testing.TB, addr string, limiters ...string) race.Config {
 		// can take tens of seconds over a trial that takes milliseconds.
 		TrialTimeout: 2 * time.Minute,
 	}
+}
+
+// redisOptions reach addrs with timeouts a loaded machine under the race
+// detector does not reach, and no retry: a command resent after a timeout
+// may have run already, and would count twice.
+func redisOptions(addrs ...string) *redis.UniversalOptions {
+	return &redis.UniversalOptions{Addrs: addrs, DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, MaxRetries: -1}
 }
 
 func byName(rep race.Report) map[string]race.Result {
@@ -344,7 +352,8 @@ func TestRaceOnCluster(t *testing.T) {
 	}
 	cl := startCluster(t)
 	cfg := config(t, cl.Addrs()[0], algorithms.Names()...)
-	cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
+	cfg.Redis = redisOptions(cl.Addrs()...)
+	cfg.Redis.IsClusterMode = true
 	cfg.Trials = 6
 	cfg = race.WithReadBarrier(cfg)
 	rep, err := race.Run(context.Background(), cfg)
