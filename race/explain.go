@@ -253,13 +253,13 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	}
 	tag := randid.Hex(4)
 	named := true
-	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build, named)
+	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg, tag, e.build, named)
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		// A user without +client may not name its connections: they are
 		// told apart by the addresses they were dialled from.
 		closeAll()
 		named = false
-		workers, logs, closeAll, err = tracedWorkers(ctx, node, cfg.Concurrency, tag, e.build, named)
+		workers, logs, closeAll, err = tracedWorkers(ctx, node, cfg, tag, e.build, named)
 	}
 	defer closeAll()
 	if err != nil {
@@ -366,11 +366,13 @@ func connOptions(node *redis.Options, name string) *redis.Options {
 	return &o
 }
 
-// tracedWorkers builds n workers, each with its own limiter on a client
-// of one connection (named ratelab-<tag>-g<i> when named), recorded in its
-// log, and opens every connection. closeAll closes the clients.
-func tracedWorkers(ctx context.Context, node *redis.Options, n int, tag string,
+// tracedWorkers builds cfg.Concurrency workers, each with its own limiter
+// on a client of one connection (named ratelab-<tag>-g<i> when named),
+// recorded in its log, and opens every connection. closeAll closes the
+// clients.
+func tracedWorkers(ctx context.Context, node *redis.Options, cfg Config, tag string,
 	build func(redis.UniversalClient) (algorithms.Limiter, error), named bool) ([]*worker, []*clientLog, func(), error) {
+	n := cfg.Concurrency
 	workers := make([]*worker, n)
 	logs := make([]*clientLog, n)
 	clients := make([]*redis.Client, 0, n)
@@ -388,6 +390,9 @@ func tracedWorkers(ctx context.Context, node *redis.Options, n int, tag string,
 		c := redis.NewClient(connOptions(node, name))
 		c.AddHook(recorder{log: logs[i]})
 		roundtrip.Attach(c)
+		if cfg.hook != nil {
+			c.AddHook(cfg.hook)
+		}
 		clients = append(clients, c)
 		lim, err := build(c)
 		if err != nil {

@@ -9,42 +9,16 @@ import (
 	"time"
 )
 
+// TestParseMonitorLine: a line's time is in µs since the epoch (the
+// reading itself is internal/monitor's).
 func TestParseMonitorLine(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		line   string
-		micros int64
-		addr   string
-		args   []string
-		err    string
-	}{
-		{`+1700000000.123456 [0 127.0.0.1:5555] "get" "rl:{a}:naive"`, 1_700_000_000_123_456, "127.0.0.1:5555",
-			[]string{"get", "rl:{a}:naive"}, ""},
-		{`1700000000.000001 [3 lua] "ZADD" "k" "1" "m"`, 1_700_000_000_000_001, "lua", []string{"ZADD", "k", "1", "m"}, ""},
-		{`+1700000000.000010 [0 [::1]:6000] "set" "we\"ird key" "x\ny\x00\\"`, 1_700_000_000_000_010, "[::1]:6000",
-			[]string{"set", "we\"ird key", "x\ny\x00\\"}, ""},
-		{`+1700000000.000010 [0 unix:/tmp/redis.sock] "ping"`, 1_700_000_000_000_010, "unix:/tmp/redis.sock", []string{"ping"}, ""},
-		{`+OK`, 0, "", nil, "unexpected line"},
-		{`+17000000.1 [0 a:1] "get"`, 0, "", nil, "bad time"},
-		{`+1700000000.000010 [0 a:1] "get" k`, 0, "", nil, "not in quotes"},
-		{`+1700000000.000010 [0 a:1] "get" "k`, 0, "", nil, "unterminated"},
-		{`+1700000000.000010 [0 a:1] "\xZZ"`, 0, "", nil, `bad \x escape`},
-	} {
-		t.Run(tc.line, func(t *testing.T) {
-			l, err := parseMonitorLine(tc.line)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want one saying %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.micros != tc.micros || l.addr != tc.addr || !slices.Equal(l.args, tc.args) {
-				t.Fatalf("got %d %q %q, want %d %q %q", l.micros, l.addr, l.args, tc.micros, tc.addr, tc.args)
-			}
-		})
+	l, err := parseMonitorLine(`+1700000000.123456 [0 [::1]:5555] "get" "rl:{a}:naive\n"` + "\r\n")
+	if err != nil || l.micros != 1_700_000_000_123_456 || l.addr != "[::1]:5555" || !slices.Equal(l.args, []string{"get", "rl:{a}:naive\n"}) {
+		t.Fatalf("got %+v, %v", l, err)
+	}
+	if _, err := parseMonitorLine(`+1700000000.000010 [0 a:1] "get" "k`); err == nil || !strings.Contains(err.Error(), "unterminated") {
+		t.Fatalf("err = %v, want one saying the argument is unterminated", err)
 	}
 }
 
@@ -111,6 +85,35 @@ func TestScriptCommandsFollowTheirCall(t *testing.T) {
 	}
 }
 
+// TestScriptAdmissions: a script call that admitted is an admission at
+// its write of the count when the trace shows one, at the call when the
+// script wrote nothing the trace shows; a call that denied is none.
+func TestScriptAdmissions(t *testing.T) {
+	t.Parallel()
+	addrs := map[string]int{"a:1": 0, "a:2": 1, "a:3": 2}
+	logs := []*clientLog{
+		{cmds: []sent{{name: "evalsha", reply: "1"}}, decisions: []logged{{from: 0, to: 1, allowed: true}}},
+		{cmds: []sent{{name: "evalsha", reply: "1"}}, decisions: []logged{{from: 0, to: 1, allowed: true}}},
+		{cmds: []sent{{name: "evalsha", reply: "0"}}, decisions: []logged{{from: 0, to: 1}}},
+	}
+	lines := []monLine{
+		line(0, "a:1", "evalsha", "x", "1", "k"), line(1, "lua", "ZCARD", "k"), line(2, "lua", "ZADD", "k", "1", "m"),
+		line(3, "a:2", "evalsha", "x", "1", "k"), line(4, "lua", "ZCARD", "k"), // its write went elsewhere
+		line(5, "a:3", "evalsha", "x", "1", "k"), line(6, "lua", "ZCARD", "k"),
+	}
+	ex := analyse(Explanation{Trial: Trial{Expected: 1}}, capture{lines: lines, order: scriptsAfterCall}, addrs, logs, []string{"k"}, 1, 40)
+	var marks []string
+	for _, e := range ex.Events {
+		marks = append(marks, e.Mark)
+	}
+	if ex.Admitted != 2 || ex.OverAdmitted != 1 || !slices.Equal(marks, []string{"", "", "", "over", "", "", ""}) {
+		t.Fatalf("admitted %d, over %d, marks %q; want 2, 1, the second call marked over", ex.Admitted, ex.OverAdmitted, marks)
+	}
+	if m := ex.Moments; len(m) != 2 || m[1].Kind != MomentOver || m[1].Write.Event != 3 || m[1].Read != nil {
+		t.Fatalf("moments %+v; want the over-admission at the second call, with no read of its own", m)
+	}
+}
+
 // TestMonitorRead: the reader skips what comes before the start marker,
 // learns from it where scripts' commands stand, keeps the goroutines'
 // lines and the scripts next to them, folds other clients' lines into one,
@@ -150,7 +153,7 @@ func TestMonitorRead(t *testing.T) {
 					}
 				}
 			}()
-			m := &monitor{conn: client, rd: bufio.NewReader(client)}
+			m := &monitorConn{conn: client, rd: bufio.NewReader(client)}
 			defer m.Close()
 			_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
 			c, err := m.read("s", "e", map[string]int{"a:1": 0}, tc.max)

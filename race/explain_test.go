@@ -17,9 +17,8 @@ import (
 )
 
 // The tests of explanations do not run in parallel: each starts servers
-// and a MONITOR, and on a small machine that load would change the
-// contention that the race's own tests, running side by side, measure.
-// Go runs them before any parallel test.
+// and a MONITOR, a load a small machine takes better alone. Go runs them
+// before any parallel test.
 
 // ownServer starts a redis-server for one test: a MONITOR sees, and slows,
 // every command of its server, and the package's server is shared.
@@ -144,64 +143,61 @@ func count(ex race.Explanation, name, mark string) int64 {
 	return n
 }
 
-// TestExplainNaive: the explained naive trial shows the race. Each INCR of
+// TestExplainNaive: the explained naive trial shows the race. With every
+// goroutine's GET before any INCR (a barrier between them), each INCR of
 // the trace is an admission, as many as the trial counted and the key
 // holds; those past the limit are marked, each based on a read of a count
 // that another goroutine had also read before either wrote.
 func TestExplainNaive(t *testing.T) {
-	own := ownServer(t)
-	// At a limit of 1, two reads before the first INCR make the race; on a
-	// starved machine (the race detector, other work) goroutines can run
-	// one after the other, so a trial may not leak: a few more may.
-	cfg := config(t, own.Addr, "naive")
+	// At a limit of 1, two reads before the first INCR make the race.
+	cfg := config(t, ownServer(t).Addr, "naive")
 	cfg.Policy.Limit = 1
-	const attempts = 20
-	for attempt := 1; attempt <= attempts; attempt++ {
-		r, ex := explainOne(t, cfg)
-		checkTrace(t, ex, 100)
-		if ex.Counts["GET"] != 100 || int64(ex.Counts["INCR"]) != ex.Trial.Admitted || ex.Trial.State != ex.Trial.Admitted {
-			t.Fatalf("%d GETs, %d INCRs; the trial admitted %d and its key holds %d", ex.Counts["GET"], ex.Counts["INCR"], ex.Trial.Admitted, ex.Trial.State)
-		}
-		if got := count(ex, "INCR", "over"); got != ex.OverAdmitted {
-			t.Errorf("%d INCRs marked over, %d over-admitted", got, ex.OverAdmitted)
-		}
-		for _, e := range ex.Events {
-			if !strings.HasPrefix(e.Command, "INCR ") {
-				continue
-			}
+	r, ex := explainOne(t, race.WithReadBarrier(cfg))
+	checkTrace(t, ex, 100)
+	if ex.Counts["GET"] != 100 || ex.Counts["INCR"] != 100 || ex.Trial.Admitted != 100 || ex.Trial.State != 100 {
+		t.Fatalf("%d GETs, %d INCRs; the trial admitted %d and its key holds %d; want 100 of each",
+			ex.Counts["GET"], ex.Counts["INCR"], ex.Trial.Admitted, ex.Trial.State)
+	}
+	if ex.OverAdmitted != 100-ex.Trial.Expected || count(ex, "INCR", "over") != ex.OverAdmitted {
+		t.Errorf("%d INCRs marked over, %d over-admitted, %d allowed", count(ex, "INCR", "over"), ex.OverAdmitted, ex.Trial.Expected)
+	}
+	lastGet, firstIncr := -1, len(ex.Events)
+	for i, e := range ex.Events {
+		switch {
+		case strings.HasPrefix(e.Command, "GET "):
+			lastGet = i
+		case strings.HasPrefix(e.Command, "INCR "):
+			firstIncr = min(firstIncr, i)
 			// The INCRs past the limit are the admissions over it.
 			if n, err := strconv.ParseInt(e.Reply, 10, 64); err != nil || (e.Mark == "over") != (n > ex.Trial.Expected) {
 				t.Errorf("INCR by %s returned %s, marked %q, with %d allowed", e.Goroutine, e.Reply, e.Mark, ex.Trial.Expected)
 			}
 		}
-		if ex.StaleReads < ex.OverAdmitted || ex.Reads != 100 {
-			t.Errorf("%d of %d reads stale, %d over-admitted: each admission over the limit was based on a stale read",
-				ex.StaleReads, ex.Reads, ex.OverAdmitted)
-		}
-		if ex.Trial.Admitted <= ex.Trial.Expected {
-			t.Logf("attempt %d: the explained trial admitted %d, no more than %d: no race to show", attempt, ex.Trial.Admitted, ex.Trial.Expected)
+	}
+	if lastGet > firstIncr {
+		t.Errorf("a GET at %d after the first INCR at %d: the barrier did not hold", lastGet, firstIncr)
+	}
+	if ex.StaleReads < ex.OverAdmitted || ex.Reads != 100 {
+		t.Errorf("%d of %d reads stale, %d over-admitted: each admission over the limit was based on a stale read",
+			ex.StaleReads, ex.Reads, ex.OverAdmitted)
+	}
+	pairs := 0
+	for _, m := range ex.Moments {
+		if m.Kind != race.MomentOver || m.OtherRead == nil {
 			continue
 		}
-		pairs := 0
-		for _, m := range ex.Moments {
-			if m.Kind != race.MomentOver || m.OtherRead == nil {
-				continue
-			}
-			// Both reads returned the same count before either wrote.
-			if m.Read.Value == nil || m.OtherRead.Value == nil || *m.Read.Value != *m.OtherRead.Value || m.Read.Event >= m.OtherWrite.Event || m.OtherRead.Event >= m.Write.Event ||
-				m.Read.Goroutine == m.OtherRead.Goroutine {
-				t.Errorf("not a pair of stale reads: %+v", m)
-			}
-			pairs++
+		// Both reads returned the same count before either wrote.
+		if m.Read.Value == nil || m.OtherRead.Value == nil || *m.Read.Value != *m.OtherRead.Value || m.Read.Event >= m.OtherWrite.Event || m.OtherRead.Event >= m.Write.Event ||
+			m.Read.Goroutine == m.OtherRead.Goroutine {
+			t.Errorf("not a pair of stale reads: %+v", m)
 		}
-		if pairs == 0 {
-			t.Fatalf("%d over-admitted, and no moment shows two reads of one count", ex.OverAdmitted)
-		}
-		t.Logf("%s: %d of %d reads stale, %d admitted where %d allowed, %d pairs told; %d trials admitted %d",
-			r.Limiter, ex.StaleReads, ex.Reads, ex.Trial.Admitted, ex.Trial.Expected, pairs, r.Trials, r.Admitted)
-		return
+		pairs++
 	}
-	t.Fatalf("%d explained naive trials of 100 goroutines at a limit of 1, and none over-admitted", attempts)
+	if pairs == 0 {
+		t.Fatalf("%d over-admitted, and no moment shows two reads of one count", ex.OverAdmitted)
+	}
+	t.Logf("%s: %d of %d reads stale, %d admitted where %d allowed, %d pairs told; %d trials admitted %d",
+		r.Limiter, ex.StaleReads, ex.Reads, ex.Trial.Admitted, ex.Trial.Expected, pairs, r.Trials, r.Admitted)
 }
 
 // TestExplainLua: one EVALSHA per decision, and between a call's read
@@ -259,36 +255,28 @@ func TestExplainLeakingScript(t *testing.T) {
 }
 
 // TestExplainWatchAndMulti: watch's aborted EXECs are the ones the client
-// counted, and no stale read was written on; multi's phantoms are its
-// denied requests, each taken back by a ZREM.
+// counted (with every goroutine's WATCH and read before any EXEC, all of
+// the first attempts' but one), and no stale read was written on; multi's
+// phantoms are its denied requests, each taken back by a ZREM.
 func TestExplainWatchAndMulti(t *testing.T) {
 	own := ownServer(t)
-	// One trial may, rarely, see no contention: a few more are allowed to.
-	for attempt := 1; ; attempt++ {
-		_, ex := explainOne(t, config(t, own.Addr, "watch"))
-		checkTrace(t, ex, 100)
-		if ex.AbortedExecs != ex.Trial.AbortedTransactions || count(ex, "EXEC", "aborted") != ex.AbortedExecs {
-			t.Errorf("%d aborted EXECs in the trace (%d marked), the client counted %d",
-				ex.AbortedExecs, count(ex, "EXEC", "aborted"), ex.Trial.AbortedTransactions)
-		}
-		if ex.StaleReads > ex.AbortedExecs || ex.OverAdmitted != 0 || ex.Admitted != 5 {
-			t.Errorf("%d stale reads, %d aborted, %d over, %d admitted: every stale read's EXEC aborts",
-				ex.StaleReads, ex.AbortedExecs, ex.OverAdmitted, ex.Admitted)
-		}
-		for _, m := range ex.Moments {
-			if m.Kind == race.MomentAborted && m.OtherWrite != nil && (m.OtherWrite.Event < m.Watch.Event || m.OtherWrite.Event > m.Write.Event) {
-				t.Errorf("the write that aborted %s's EXEC is not between its WATCH and its EXEC: %+v", m.Goroutine, m)
-			}
-		}
-		if ex.AbortedExecs > 0 {
-			break
-		}
-		if attempt == 10 {
-			t.Fatal("10 explained watch trials of 100 goroutines, and no EXEC aborted")
+	_, ex := explainOne(t, race.WithReadBarrier(config(t, own.Addr, "watch")))
+	checkTrace(t, ex, 100)
+	if ex.AbortedExecs != ex.Trial.AbortedTransactions || count(ex, "EXEC", "aborted") != ex.AbortedExecs || ex.AbortedExecs < 99 {
+		t.Errorf("%d aborted EXECs in the trace (%d marked), the client counted %d; want at least 99",
+			ex.AbortedExecs, count(ex, "EXEC", "aborted"), ex.Trial.AbortedTransactions)
+	}
+	if ex.StaleReads > ex.AbortedExecs || ex.OverAdmitted != 0 || ex.Admitted != 5 {
+		t.Errorf("%d stale reads, %d aborted, %d over, %d admitted: every stale read's EXEC aborts",
+			ex.StaleReads, ex.AbortedExecs, ex.OverAdmitted, ex.Admitted)
+	}
+	for _, m := range ex.Moments {
+		if m.Kind == race.MomentAborted && m.OtherWrite != nil && (m.OtherWrite.Event < m.Watch.Event || m.OtherWrite.Event > m.Write.Event) {
+			t.Errorf("the write that aborted %s's EXEC is not between its WATCH and its EXEC: %+v", m.Goroutine, m)
 		}
 	}
 
-	_, ex := explainOne(t, config(t, own.Addr, "multi"))
+	_, ex = explainOne(t, config(t, own.Addr, "multi"))
 	checkTrace(t, ex, 100)
 	if ex.Phantoms != int64(ex.Counts["ZREM"]) || ex.Phantoms != ex.Decisions-ex.Trial.Admitted || count(ex, "ZADD", "phantom") != ex.Phantoms {
 		t.Errorf("%d phantoms, %d ZREMs, %d denied", ex.Phantoms, ex.Counts["ZREM"], ex.Decisions-ex.Trial.Admitted)
@@ -473,7 +461,8 @@ func TestExplainOnCluster(t *testing.T) {
 	defer cc.Close()
 	for _, name := range []string{"naive", "lua"} {
 		cfg := config(t, cl.Addrs()[0], name)
-		cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
+		cfg.Redis = redisOptions(cl.Addrs()...)
+		cfg.Redis.IsClusterMode = true
 		_, ex := explainOne(t, cfg)
 		checkTrace(t, ex, 100)
 		node, err := cc.MasterForKey(context.Background(), ex.Key)

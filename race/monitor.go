@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/monitor"
 )
 
 // monitorRefusedError is a server's answer to MONITOR other than +OK: an
@@ -28,9 +29,9 @@ func (e *monitorRefusedError) Error() string {
 	return "the server refused MONITOR (" + e.reply + ")"
 }
 
-// monitor is one MONITOR connection, opened on its own socket: go-redis
+// monitorConn is one MONITOR connection, opened on its own socket: go-redis
 // would hand it back to a pool.
-type monitor struct {
+type monitorConn struct {
 	conn net.Conn
 	rd   *bufio.Reader
 	once sync.Once
@@ -45,7 +46,7 @@ const monitorLineMax = 1 << 20
 // names the connection name where the server lets it, and sends MONITOR.
 // A refusal is a *monitorRefusedError. The connection is closed when ctx
 // ends, and by Close.
-func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitor, error) {
+func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitorConn, error) {
 	dial := o.Dialer
 	if dial == nil {
 		dial = redis.NewDialer(o)
@@ -60,7 +61,7 @@ func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitor, 
 	if err != nil {
 		return nil, fmt.Errorf("monitor: dial %s: %w", o.Addr, err)
 	}
-	m := &monitor{conn: conn, rd: bufio.NewReaderSize(conn, 64<<10)}
+	m := &monitorConn{conn: conn, rd: bufio.NewReaderSize(conn, 64<<10)}
 	// The callback touches only conn: it may run at once, in a goroutine
 	// of its own, while m is still being built.
 	m.stop = context.AfterFunc(ctx, func() { conn.Close() })
@@ -98,7 +99,7 @@ func openMonitor(ctx context.Context, o *redis.Options, name string) (*monitor, 
 }
 
 // call sends one command and reads a one-line reply.
-func (m *monitor) call(args ...string) (string, error) {
+func (m *monitorConn) call(args ...string) (string, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -111,7 +112,7 @@ func (m *monitor) call(args ...string) (string, error) {
 }
 
 // line reads one line without its CRLF, cut at monitorLineMax.
-func (m *monitor) line() (string, error) {
+func (m *monitorConn) line() (string, error) {
 	var b []byte
 	for {
 		chunk, err := m.rd.ReadSlice('\n')
@@ -129,7 +130,7 @@ func (m *monitor) line() (string, error) {
 }
 
 // Close closes the connection; the server drops the monitor with it.
-func (m *monitor) Close() {
+func (m *monitorConn) Close() {
 	m.once.Do(func() {
 		if m.stop != nil {
 			m.stop()
@@ -148,102 +149,13 @@ type monLine struct {
 	args []string
 }
 
-// parseMonitorLine reads `+1700000000.123456 [0 127.0.0.1:5555] "get" "k"`.
+// parseMonitorLine reads one line MONITOR sent.
 func parseMonitorLine(s string) (monLine, error) {
-	s = strings.TrimPrefix(s, "+")
-	stamp, rest, ok := strings.Cut(s, " [")
-	if !ok {
-		return monLine{}, fmt.Errorf("monitor: unexpected line %q", cut(s, 80))
-	}
-	sec, frac, ok := strings.Cut(stamp, ".")
-	secs, err1 := strconv.ParseInt(sec, 10, 64)
-	us, err2 := strconv.ParseInt(frac, 10, 64)
-	if !ok || err1 != nil || err2 != nil || len(frac) != 6 {
-		return monLine{}, fmt.Errorf("monitor: bad time in %q", cut(s, 80))
-	}
-	// The client part is "db addr"; an IPv6 address has brackets of its own,
-	// so it ends at the first `] "`, where the arguments start.
-	client, quoted, ok := strings.Cut(rest, `] "`)
-	if !ok {
-		return monLine{}, fmt.Errorf("monitor: no command in %q", cut(s, 80))
-	}
-	_, addr, _ := strings.Cut(client, " ")
-	args, err := unquoteArgs(`"` + quoted)
+	l, err := monitor.Parse(s)
 	if err != nil {
-		return monLine{}, fmt.Errorf("monitor: %w in %q", err, cut(s, 80))
+		return monLine{}, err
 	}
-	return monLine{micros: secs*1_000_000 + us, addr: addr, args: args}, nil
-}
-
-// lineAddr is the client address of a MONITOR line, as far as it can be
-// read; "" when it cannot.
-func lineAddr(s string) string {
-	_, rest, _ := strings.Cut(s, " [")
-	client, _, _ := strings.Cut(rest, `] "`)
-	_, addr, _ := strings.Cut(client, " ")
-	return addr
-}
-
-// unquoteArgs reads Redis's quoted representation of arguments (sdscatrepr):
-// "a" "b\"c" "\x00", separated by single spaces.
-func unquoteArgs(s string) ([]string, error) {
-	var args []string
-	for i := 0; i < len(s); {
-		if s[i] == ' ' {
-			i++
-			continue
-		}
-		if s[i] != '"' {
-			return nil, errors.New("an argument not in quotes")
-		}
-		var b strings.Builder
-		i++
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] != '\\' || i+1 >= len(s) {
-				b.WriteByte(s[i])
-				continue
-			}
-			i++
-			switch s[i] {
-			case 'n':
-				b.WriteByte('\n')
-			case 'r':
-				b.WriteByte('\r')
-			case 't':
-				b.WriteByte('\t')
-			case 'a':
-				b.WriteByte('\a')
-			case 'b':
-				b.WriteByte('\b')
-			case 'x':
-				v, err := strconv.ParseUint(s[min(i+1, len(s)):min(i+3, len(s))], 16, 8)
-				if err != nil {
-					return nil, errors.New("a bad \\x escape")
-				}
-				b.WriteByte(byte(v))
-				i += 2
-			default:
-				b.WriteByte(s[i]) // \\ and \"
-			}
-		}
-		if i >= len(s) {
-			return nil, errors.New("an unterminated argument")
-		}
-		i++ // the closing quote
-		args = append(args, b.String())
-	}
-	if len(args) == 0 {
-		return nil, errors.New("no arguments")
-	}
-	return args, nil
-}
-
-// cut shortens s to n bytes for a message.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return monLine{micros: l.Time.UnixMicro(), addr: l.Addr, args: l.Args}, nil
 }
 
 // scriptOrder is where a server shows a script's commands: after its
@@ -279,7 +191,7 @@ type capture struct {
 // startScript called with it, whose two lines give the capture's order. It
 // returns when it has seen end, when the connection fails or is closed,
 // and at the read deadline.
-func (m *monitor) read(start, end string, addrs map[string]int, max int) (capture, error) {
+func (m *monitorConn) read(start, end string, addrs map[string]int, max int) (capture, error) {
 	var c capture
 	var pending []monLine // a run of script lines, kept when next to ours
 	prevOurs := false
@@ -312,7 +224,7 @@ func (m *monitor) read(start, end string, addrs map[string]int, max int) (captur
 		}
 		l, err := parseMonitorLine(s)
 		if err != nil {
-			if a := lineAddr(s); a != "lua" {
+			if a := monitor.Addr(s); a != "lua" {
 				if _, ours := addrs[a]; !ours {
 					continue // another client's line, cut at monitorLineMax or odd: not ours to read
 				}

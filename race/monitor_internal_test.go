@@ -20,7 +20,7 @@ func TestMonitorSkipsOthersLongLines(t *testing.T) {
 	ours, theirs := net.Pipe()
 	defer ours.Close()
 	defer theirs.Close()
-	m := &monitor{conn: ours, rd: bufio.NewReaderSize(strings.NewReader(strings.Join(lines, "\r\n")+"\r\n"), 64<<10)}
+	m := &monitorConn{conn: ours, rd: bufio.NewReaderSize(strings.NewReader(strings.Join(lines, "\r\n")+"\r\n"), 64<<10)}
 	capt, err := m.read("start", "end", map[string]int{"127.0.0.1:7001": 0}, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +35,7 @@ func TestMonitorSkipsOthersLongLines(t *testing.T) {
 
 	// A line of a traced client that cannot be read is an error.
 	lines[2] = `+1700000000.000003 [0 127.0.0.1:7001] "get" "k`
-	m = &monitor{conn: ours, rd: bufio.NewReader(strings.NewReader(strings.Join(lines, "\r\n") + "\r\n"))}
+	m = &monitorConn{conn: ours, rd: bufio.NewReader(strings.NewReader(strings.Join(lines, "\r\n") + "\r\n"))}
 	if _, err := m.read("start", "end", map[string]int{"127.0.0.1:7001": 0}, 100); err == nil {
 		t.Fatal("a traced client's unreadable line was passed over")
 	}

@@ -284,17 +284,20 @@ func explainText(b *strings.Builder, rep race.Report, r race.Result, s Styles) {
 			widths[i] = max(widths[i], lipgloss.Width(c))
 		}
 	}
-	pad := func(c string, i int) string {
-		p := strings.Repeat(" ", widths[i]-lipgloss.Width(c))
-		if i == 0 {
-			return p + c // times right-aligned
-		}
-		return c + p
-	}
+	// The padding is outside the styles, so that a line ends in spaces the
+	// trim takes, in colour as without.
 	line := func(cells []string, style func(i int) lipgloss.Style) {
 		out := make([]string, len(cells))
 		for i, c := range cells {
-			out[i] = style(i).Render(pad(c, i))
+			p := strings.Repeat(" ", widths[i]-lipgloss.Width(c))
+			if c != "" {
+				c = style(i).Render(c)
+			}
+			if i == 0 {
+				out[i] = p + c // times right-aligned
+			} else {
+				out[i] = c + p
+			}
 		}
 		b.WriteString(strings.TrimRight("  "+strings.Join(out, "  "), " ") + "\n")
 	}
@@ -310,7 +313,7 @@ func explainText(b *strings.Builder, rep race.Report, r race.Result, s Styles) {
 			case i == 4 && row.mark != "":
 				return s.Warn.UnsetPadding()
 			}
-			return lipgloss.NewStyle()
+			return s.Plain
 		})
 	}
 }

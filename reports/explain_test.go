@@ -234,21 +234,10 @@ func TestExplainSkipped(t *testing.T) {
 	}
 }
 
-// TestExplainColor: the marks are coloured only when colour is asked for.
+// TestExplainColor: the marks are coloured only when colour is asked for,
+// in the colours of testdata/race_explain.color.golden.
 func TestExplainColor(t *testing.T) {
-	var plain, color bytes.Buffer
-	if err := reports.Race(&plain, explainedRace(), reports.Table, reports.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(plain.Bytes(), []byte("\x1b[")) {
-		t.Fatal("plain explanation has escape sequences")
-	}
-	if err := reports.Race(&color, explainedRace(), reports.Table, reports.Options{Color: true}); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(color.Bytes(), []byte("\x1b[")) {
-		t.Skip("the renderer found no colour support here")
-	}
+	colorGolden(t, "race_explain", explainedRace())
 }
 
 // TestExplainMore: past the moments told, each kind says how many more

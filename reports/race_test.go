@@ -6,7 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 
 	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/redisrun"
@@ -175,20 +179,46 @@ func TestRaceGolden(t *testing.T) {
 	})
 }
 
-// TestRaceColor: colour is only there when asked for, and the text is the same.
+// TestRaceColor: colour is only there when asked for, it is the colour of
+// testdata/race.color.golden, and the text is the same.
 func TestRaceColor(t *testing.T) {
+	colorGolden(t, "race", fixedRace())
+}
+
+// colorful is a renderer with a fixed colour profile (24-bit), whatever the
+// terminal or the environment (CI, NO_COLOR) says.
+func colorful() *lipgloss.Renderer {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.TrueColor)
+	r.SetHasDarkBackground(true)
+	return r
+}
+
+// sgr matches a terminal's colour and style sequences.
+var sgr = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// colorGolden renders rep as a table without colour, which has no escape
+// sequences, and with colour on a fixed profile, which must be
+// testdata/PREFIX.color.golden and, without its escape sequences, the
+// same text.
+func colorGolden(t *testing.T, prefix string, rep race.Report) {
+	t.Helper()
 	var plain, color bytes.Buffer
-	if err := reports.Race(&plain, fixedRace(), reports.Table, reports.Options{}); err != nil {
+	if err := reports.Race(&plain, rep, reports.Table, reports.Options{Renderer: colorful()}); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(plain.Bytes(), []byte("\x1b[")) {
-		t.Fatal("plain table has escape sequences")
+		t.Fatal("the table without colour has escape sequences")
 	}
-	if err := reports.Race(&color, fixedRace(), reports.Table, reports.Options{Color: true}); err != nil {
+	if err := reports.Race(&color, rep, reports.Table, reports.Options{Color: true, Renderer: colorful()}); err != nil {
 		t.Fatal(err)
 	}
+	golden(t, prefix+".color.golden", color.Bytes())
 	if !bytes.Contains(color.Bytes(), []byte("\x1b[")) {
-		t.Skip("the renderer found no colour support here")
+		t.Error("the table in colour has no escape sequence")
+	}
+	if text := sgr.ReplaceAll(color.Bytes(), nil); !bytes.Equal(text, plain.Bytes()) {
+		t.Errorf("the table in colour says something else than without:\n%s\n---\n%s", text, plain.Bytes())
 	}
 }
 

@@ -35,8 +35,14 @@ func ParseFormat(s string) (Format, error) {
 
 // Options tune rendering.
 type Options struct {
-	// Color turns on colour in the terminal table.
+	// Color turns on colour in the terminal table, as far as the renderer's
+	// colour profile goes.
 	Color bool
+	// Renderer is the renderer the terminal table's styles are built from
+	// when Color is set; by default one for the writer, whose profile the
+	// writer's terminal and the environment decide. One with a fixed
+	// profile renders the same colours anywhere.
+	Renderer *lipgloss.Renderer
 }
 
 // Styles are the terminal styles, built from one renderer.
@@ -49,16 +55,23 @@ type Styles struct {
 	Warn   lipgloss.Style // under-admission, aborted transactions
 	Dim    lipgloss.Style // notes under the table
 	Border lipgloss.Style // table borders
+	Plain  lipgloss.Style // text with no style of its own
 }
 
-// NewStyles builds the styles for w; without colour every style is plain.
+// NewStyles builds the styles for w, from opt.Renderer when colour is on
+// and it is set; without colour every style is plain.
 func NewStyles(w io.Writer, opt Options) Styles {
-	r := lipgloss.NewRenderer(w)
-	if !opt.Color {
+	r := opt.Renderer
+	switch {
+	case !opt.Color:
+		r = lipgloss.NewRenderer(w)
 		r.SetColorProfile(termenv.Ascii)
+	case r == nil:
+		r = lipgloss.NewRenderer(w)
 	}
 	cell := r.NewStyle().Padding(0, 1)
 	return Styles{
+		Plain:  r.NewStyle(),
 		Title:  r.NewStyle().Bold(true),
 		Header: cell.Bold(true),
 		Cell:   cell,

@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"internal/hdr":                {},
 	"internal/randid":             {},
 	"internal/roundtrip":          {},
+	"internal/monitor":            {},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ratelab/ratelab/internal/monitor"
 	"github.com/ratelab/ratelab/internal/randid"
 	"github.com/ratelab/ratelab/internal/redisrun"
 )
@@ -132,39 +132,14 @@ func (m *Monitor) Find(t testing.TB, timeout time.Duration, match func(args []st
 		if err != nil {
 			t.Fatalf("redistest: monitor saw no such command within %s: %v", timeout, err)
 		}
-		args := monitorArgs(line)
-		if len(args) > 0 {
-			args[0] = strings.ToLower(args[0])
-			if match(args) {
-				return args
-			}
+		l, err := monitor.Parse(line)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		args := l.Args
+		args[0] = strings.ToLower(args[0])
+		if match(args) {
+			return args
 		}
 	}
-}
-
-// monitorArgs parses a MONITOR line, `+1700000000.123456 [0 127.0.0.1:5555]
-// "evalsha" "…" …`, into its quoted arguments.
-func monitorArgs(line string) []string {
-	var args []string
-	for i := 0; i < len(line); i++ {
-		if line[i] != '"' {
-			continue
-		}
-		var b strings.Builder
-		for i++; i < len(line) && line[i] != '"'; i++ {
-			if line[i] == '\\' && i+1 < len(line) {
-				i++
-				if line[i] == 'x' && i+2 < len(line) {
-					if v, err := strconv.ParseUint(line[i+1:i+3], 16, 8); err == nil {
-						b.WriteByte(byte(v))
-						i += 2
-						continue
-					}
-				}
-			}
-			b.WriteByte(line[i])
-		}
-		args = append(args, b.String())
-	}
-	return args
 }

@@ -1,0 +1,96 @@
+package race
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithReadBarrier returns cfg with a barrier between the limiters' reads
+// and their writes: in every trial, explained ones included, each
+// goroutine's first GET of the trial's key returns only once all
+// cfg.Concurrency goroutines have read the key, and later reads of it pass.
+// Every goroutine then reads the count before any writes it, whatever the
+// scheduling: the naive limiter admits every request of a trial, and every
+// WATCH of the watch limiter's first attempts comes before every EXEC.
+// Limiters that do not GET the key (the scripts, multi) are not held.
+func WithReadBarrier(cfg Config) Config {
+	cfg.hook = &readBarrier{n: cfg.Concurrency, gates: map[string]*gate{}}
+	return cfg
+}
+
+// readBarrier is the go-redis hook of WithReadBarrier.
+type readBarrier struct {
+	n     int
+	mu    sync.Mutex
+	gates map[string]*gate // by key
+}
+
+// gate holds the readers of one key until n have read it.
+type gate struct {
+	read int
+	open chan struct{}
+}
+
+var _ redis.Hook = (*readBarrier)(nil)
+
+// DialHook passes dials through.
+func (b *readBarrier) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook holds after a GET.
+func (b *readBarrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		b.hold(ctx, []redis.Cmder{cmd})
+		return err
+	}
+}
+
+// ProcessPipelineHook holds after a pipeline with a GET.
+func (b *readBarrier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		b.hold(ctx, cmds)
+		return err
+	}
+}
+
+// hold waits, after a GET of a key fewer than n goroutines have read, until
+// n have, or ctx ends.
+func (b *readBarrier) hold(ctx context.Context, cmds []redis.Cmder) {
+	for _, c := range cmds {
+		args := c.Args()
+		if c.Name() != "get" || len(args) != 2 {
+			continue
+		}
+		key, _ := args[1].(string)
+		if g := b.arrive(key); g != nil {
+			select {
+			case <-g.open:
+			case <-ctx.Done():
+			}
+		}
+		return
+	}
+}
+
+// arrive counts a read of key, and returns its gate to wait on; nil once
+// the gate is open.
+func (b *readBarrier) arrive(key string) *gate {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.gates[key]
+	if g == nil {
+		g = &gate{open: make(chan struct{})}
+		b.gates[key] = g
+	}
+	if g.read == b.n {
+		return nil
+	}
+	g.read++
+	if g.read == b.n {
+		close(g.open)
+	}
+	return g
+}
