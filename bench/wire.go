@@ -147,7 +147,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 	http10 := line[7] == '0'
 	keepAlive := false
 	length := int64(-1)
-	chunked := false
+	chunked, coded := false, false
 	for {
 		line, err := readLine(br)
 		if err != nil {
@@ -177,6 +177,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 		case len("Transfer-Encoding"):
 			if bytes.EqualFold(name, []byte("Transfer-Encoding")) {
 				chunked = lastToken(value, "chunked")
+				coded = true
 				continue
 			}
 		case len("Connection"):
@@ -196,6 +197,11 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 	}
 	if http10 && !keepAlive {
 		r.close = true
+	}
+	if http10 && coded {
+		// HTTP/1.0 has no transfer codings: its framing is faulty
+		// (RFC 9112, 6.1), and chunks read as such would misframe it.
+		return protocolf("Transfer-Encoding in an HTTP/1.0 response")
 	}
 	if r.status < 200 || r.status == http.StatusNoContent || r.status == http.StatusNotModified || head {
 		return nil
