@@ -135,10 +135,10 @@ func cmpOr(a, b string) string {
 }
 
 // sfParam reads an integer parameter of the first item of a structured
-// field such as `"default";q=100;w=60`.
+// field such as `"default";q=100;w=60`. A quoted string is read whole, so
+// that a policy named "a;q=1" holds no parameter.
 func sfParam(field, name string) (int64, bool) {
-	item, _, _ := strings.Cut(field, ",")
-	for _, p := range strings.Split(item, ";")[1:] {
+	for _, p := range sfSplit(field)[1:] {
 		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 		if ok && k == name {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -146,6 +146,29 @@ func sfParam(field, name string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// sfSplit cuts the first item of a structured field list at its
+// semicolons: the item, then its parameters. Commas and semicolons inside a
+// quoted string (where a backslash escapes the next character) cut nothing.
+func sfSplit(field string) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(field); i++ {
+		switch c := field[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == ';':
+			parts = append(parts, field[start:i])
+			start = i + 1
+		case c == ',':
+			return append(parts, field[start:i])
+		}
+	}
+	return append(parts, field[start:])
 }
 
 // expectation is what the audit holds an endpoint to.
