@@ -117,14 +117,24 @@ func newSample(consumer int, sent, done time.Duration, status int, f *limitField
 		s.remaining = n
 	}
 	if t, ok := sfParam(f.rateLimit, "t"); ok {
-		s.reset = time.Duration(t) * time.Second
+		s.reset = resetIn(t)
 	} else if n, err := strconv.ParseInt(cmpOr(f.reset, f.xReset), 10, 64); err == nil {
 		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
 			n -= time.Now().Unix()
 		}
-		s.reset = time.Duration(max(n, 0)) * time.Second
+		s.reset = resetIn(max(n, 0))
 	}
 	return s
+}
+
+// resetIn is a reset secs seconds away, or -1 (absent) when it is negative
+// or further than 10^9 s (where X-RateLimit-Reset's epoch times begin):
+// never a time.Duration wrapped around into a near reset.
+func resetIn(secs int64) time.Duration {
+	if secs < 0 || secs > 1e9 {
+		return -1
+	}
+	return time.Duration(secs) * time.Second
 }
 
 func cmpOr(a, b string) string {

@@ -39,6 +39,7 @@ func FuzzRateLimitFields(f *testing.F) {
 	f.Add(`a,b "c" \d`, int64(10), int64(9), int64(60), int64(3), true, ", x;q=5")
 	f.Add("", int64(1), int64(-1), int64(-5), int64(-1), true, "")
 	f.Add("", int64(60), int64(59), int64(1_000_000_000), int64(999_999_999), true, "")
+	f.Add("", int64(60), int64(59), int64(999_999_999_999_999), int64(0), true, "")
 	f.Add("", int64(10), int64(3), int64(20), int64(5), false, "")
 	f.Add("", int64(10), int64(3), int64(1<<62), int64(1<<62), false, "")
 	f.Fuzz(func(t *testing.T, name string, q, r, reset, retry int64, draft bool, next string) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // countingReader counts the bytes read through it.
@@ -25,10 +26,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // response after response as a kept-alive connection reads them, through
 // the engine's buffer and through the smallest one bufio allows (so that
 // long lines are cut). It must never panic, end in a few steps per byte,
-// count no body byte it did not read, and report only a malformed
-// response, a clean close or a cut one. Where net/http reads the first
-// response whole too, both must agree on its status and body length: a
-// framing they disagree on would misread every response after it.
+// count no body byte it did not read, report only a malformed response, a
+// clean close or a cut one, and hand the audit rate-limit fields that read
+// as absent or in range. Where net/http reads the first response whole
+// too, both must agree on its status and body length: a framing they
+// disagree on would misread every response after it.
 func FuzzReadResponse(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
@@ -84,6 +86,11 @@ func FuzzReadResponse(f *testing.F) {
 					t.Fatalf("buffer %d: body of %d bytes", size, r.body)
 				}
 				bodies += r.body
+				// The audit reads the rate-limit fields as it finds them.
+				s := newSample(0, 0, 1, r.status, &r.limits)
+				if s.reset < -1 || s.reset > 1e9*time.Second || s.retryAfter < -1 {
+					t.Fatalf("buffer %d: reset %s, Retry-After %s from %+v", size, s.reset, s.retryAfter, r.limits)
+				}
 				if read := cr.n - int64(br.Buffered()); bodies > read {
 					t.Fatalf("buffer %d: bodies of %d bytes counted from %d bytes read", size, bodies, read)
 				}
