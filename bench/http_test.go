@@ -139,6 +139,12 @@ func TestValidate(t *testing.T) {
 		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Rate: -1, Duration: time.Second}, "Rate must be between 0"},
 		{bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
 		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Consumers: 3}, "Consumers needs ConsumerHeader"},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Header: http.Header{"X-A": {"a\r\nX-B: 1"}}},
+			`Header X-A: "a\r\nX-B: 1" holds a line break`},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Header: http.Header{"X A": {"1"}}}, `Header "X A" is not a header name`},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Method: "GET / HTTP/1.1\r\n"}, `Method "GET / HTTP/1.1\r\n" is not an HTTP method`},
+		{bench.HTTPConfig{Target: "http://127.0.0.1:1/", Duration: time.Second, Consumers: 3, ConsumerHeader: "X-Id\r\nX-B"},
+			`ConsumerHeader "X-Id\r\nX-B" is not a header name`},
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want %q", tc.cfg, err, tc.want)

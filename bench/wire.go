@@ -88,6 +88,33 @@ func (r *request) render(buf []byte, consumer int) []byte {
 	return append(buf, r.tail...)
 }
 
+// isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as a method
+// and a field name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isFieldValue reports whether s can be sent as a field's value: no control
+// character but a tab (RFC 9110 5.5), so that no value can end its line and
+// begin another field or request.
+func isFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // protocolError is a response that does not parse as HTTP/1.x.
 type protocolError struct{ msg string }
 
