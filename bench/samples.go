@@ -83,7 +83,12 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 	if err != nil {
 		return nil, fmt.Errorf("audit samples: %w", err)
 	}
-	out := make([]sample, 0, a.Count)
+	if a.Count < 0 {
+		return nil, fmt.Errorf("audit samples: count %d", a.Count)
+	}
+	// A response takes 8 bytes at least: what Data holds bounds what to
+	// make room for, whatever Count says.
+	out := make([]sample, 0, min(a.Count, len(buf)/8))
 	var consumer, sent int64
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(buf)
