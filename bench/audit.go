@@ -127,11 +127,15 @@ func newSample(consumer int, sent, done time.Duration, status int, f *limitField
 	return s
 }
 
+// maxResetSeconds is the furthest reset the audit reads, 10^9 s: where
+// X-RateLimit-Reset's epoch times begin.
+const maxResetSeconds = 1e9
+
 // resetIn is a reset secs seconds away, or -1 (absent) when it is negative
-// or further than 10^9 s (where X-RateLimit-Reset's epoch times begin):
-// never a time.Duration wrapped around into a near reset.
+// or further than maxResetSeconds: never a time.Duration wrapped around
+// into a near reset.
 func resetIn(secs int64) time.Duration {
-	if secs < 0 || secs > 1e9 {
+	if secs < 0 || secs > maxResetSeconds {
 		return -1
 	}
 	return time.Duration(secs) * time.Second

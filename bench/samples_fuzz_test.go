@@ -25,6 +25,8 @@ func FuzzAuditSamples(f *testing.F) {
 	f.Add(data, -1, 3, int64(0))
 	f.Add(data, 1<<40, 3, int64(0))
 	f.Add([]byte{0x80}, 1, 1, int64(0))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0xc8, 0x01, 0, 0, 0, 0}, 1, 1, int64(0))
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0xc8, 0x01, 0, 0, 0, 0}, 1, 1, int64(0))
 	f.Fuzz(func(t *testing.T, data []byte, count, consumers int, offsetMillis int64) {
 		if consumers < 1 || consumers > 10_000_000 || offsetMillis < 0 || offsetMillis > int64(24*time.Hour/time.Millisecond) {
 			return // Merge never asks for these: runs begin within a day of each other

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/base64"
 	"runtime"
 	"testing"
 )
@@ -19,6 +20,21 @@ func TestAuditSamplesCountIsOnlyAnnounced(t *testing.T) {
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 			t.Errorf("count %d: allocated %d bytes", count, grew)
+		}
+	}
+}
+
+// A field that would wrap around (a consumer delta of 2^64-1, read as -1; a
+// send time past 2^63 ns) is out of range, not a sample with a negative
+// consumer or time, which the audit would index or judge by.
+func TestAuditSamplesOutOfRange(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"consumer": {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0xc8, 0x01, 0, 0, 0, 0},
+		"sent":     {0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0xc8, 0x01, 0, 0, 0, 0},
+	} {
+		a := &AuditSamples{Encoding: samplesEncoding, Count: 1, Data: base64.StdEncoding.EncodeToString(data)}
+		if ss, err := a.decode(0, 1); err == nil {
+			t.Errorf("%s: decoded %+v", name, ss)
 		}
 	}
 }
