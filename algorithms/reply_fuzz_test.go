@@ -76,8 +76,8 @@ func replyOf(b []byte, depth int) (any, []byte) {
 
 // FuzzParseReply reads any reply as ratelab's scripts' and as a user's
 // script's. A bad reply is an error, never a panic; a decision read is
-// what the reply said: admitted only on 1, and the Retry-After in ms it
-// gave, never negative nor wrapped around.
+// what the reply said: admitted only on 1, with no Retry-After, or denied
+// with the Retry-After in ms it gave, never negative nor wrapped around.
 func FuzzParseReply(f *testing.F) {
 	f.Add([]byte{4, 3, 1, 1, 1, 4, 1, 0})                         // {1, 4, 0}
 	f.Add([]byte{4, 3, 1, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 3, 232})  // {0, 0, 1000}
@@ -101,7 +101,7 @@ func FuzzParseReply(f *testing.F) {
 				vals = []any{reply}
 			}
 			first, _ := vals[0].(int64)
-			if d.Allowed != (first == 1) || d.RetryAfter < 0 {
+			if d.Allowed != (first == 1) || d.RetryAfter < 0 || (d.Allowed && d.RetryAfter != 0) {
 				t.Fatalf("%s(%#v) = %+v", name, reply, d)
 			}
 			if len(vals) > 2 && !d.Allowed {

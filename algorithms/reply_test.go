@@ -17,3 +17,10 @@ func TestReplyRetryAfterOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// An admission has no retry-after, whatever the reply's third element says.
+func TestReplyAdmissionHasNoRetryAfter(t *testing.T) {
+	if d, err := parseReply([]any{int64(1), int64(4), int64(5)}); err != nil || !d.Allowed || d.RetryAfter != 0 {
+		t.Errorf("parseReply({1, 4, 5}) = %+v, %v: want admitted with no retry-after", d, err)
+	}
+}

@@ -243,11 +243,15 @@ func parseReply(reply any) (Decision, error) {
 		}
 		nums[i] = n
 	}
-	retry, err := retryAfterMillis(nums[2])
-	if err != nil {
-		return Decision{}, fmt.Errorf("bad reply %v: %w", reply, err)
+	d := Decision{Allowed: nums[0] == 1, Remaining: nums[1]}
+	if !d.Allowed { // an admission has no retry-after
+		retry, err := retryAfterMillis(nums[2])
+		if err != nil {
+			return Decision{}, fmt.Errorf("bad reply %v: %w", reply, err)
+		}
+		d.RetryAfter = retry
 	}
-	return Decision{Allowed: nums[0] == 1, Remaining: nums[1], RetryAfter: retry}, nil
+	return d, nil
 }
 
 // retryAfterMillis reads a reply's retry-after in ms: an error when it is
