@@ -74,11 +74,12 @@ func plusOne(v int64, present bool) uint64 {
 
 func minusOne(v uint64) int64 { return int64(v) - 1 }
 
-// Bounds of what decode reads: a sample's send time and flight at most 30
-// days in µs (a run is a day at most), a Retry-After in ms that fits in a
-// time.Duration, and a reset the audit reads (maxResetSeconds).
+// Bounds of what decode reads: a sample's send time (either side of the
+// run's start) and flight at most 30 days in µs (a run is a day at most), a
+// Retry-After in ms that fits in a time.Duration, and a reset the audit
+// reads (maxResetSeconds).
 const (
-	maxSampleMicros = uint64(30 * 24 * time.Hour / time.Microsecond)
+	maxSampleMicros = int64(30 * 24 * time.Hour / time.Microsecond)
 	maxMillis       = uint64(math.MaxInt64 / time.Millisecond)
 )
 
@@ -118,13 +119,17 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 			sent = 0
 		}
 		// Every field within what encodeSamples writes, so that none wraps
-		// around into a value the audit would judge.
-		if f[0] >= uint64(consumers)-uint64(consumer) || f[1] > maxSampleMicros-uint64(sent) || f[2] > maxSampleMicros ||
+		// around into a value the audit would judge. A send time changes by
+		// a signed amount: a merge widens flights by the clock tolerance,
+		// and a consumer's first may then be sent before the run began.
+		d := int64(f[1])
+		if consumers < 1 || f[0] >= uint64(consumers)-uint64(consumer) || d < -maxSampleMicros || d > maxSampleMicros ||
+			sent+d < -maxSampleMicros || sent+d > maxSampleMicros || f[2] > uint64(maxSampleMicros) ||
 			f[3] > 999 || f[4] > maxMillis+1 || f[5] > 1<<63 || f[6] > 1<<63 || f[7] > maxResetSeconds+1 {
 			return nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
 		}
 		consumer += int64(f[0])
-		sent += int64(f[1])
+		sent += d
 		s := sample{consumer: int32(consumer), status: int16(f[3]),
 			sent:       time.Duration(sent)*time.Microsecond + offset,
 			retryAfter: -1, limit: minusOne(f[5]), remaining: minusOne(f[6]), reset: -1}

@@ -3,7 +3,9 @@ package bench
 import (
 	"encoding/base64"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 )
 
 // A result file's sample count is only announced: a negative one is an
@@ -36,5 +38,20 @@ func TestAuditSamplesOutOfRange(t *testing.T) {
 		if ss, err := a.decode(0, 1); err == nil {
 			t.Errorf("%s: decoded %+v", name, ss)
 		}
+	}
+}
+
+// A merged result's samples are widened by the clock tolerance: one sent
+// in the run's first milliseconds is then sent before it began, and the
+// merged result must read back, to be merged again.
+func TestAuditSamplesSentBeforeTheRun(t *testing.T) {
+	ss := []sample{
+		{consumer: 0, sent: -3 * time.Millisecond, done: 4 * time.Millisecond, status: 200, retryAfter: -1, limit: 5, remaining: 4, reset: -1},
+		{consumer: 0, sent: time.Millisecond, done: 8 * time.Millisecond, status: 200, retryAfter: -1, limit: 5, remaining: 3, reset: -1},
+		{consumer: 1, sent: -5 * time.Millisecond, done: 2 * time.Millisecond, status: 429, retryAfter: time.Second, limit: 5, remaining: 0, reset: time.Second},
+	}
+	got, err := encodeSamples(ss).decode(0, 2)
+	if err != nil || !slices.Equal(got, ss) {
+		t.Fatalf("decoded %+v, %v: want %+v", got, err, ss)
 	}
 }
