@@ -105,6 +105,7 @@ const (
 	MaxDuration    = 24 * time.Hour
 	MaxRate        = 10_000_000
 	MaxConnections = 100_000
+	MaxConsumers   = 10_000_000
 )
 
 // Validate checks cfg before anything is sent. Errors are *field.Error
@@ -126,8 +127,8 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("Duration", "or {Requests} must bound the run")
 	case c.Warmup < 0 || c.Warmup > time.Hour:
 		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
-	case c.Consumers < 0 || c.Consumers > 10_000_000:
-		return field.Errorf("Consumers", "must be between 0 and 10000000 (got %d)", c.Consumers)
+	case c.Consumers < 0 || c.Consumers > MaxConsumers:
+		return field.Errorf("Consumers", "must be between 0 and %d (got %d)", MaxConsumers, c.Consumers)
 	case c.Consumers > 0 && c.ConsumerHeader == "":
 		return field.Errorf("Consumers", "needs {ConsumerHeader}")
 	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
