@@ -188,8 +188,9 @@ func (r Result) mergeable(first int64) error {
 }
 
 // mergeTimelines adds the runs' intervals into t, each run placed by when
-// it began. Runs with other interval lengths, or intervals without a
-// histogram, leave the merged timeline out.
+// it began. Runs with other interval lengths, intervals without a
+// histogram, or runs so far apart that the merged timeline would be longer
+// than two runs' (each interval costs a histogram), leave it out.
 func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	if t.interval <= 0 {
 		*t = timeline{}
@@ -211,6 +212,10 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 				return fmt.Errorf("run %d: interval %d: %w", i+1, k, err)
 			}
 			j := shift + k
+			if j >= 2*maxSlots { // runs too far apart, or too long, to draw as one
+				*t = timeline{}
+				return nil
+			}
 			for len(t.slots) <= j {
 				t.slots = append(t.slots, slot{hist: newSlotHist()})
 			}

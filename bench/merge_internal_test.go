@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -35,5 +36,24 @@ func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
 		if _, err := Merge([]Result{first, r}, 5*time.Millisecond); err == nil || !strings.Contains(err.Error(), "run 2: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("merged with %v: want run 2 and %q", err, tc.want)
 		}
+	}
+}
+
+// Runs that began hours apart (within the day a merge allows) are not drawn
+// as one timeline of idle intervals between them: each interval costs a
+// histogram (26 KB), and a timeline of 7,200 would cost 190 MB.
+func TestMergeFarApartRunsLeaveTheTimelineOut(t *testing.T) {
+	var a, b Result
+	_ = json.Unmarshal(fuzzRun(1767225600000, 200, 429), &a)
+	_ = json.Unmarshal(fuzzRun(1767225600000+2*3_600_000, 200, 200), &b)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	m, err := Merge([]Result{a, b}, 5*time.Millisecond)
+	runtime.ReadMemStats(&after)
+	if err != nil || m.Requests != 4 || len(m.Timeline.Intervals) != 0 {
+		t.Fatalf("merged %d requests, %d intervals, %v: want 4 and no timeline", m.Requests, len(m.Timeline.Intervals), err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("allocated %d MB", grew>>20)
 	}
 }
