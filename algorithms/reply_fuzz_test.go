@@ -67,7 +67,8 @@ func replyOf(b []byte, depth int) (any, []byte) {
 		}
 		k, rest := replyOf(b, depth+1)
 		v, rest := replyOf(rest, depth+1)
-		if _, ok := k.([]any); ok {
+		switch k.(type) {
+		case []any, map[any]any: // a map's key is a plain value
 			k = "key"
 		}
 		return map[any]any{k: v}, rest
