@@ -177,14 +177,27 @@ func (r Result) mergeable(first int64) error {
 	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}
-	if a := r.Audit; a != nil {
-		ms := a.WindowMillis
-		if ms < 1 || ms > math.MaxInt64/int64(time.Millisecond) ||
-			(algorithms.Policy{Limit: a.Limit, Window: time.Duration(ms) * time.Millisecond}).Validate() != nil {
-			return fmt.Errorf("audit of %d per %d ms: not a limit a run can expect", a.Limit, ms)
+	if r.Audit != nil {
+		if _, err := r.Audit.policy(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// policy is the limit the audit expected, as a saved result says it: an
+// error when no run can have expected it (which the guarantees, made for
+// valid policies, cannot judge by).
+func (a *Audit) policy() (algorithms.Policy, error) {
+	ms := a.WindowMillis
+	p := algorithms.Policy{Limit: a.Limit}
+	if ms >= 1 && ms <= math.MaxInt64/int64(time.Millisecond) {
+		p.Window = time.Duration(ms) * time.Millisecond
+		if p.Validate() == nil {
+			return p, nil
+		}
+	}
+	return p, fmt.Errorf("audit of %d per %d ms: not a limit a run can expect", a.Limit, ms)
 }
 
 // mergeTimelines adds the runs' intervals into t, each run placed by when
