@@ -9,7 +9,7 @@ VERSION := $(shell git describe --tags --exact-match 2>/dev/null || \
 	TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h --abbrev=12 2>/dev/null || echo v0.0.0-dev)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build image demo test test-short check docs bench deps clean
+.PHONY: all build image demo test test-short check docs bench fuzz deps clean
 
 all: build
 
@@ -75,6 +75,17 @@ bench: build
 	./$(BIN) race --limiters all
 	scripts/bench-edge.sh
 	scripts/bench-http.sh
+
+# Every fuzz target (func FuzzXxx in any package, found with go test -list)
+# for FUZZTIME each, one after another; a crash stops here, its input kept
+# under the package's testdata/fuzz. Plain go test runs those inputs.
+FUZZTIME ?= 30s
+fuzz:
+	@$(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names[n++] = $$1 } /^(ok|FAIL|\?)[ \t]/ { if ($$1 == "ok") for (i = 0; i < n; i++) print $$2, names[i]; n = 0 }' | \
+	while read -r pkg name; do \
+		echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
+	done
 
 deps:
 	@scripts/deps.sh

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -242,5 +243,22 @@ func parseReply(reply any) (Decision, error) {
 		}
 		nums[i] = n
 	}
-	return Decision{Allowed: nums[0] == 1, Remaining: nums[1], RetryAfter: time.Duration(nums[2]) * time.Millisecond}, nil
+	d := Decision{Allowed: nums[0] == 1, Remaining: nums[1]}
+	if !d.Allowed { // an admission has no retry-after
+		retry, err := retryAfterMillis(nums[2])
+		if err != nil {
+			return Decision{}, fmt.Errorf("bad reply %v: %w", reply, err)
+		}
+		d.RetryAfter = retry
+	}
+	return d, nil
+}
+
+// retryAfterMillis reads a reply's retry-after in ms: an error when it is
+// negative or too long for a time.Duration, which would wrap around.
+func retryAfterMillis(ms int64) (time.Duration, error) {
+	if ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return 0, fmt.Errorf("retry-after %d ms is out of range", ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

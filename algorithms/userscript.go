@@ -137,7 +137,11 @@ func parseUserReply(reply any) (Decision, error) {
 		d.Remaining = nums[1]
 	}
 	if len(nums) > 2 && !d.Allowed {
-		d.RetryAfter = time.Duration(nums[2]) * time.Millisecond
+		retry, err := retryAfterMillis(nums[2])
+		if err != nil {
+			return Decision{}, fmt.Errorf("reply element 3: %w", err)
+		}
+		d.RetryAfter = retry
 	}
 	return d, nil
 }

@@ -117,28 +117,14 @@ func newSample(consumer int, sent, done time.Duration, status int, f *limitField
 		s.remaining = n
 	}
 	if t, ok := sfParam(f.rateLimit, "t"); ok {
-		s.reset = time.Duration(t) * time.Second
+		s.reset = resetIn(t)
 	} else if n, err := strconv.ParseInt(cmp.Or(f.reset, f.xReset), 10, 64); err == nil {
 		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
 			n -= time.Now().Unix()
 		}
-		s.reset = time.Duration(max(n, 0)) * time.Second
+		s.reset = resetIn(max(n, 0))
 	}
 	return s
-}
-
-// sfParam reads an integer parameter of the first item of a structured
-// field such as `"default";q=100;w=60`.
-func sfParam(field, name string) (int64, bool) {
-	item, _, _ := strings.Cut(field, ",")
-	for _, p := range strings.Split(item, ";")[1:] {
-		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
-		if ok && k == name {
-			n, err := strconv.ParseInt(v, 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
 }
 
 // expectation is what the audit holds an endpoint to.

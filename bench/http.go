@@ -10,9 +10,11 @@ package bench
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,6 +107,7 @@ const (
 	MaxDuration    = 24 * time.Hour
 	MaxRate        = 10_000_000
 	MaxConnections = 100_000
+	MaxConsumers   = 10_000_000
 )
 
 // Validate checks cfg before anything is sent. Errors are *field.Error
@@ -126,10 +129,14 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("Duration", "or {Requests} must bound the run")
 	case c.Warmup < 0 || c.Warmup > time.Hour:
 		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
-	case c.Consumers < 0 || c.Consumers > 10_000_000:
-		return field.Errorf("Consumers", "must be between 0 and 10000000 (got %d)", c.Consumers)
+	case c.Consumers < 0 || c.Consumers > MaxConsumers:
+		return field.Errorf("Consumers", "must be between 0 and %d (got %d)", MaxConsumers, c.Consumers)
 	case c.Consumers > 0 && c.ConsumerHeader == "":
 		return field.Errorf("Consumers", "needs {ConsumerHeader}")
+	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
+		return field.Errorf("ConsumerHeader", "%q is not a header name", c.ConsumerHeader)
+	case c.Method != "" && !isToken(c.Method):
+		return field.Errorf("Method", "%q is not an HTTP method", c.Method)
 	case c.Timeout != 0 && (c.Timeout < time.Millisecond || c.Timeout > time.Hour): // 0: the default
 		return field.Errorf("Timeout", "must be between 1ms and 1h (got %s)", c.Timeout)
 	case c.Interval < 0 || (c.Interval > 0 && c.Interval < 10*time.Millisecond):
@@ -151,6 +158,16 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("SharedConsumers", "needs {Shard}")
 	case !c.StartAt.IsZero() && (time.Until(c.StartAt) < -time.Second || time.Until(c.StartAt) > 24*time.Hour):
 		return field.Errorf("StartAt", "must be within the next 24 hours (got %s)", c.StartAt.Format(time.RFC3339))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Header)) {
+		if !isToken(name) {
+			return field.Errorf("Header", "%q is not a header name", name)
+		}
+		for _, v := range c.Header[name] {
+			if !isFieldValue(v) {
+				return field.Errorf("Header", "%s: %q holds a line break or another control character", name, v)
+			}
+		}
 	}
 	if c.ExpectLimit > 0 {
 		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {

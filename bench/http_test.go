@@ -179,6 +179,12 @@ func TestValidate(t *testing.T) {
 		{"shard 1 without shards", ok(func(c *bench.HTTPConfig) { c.Shard = 1 }), "Shard must be I/N"},
 		{"shard -1/3", ok(func(c *bench.HTTPConfig) { c.Shard, c.Shards = -1, 3 }), "Shard must be I/N"},
 		{"shard 0/-1", ok(func(c *bench.HTTPConfig) { c.Shards = -1 }), "Shard must be I/N"},
+		{"header with a line break", ok(func(c *bench.HTTPConfig) { c.Header = http.Header{"X-A": {"a\r\nX-B: 1"}} }),
+			`Header X-A: "a\r\nX-B: 1" holds a line break`},
+		{"header name with a space", ok(func(c *bench.HTTPConfig) { c.Header = http.Header{"X A": {"1"}} }), `Header "X A" is not a header name`},
+		{"method with a line break", ok(func(c *bench.HTTPConfig) { c.Method = "GET / HTTP/1.1\r\n" }), `Method "GET / HTTP/1.1\r\n" is not an HTTP method`},
+		{"consumer header with a line break", ok(func(c *bench.HTTPConfig) { c.Consumers, c.ConsumerHeader = 3, "X-Id\r\nX-B" }),
+			`ConsumerHeader "X-Id\r\nX-B" is not a header name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -3,12 +3,14 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
@@ -43,6 +45,9 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		}
 		if r.Target != runs[0].Target {
 			return Result{}, fmt.Errorf("run %d measured %s, run 1 %s: merge runs of one target", i+1, r.Target, runs[0].Target)
+		}
+		if err := r.mergeable(runs[0].StartedUnixMillis); err != nil {
+			return Result{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		for name, h := range hists {
 			enc, ok := r.Histograms[name]
@@ -143,9 +148,62 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	return res, nil
 }
 
+// maxStartSpread bounds how far apart the runs of one merge began.
+const maxStartSpread = 24 * time.Hour
+
+// mergeable checks what a result file may say that a run never measures:
+// a count below zero, more consumers than a run sends, an audit of a limit
+// no run can expect, or a start further than maxStartSpread from the first
+// run's (first, in Unix ms).
+func (r Result) mergeable(first int64) error {
+	negative := r.Requests < 0 || r.Errors < 0 || r.Bytes < 0 || r.WarmupRequests < 0 || r.Unsent < 0
+	for _, n := range r.StatusCounts {
+		negative = negative || n < 0
+	}
+	for _, e := range r.ErrorKinds {
+		negative = negative || e.Count < 0
+	}
+	for _, iv := range r.Timeline.Intervals {
+		for _, n := range iv.Status {
+			negative = negative || n < 0
+		}
+	}
+	spread := maxStartSpread.Milliseconds()
+	switch {
+	case negative:
+		return errors.New("a count below zero")
+	case r.Config.Consumers < 0 || r.Config.Consumers > MaxConsumers:
+		return fmt.Errorf("%d consumers: want 0 to %d", r.Config.Consumers, MaxConsumers)
+	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
+		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
+	}
+	if r.Audit != nil {
+		if _, err := r.Audit.policy(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policy is the limit the audit expected, as a saved result says it: an
+// error when no run can have expected it (which the guarantees, made for
+// valid policies, cannot judge by).
+func (a *Audit) policy() (algorithms.Policy, error) {
+	ms := a.WindowMillis
+	p := algorithms.Policy{Limit: a.Limit}
+	if ms >= 1 && ms <= math.MaxInt64/int64(time.Millisecond) {
+		p.Window = time.Duration(ms) * time.Millisecond
+		if p.Validate() == nil {
+			return p, nil
+		}
+	}
+	return p, fmt.Errorf("audit of %d per %d ms: not a limit a run can expect", a.Limit, ms)
+}
+
 // mergeTimelines adds the runs' intervals into t, each run placed by when
-// it began. Runs with other interval lengths, or intervals without a
-// histogram, leave the merged timeline out.
+// it began. Runs with other interval lengths, intervals without a
+// histogram, or runs so far apart that the merged timeline would be longer
+// than two runs' (each interval costs a histogram), leave it out.
 func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	if t.interval <= 0 {
 		*t = timeline{}
@@ -167,6 +225,10 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 				return fmt.Errorf("run %d: interval %d: %w", i+1, k, err)
 			}
 			j := shift + k
+			if j >= 2*maxSlots { // runs too far apart, or too long, to draw as one
+				*t = timeline{}
+				return nil
+			}
 			for len(t.slots) <= j {
 				t.slots = append(t.slots, slot{hist: newSlotHist()})
 			}

@@ -53,8 +53,12 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 	if err != nil {
 		return nil, err
 	}
-	span := time.Duration(r.Audit.WindowMillis)*time.Millisecond - time.Millisecond
-	exp, err := newExpectation(r.Audit.Limit, span+time.Millisecond, r.Audit.Algorithm)
+	p, err := r.Audit.policy()
+	if err != nil {
+		return nil, err
+	}
+	span := p.Window - time.Millisecond
+	exp, err := newExpectation(p.Limit, p.Window, r.Audit.Algorithm)
 	if err != nil {
 		return nil, err
 	}

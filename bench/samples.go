@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -73,6 +74,15 @@ func plusOne(v int64, present bool) uint64 {
 
 func minusOne(v uint64) int64 { return int64(v) - 1 }
 
+// Bounds of what decode reads: a sample's send time (either side of the
+// run's start) and flight at most 30 days in µs (a run is a day at most), a
+// Retry-After in ms that fits in a time.Duration, and a reset the audit
+// reads (maxResetSeconds).
+const (
+	maxSampleMicros = int64(30 * 24 * time.Hour / time.Microsecond)
+	maxMillis       = uint64(math.MaxInt64 / time.Millisecond)
+)
+
 // decode unpacks the samples, shifted by offset (the run's start less the
 // earliest start of the runs merged).
 func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, error) {
@@ -83,7 +93,12 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 	if err != nil {
 		return nil, fmt.Errorf("audit samples: %w", err)
 	}
-	out := make([]sample, 0, a.Count)
+	if a.Count < 0 {
+		return nil, fmt.Errorf("audit samples: count %d", a.Count)
+	}
+	// A response takes 8 bytes at least: what Data holds bounds what to
+	// make room for, whatever Count says.
+	out := make([]sample, 0, min(a.Count, len(buf)/8))
 	var consumer, sent int64
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(buf)
@@ -103,11 +118,18 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 		if f[0] > 0 {
 			sent = 0
 		}
-		consumer += int64(f[0])
-		sent += int64(f[1])
-		if consumer >= int64(consumers) || f[3] > 999 {
-			return nil, fmt.Errorf("audit samples: consumer %d, status %d out of range", consumer, f[3])
+		// Every field within what encodeSamples writes, so that none wraps
+		// around into a value the audit would judge. A send time changes by
+		// a signed amount: a merge widens flights by the clock tolerance,
+		// and a consumer's first may then be sent before the run began.
+		d := int64(f[1])
+		if consumers < 1 || f[0] >= uint64(consumers)-uint64(consumer) || d < -maxSampleMicros || d > maxSampleMicros ||
+			sent+d < -maxSampleMicros || sent+d > maxSampleMicros || f[2] > uint64(maxSampleMicros) ||
+			f[3] > 999 || f[4] > maxMillis+1 || f[5] > 1<<63 || f[6] > 1<<63 || f[7] > maxResetSeconds+1 {
+			return nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
 		}
+		consumer += int64(f[0])
+		sent += d
 		s := sample{consumer: int32(consumer), status: int16(f[3]),
 			sent:       time.Duration(sent)*time.Microsecond + offset,
 			retryAfter: -1, limit: minusOne(f[5]), remaining: minusOne(f[6]), reset: -1}

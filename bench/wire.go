@@ -88,6 +88,33 @@ func (r *request) render(buf []byte, consumer int) []byte {
 	return append(buf, r.tail...)
 }
 
+// isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as a method
+// and a field name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isFieldValue reports whether s can be sent as a field's value: no control
+// character but a tab (RFC 9110 5.5), so that no value can end its line and
+// begin another field or request.
+func isFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // protocolError is a response that does not parse as HTTP/1.x.
 type protocolError struct{ msg string }
 
@@ -147,7 +174,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 	http10 := line[7] == '0'
 	keepAlive := false
 	length := int64(-1)
-	chunked := false
+	chunked, coded := false, false
 	for {
 		line, err := readLine(br)
 		if err != nil {
@@ -177,6 +204,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 		case len("Transfer-Encoding"):
 			if bytes.EqualFold(name, []byte("Transfer-Encoding")) {
 				chunked = lastToken(value, "chunked")
+				coded = true
 				continue
 			}
 		case len("Connection"):
@@ -196,6 +224,11 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 	}
 	if http10 && !keepAlive {
 		r.close = true
+	}
+	if http10 && coded {
+		// HTTP/1.0 has no transfer codings: its framing is faulty
+		// (RFC 9112, 6.1), and chunks read as such would misframe it.
+		return protocolf("Transfer-Encoding in an HTTP/1.0 response")
 	}
 	if r.status < 200 || r.status == http.StatusNoContent || r.status == http.StatusNotModified || head {
 		return nil

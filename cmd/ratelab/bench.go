@@ -40,7 +40,7 @@ var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "Shard": "--shard",
-	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at"}
+	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load-test a live endpoint"}

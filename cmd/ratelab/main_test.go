@@ -795,6 +795,8 @@ func TestBenchHTTP(t *testing.T) {
 		{[]string{"bench", "http", "ftp://x"}, "want an http:// or https:// URL"},
 		{[]string{"bench", "http", srv.URL, "--rate", "-5"}, "--rate must be between 0"},
 		{[]string{"bench", "http", srv.URL, "-H", "nocolon"}, `--header "nocolon"`},
+		{[]string{"bench", "http", srv.URL, "-H", "X-A: a\r\nX-B: 1"}, `--header X-A: "a\r\nX-B: 1" holds a line break`},
+		{[]string{"bench", "http", srv.URL, "-X", "GET /x HTTP/1.1\r\n"}, `--method "GET /x HTTP/1.1\r\n" is not an HTTP method`},
 		{[]string{"bench", "http", srv.URL, "--body", "@/nonexistent"}, "--body: open /nonexistent"},
 		{[]string{"bench", "http", srv.URL, "--duration", "0s"}, "--duration or --requests must bound the run"},
 		{[]string{"bench", "http", srv.URL, "--threads", "-1"}, "--threads must be between 0 (every core) and 1024 (got -1)"},

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+)
+
+// fuzzRun is a small audited run as bench http writes it: histograms, a
+// timeline, an audit and its samples, begun at start (Unix ms).
+func fuzzRun(start int64, statuses ...int32) []byte {
+	cfg := HTTPConfig{Target: "http://127.0.0.1:8080/", Method: "GET", Rate: 10, Connections: 2, Duration: 2 * time.Second,
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", Interval: time.Second, Shards: 1, ExpectLimit: 2, ExpectWindow: time.Second}
+	t := newTally(cfg.Interval)
+	var events []event
+	var samples []sample
+	for i, status := range statuses {
+		done := time.Duration(i+1) * 150 * time.Millisecond
+		events = append(events, event{done: done, latency: 900 + int64(i)*10, lag: 5, status: status, kind: kindReset})
+		if status != 0 {
+			samples = append(samples, sample{consumer: int32(i % 2), status: int16(status), sent: done - time.Millisecond, done: done,
+				retryAfter: -1, limit: 2, remaining: int64(i % 3), reset: time.Second})
+		}
+	}
+	t.add(events)
+	res := newResult(cfg, t, cfg.Duration)
+	res.StartedUnixMillis = start
+	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
+	a := audit(samples, exp, cfg.Consumers, -1, false)
+	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
+	b, _ := json.Marshal(res)
+	return b
+}
+
+// FuzzMerge merges result files as report merge reads them, from any
+// bytes: one or two runs, each decoded from JSON, among them runs whose
+// counts, consumers, start or audit no run measures. A merge either fails
+// with an error or is a result with no negative count, that can be
+// written and merged again; it never panics nor asks for memory without
+// bound (the fuzzing process would be killed).
+func FuzzMerge(f *testing.F) {
+	a := fuzzRun(1767225600000, 200, 200, 429, 503, 0, 200)
+	b := fuzzRun(1767225600250, 200, 429, 429, 200)
+	f.Add(a, b, uint16(5))
+	f.Add(a, []byte(nil), uint16(0))
+	f.Add(b, a, uint16(1000))
+	for _, mutate := range []func(*Result){
+		func(r *Result) { r.StatusCounts["200"] = -5 },
+		func(r *Result) { r.ErrorKinds["reset"] = ErrorKind{Count: -3} },
+		func(r *Result) { r.Bytes, r.Unsent, r.WarmupRequests = -1, -1, -1 },
+		func(r *Result) { r.Timeline.Intervals[0].Status["2xx"] = -7 },
+		func(r *Result) { r.StartedUnixMillis = math.MaxInt64 },
+		func(r *Result) { r.StartedUnixMillis += 3_600_000 },
+		func(r *Result) { r.Config.Consumers = -1 },
+		func(r *Result) { r.Config.Consumers = 1 << 50 },
+		func(r *Result) { r.Audit.Limit, r.Audit.WindowMillis = 0, 0 },
+		func(r *Result) { r.Audit.WindowMillis = -1000 },
+		func(r *Result) { r.Audit.Limit = math.MaxInt64 },
+	} {
+		var r Result
+		_ = json.Unmarshal(b, &r)
+		mutate(&r)
+		hostile, _ := json.Marshal(r)
+		f.Add(a, hostile, uint16(5))
+		f.Add(hostile, hostile, uint16(5))
+	}
+	f.Add([]byte(`{"command":"bench_http","histograms":{}}`), []byte(nil), uint16(0))
+	f.Add([]byte(`{"command":"race"}`), a, uint16(0))
+	f.Fuzz(func(t *testing.T, first, second []byte, toleranceMillis uint16) {
+		var runs []Result
+		for _, data := range [][]byte{first, second} {
+			if len(data) == 0 {
+				continue
+			}
+			var r Result
+			if json.Unmarshal(data, &r) != nil {
+				return
+			}
+			runs = append(runs, r)
+		}
+		m, err := Merge(runs, time.Duration(toleranceMillis)*time.Millisecond)
+		if err != nil {
+			return
+		}
+		negative := m.Requests < 0 || m.Errors < 0 || m.Bytes < 0 || m.WarmupRequests < 0 || m.Unsent < 0
+		for _, n := range m.StatusCounts {
+			negative = negative || n < 0
+		}
+		for _, e := range m.ErrorKinds {
+			negative = negative || e.Count < 0
+		}
+		for _, iv := range m.Timeline.Intervals {
+			negative = negative || iv.Requests < 0
+			for _, n := range iv.Status {
+				negative = negative || n < 0
+			}
+		}
+		if m.Audit != nil {
+			negative = negative || m.Audit.Samples < 0 || m.Audit.OverAdmitted < 0 || m.Audit.Headers.Checked < 0 || m.Audit.Headers.Violations < 0
+		}
+		if negative {
+			t.Fatalf("merged a negative count: %+v", m)
+		}
+		data, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("the merge cannot be written: %v", err)
+		}
+		var again Result
+		if err := json.Unmarshal(data, &again); err != nil {
+			t.Fatalf("the merge written cannot be read: %v", err)
+		}
+		if _, err := Merge([]Result{again}, 0); err != nil {
+			t.Fatalf("the merge cannot be merged again: %v", err)
+		}
+	})
+}

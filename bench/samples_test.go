@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"encoding/base64"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// A result file's sample count is only announced: a negative one is an
+// error, and a huge one makes no room for samples the data cannot hold.
+func TestAuditSamplesCountIsOnlyAnnounced(t *testing.T) {
+	data := encodeSamples([]sample{{status: 200, retryAfter: -1, limit: -1, remaining: -1, reset: -1}}).Data
+	for _, count := range []int{-1, 1 << 40} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := (&AuditSamples{Encoding: samplesEncoding, Count: count, Data: data}).decode(0, 1)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("count %d: decoded", count)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Errorf("count %d: allocated %d bytes", count, grew)
+		}
+	}
+}
+
+// A field that would wrap around (a consumer delta of 2^64-1, read as -1; a
+// send time past 2^63 ns) is out of range, not a sample with a negative
+// consumer or time, which the audit would index or judge by.
+func TestAuditSamplesOutOfRange(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"consumer": {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0xc8, 0x01, 0, 0, 0, 0},
+		"sent":     {0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0xc8, 0x01, 0, 0, 0, 0},
+	} {
+		a := &AuditSamples{Encoding: samplesEncoding, Count: 1, Data: base64.StdEncoding.EncodeToString(data)}
+		if ss, err := a.decode(0, 1); err == nil {
+			t.Errorf("%s: decoded %+v", name, ss)
+		}
+	}
+}
+
+// A merged result's samples are widened by the clock tolerance: one sent
+// in the run's first milliseconds is then sent before it began, and the
+// merged result must read back, to be merged again.
+func TestAuditSamplesSentBeforeTheRun(t *testing.T) {
+	ss := []sample{
+		{consumer: 0, sent: -3 * time.Millisecond, done: 4 * time.Millisecond, status: 200, retryAfter: -1, limit: 5, remaining: 4, reset: -1},
+		{consumer: 0, sent: time.Millisecond, done: 8 * time.Millisecond, status: 200, retryAfter: -1, limit: 5, remaining: 3, reset: -1},
+		{consumer: 1, sent: -5 * time.Millisecond, done: 2 * time.Millisecond, status: 429, retryAfter: time.Second, limit: 5, remaining: 0, reset: time.Second},
+	}
+	got, err := encodeSamples(ss).decode(0, 2)
+	if err != nil || !slices.Equal(got, ss) {
+		t.Fatalf("decoded %+v, %v: want %+v", got, err, ss)
+	}
+}
