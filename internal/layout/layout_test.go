@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"skew":                        {"algorithms", "internal/"},
 	"bench":                       {"algorithms", "internal/"},
 	"edge":                        {"algorithms", "internal/"},
+	"rules":                       {"algorithms"},
 	"drill":                       {"algorithms", "bench", "edge", "internal/"},
 	"reports":                     {"race", "compare", "skew", "bench", "drill", "internal/hdr", "internal/redisrun"},
 	"internal/field":              {},
@@ -41,6 +42,7 @@ var allowed = map[string][]string{
 var forbidden = map[string][]string{
 	"reports":    {"github.com/redis/go-redis", "net/http"},
 	"algorithms": {"net/http", "github.com/spf13/cobra"},
+	"rules":      {"net/http", "github.com/redis/go-redis", "github.com/spf13/cobra"},
 }
 
 func TestImports(t *testing.T) {

@@ -1,0 +1,106 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+// ShorthandDomain is the domain of the rules a Shorthand stands for.
+const ShorthandDomain = "ratelab"
+
+// Shorthand is the one-rule form of the command line: one or more limits on
+// one identity (ratelab edge --limit 5/1s --limit 12/10s --key-by
+// header:X-Consumer-Id).
+type Shorthand struct {
+	// Limits are LIMIT/WINDOW or LIMIT/WINDOW:ALGORITHM (5/1s, 100/1m:gcra),
+	// at least one, no two on one window.
+	Limits []string
+	// KeyBy is who a request is from: ip (the client's address), or
+	// header:NAME (a request without the header is counted by its address).
+	KeyBy string
+	// Algorithm is the algorithm of limits that name none; DefaultAlgorithm
+	// when empty.
+	Algorithm string
+}
+
+// Set returns the rules the shorthand stands for, checked for the gateway:
+// one descriptor keyed by KeyBy carrying every limit. A lone limit is named
+// default; several are named by window (per-1s, per-10s). Errors are *Error
+// naming the Shorthand's field (Limits, KeyBy, Algorithm), with no file.
+func (s Shorthand) Set() (*Set, error) {
+	alg := s.Algorithm
+	if alg == "" {
+		alg = DefaultAlgorithm
+	}
+	if !slices.Contains(algorithms.Algorithms(), alg) {
+		return nil, &Error{Field: "Algorithm", Message: fmt.Sprintf("%q is not an algorithm (want %s)", alg,
+			strings.Join(algorithms.Algorithms(), ", "))}
+	}
+	var key, fallback string
+	switch {
+	case s.KeyBy == "ip":
+		key = string(KindRemoteAddress)
+	case strings.HasPrefix(s.KeyBy, "header:"):
+		a, err := parseAttribute(s.KeyBy)
+		if err != nil {
+			return nil, &Error{Field: "KeyBy", Message: err.Error()}
+		}
+		key, fallback = a.String(), string(KindRemoteAddress)
+	default:
+		return nil, &Error{Field: "KeyBy", Message: fmt.Sprintf("unknown key %q (want ip or header:NAME)", s.KeyBy)}
+	}
+	if len(s.Limits) == 0 {
+		return nil, &Error{Field: "Limits", Message: "none given: want LIMIT/WINDOW, such as 100/1m"}
+	}
+	type limit struct {
+		spec, alg string
+		p         algorithms.Policy
+	}
+	var ls []limit
+	for _, spec := range s.Limits {
+		pol, a, hasAlg := strings.Cut(spec, ":")
+		if !hasAlg {
+			a = alg
+		} else if !slices.Contains(algorithms.Algorithms(), a) {
+			return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%q: %q is not an algorithm (want %s)", spec, a,
+				strings.Join(algorithms.Algorithms(), ", "))}
+		}
+		p, err := algorithms.ParsePolicy(pol)
+		if err != nil {
+			return nil, &Error{Field: "Limits", Message: err.Error()}
+		}
+		if p.Window > maxWindow {
+			return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%q: a window is at most a year (8760h)", spec)}
+		}
+		for _, o := range ls {
+			if o.p.Window == p.Window {
+				return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%s and %s are two limits on one window (%s): keep one",
+					o.spec, spec, Window(p.Window))}
+			}
+		}
+		ls = append(ls, limit{spec, a, p})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n  - key: %s\n", ShorthandDomain, strconv.Quote(key))
+	if fallback != "" {
+		fmt.Fprintf(&b, "    fallback_key: %s\n", fallback)
+	}
+	b.WriteString("    rate_limits:\n")
+	for _, l := range ls {
+		name := "default"
+		if len(ls) > 1 {
+			name = "per-" + Window(l.p.Window)
+		}
+		fmt.Fprintf(&b, "      - {name: %s, window: %s, requests_per_unit: %d, algorithm: %s}\n",
+			strconv.Quote(name), strconv.Quote(l.p.Window.String()), l.p.Limit, l.alg)
+	}
+	set, err := Parse("--limit", []byte(b.String()), ForGateway())
+	if err != nil {
+		return nil, &Error{Field: "Limits", Message: err.Error()}
+	}
+	return set, nil
+}
