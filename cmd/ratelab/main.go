@@ -87,7 +87,7 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newDrillCmd(io), newBenchCmd(io),
-		newReportCmd(io), newVersionCmd(io), newDocsCmd())
+		newReportCmd(io), newRulesCmd(io), newVersionCmd(io), newDocsCmd())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
 	warnOn(root, io.err)
