@@ -68,9 +68,10 @@ docs:
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
 # and bench http beside wrk (and wrk2, bombardier when installed) on nginx.
+# (./rules/: matching a request against ten rules.)
 bench: build
 	@scripts/deps.sh bench
-	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/
+	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/ ./rules/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
 	scripts/bench-edge.sh

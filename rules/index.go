@@ -66,6 +66,7 @@ func (p *parser) crossCheck(root *yaml.Node) {
 		}
 		ids[l.ID] = l
 		l.tagKey = tagKey(l.Descriptor)
+		l.domain = p.set.Domain
 	}
 	p.set.limits = limits
 }

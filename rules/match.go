@@ -94,7 +94,7 @@ type walker struct {
 }
 
 func (s *Set) walk(r *Request) []Hit {
-	w := walker{s: s, r: *r, hits: make([]Hit, 0, min(len(s.limits), 16))}
+	w := walker{s: s, r: *r, hits: make([]Hit, 0, min(len(s.limits), 4))}
 	w.level(&s.root, 0, 0, false)
 	return w.hits
 }
@@ -145,7 +145,7 @@ func (w *walker) visit(d *Descriptor, e Entry, depth, tagAt int, tagged bool) {
 	if len(d.Limits) > 0 {
 		n := depth + 1
 		if len(w.spare) < n {
-			w.spare = make([]Entry, max(n, 16))
+			w.spare = make([]Entry, max(n, 8))
 		}
 		own := w.spare[:n:n]
 		copy(own, w.entries[:n])
@@ -165,7 +165,7 @@ func (s *Set) hits(dst []Hit, d *Descriptor, entries []Entry, tagAt int, tagged 
 	var tag [16]byte
 	summed := false
 	for _, l := range d.Limits {
-		h := Hit{Limit: l, Entries: entries, domain: s.Domain}
+		h := Hit{Limit: l, Entries: entries}
 		if !l.Unlimited {
 			if !summed {
 				sum = counterHash(s.Domain, entries)

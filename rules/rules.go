@@ -149,6 +149,7 @@ type Limit struct {
 	// Field is the limit's place in the file: descriptors[0].rate_limits[1].
 	Field string
 
+	domain        string
 	tagKey        string // the key whose value tags its counters; "" for the domain
 	nameLine      int
 	replacesLines []int
@@ -188,8 +189,6 @@ type Hit struct {
 	// ReplacedBy is, for a hit that Explain reports as replaced, the ID of
 	// a limit met by the same request that replaces it.
 	ReplacedBy string
-
-	domain string
 }
 
 // Label is the counter in readable form: the domain, each entry as
@@ -197,7 +196,9 @@ type Hit struct {
 // replaced, and at most 160 bytes.
 func (h Hit) Label() string {
 	var b strings.Builder
-	b.WriteString(h.domain)
+	if h.Limit != nil {
+		b.WriteString(h.Limit.domain)
+	}
 	for _, e := range h.Entries {
 		b.WriteString("/")
 		b.WriteString(e.Key)
