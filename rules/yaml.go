@@ -1,0 +1,234 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// decode parses src as one YAML document and returns its root node.
+func decode(name string, src []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: name, Message: "empty: a rules file gives a domain and descriptors"}
+		}
+		return nil, syntaxError(name, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, &Error{File: name, Line: next.Line, Message: "a second YAML document: a rules file holds one"}
+	case !errors.Is(err, io.EOF):
+		return nil, syntaxError(name, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, &Error{File: name, Message: "empty: a rules file gives a domain and descriptors"}
+	}
+	return doc.Content[0], nil
+}
+
+func syntaxError(name string, err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{File: name, Line: line, Message: "not valid YAML: " + m[2]}
+	}
+	return &Error{File: name, Message: "not valid YAML: " + msg}
+}
+
+type parser struct {
+	file  string
+	o     options
+	set   *Set
+	errs  []*Error
+	nodes int
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)})
+}
+
+// joined is the errors in line order, at most maxErrors of them.
+func (p *parser) joined() error {
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	errs := make([]error, 0, maxErrors+1)
+	for i, e := range p.errs {
+		if i == maxErrors {
+			errs = append(errs, &Error{File: p.file, Message: fmt.Sprintf("and %d more mistakes", len(p.errs)-maxErrors)})
+			break
+		}
+		errs = append(errs, e)
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// deref follows aliases to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func kindOf(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return strconv.Quote(n.Value)
+	}
+	return "an alias"
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// field is one field of a mapping: its name's node and its value's.
+type field struct{ key, val *yaml.Node }
+
+// mapping reads n's fields by name, refusing what is not a mapping, a field
+// given twice and a field not in known.
+func (p *parser) mapping(n *yaml.Node, path string, known []string) (map[string]field, bool) {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "want a mapping of fields, got %s", kindOf(n))
+		return nil, false
+	}
+	fields := make(map[string]field, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+			if k.Tag == "!!merge" {
+				p.errorf(k, path, "merge keys (<<) are not read: write the fields out")
+			} else {
+				p.errorf(k, path, "a field's name must be a string (got %s)", kindOf(k))
+			}
+			continue
+		}
+		name := k.Value
+		if first, ok := fields[name]; ok {
+			p.errorf(k, join(path, name), "given twice (first at line %d)", first.key.Line)
+			continue
+		}
+		if !slices.Contains(known, name) {
+			p.errorf(k, join(path, name), "unknown field%s", suggest(name, known))
+			continue
+		}
+		fields[name] = field{k, v}
+	}
+	return fields, true
+}
+
+// suggest offers the known name that name most likely meant.
+func suggest(name string, known []string) string {
+	squash := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r == '_' || r == '-' || r == ' ' {
+				return -1
+			}
+			return r
+		}, strings.ToLower(s))
+	}
+	for _, k := range known {
+		if squash(k) == squash(name) || distance(k, name) <= 2 {
+			return fmt.Sprintf(" (did you mean %s?)", k)
+		}
+	}
+	return fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
+}
+
+// distance is the Levenshtein distance between a and b, for short names.
+func distance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return len(a) + len(b)
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// text reads a scalar as its text: null is empty.
+func (p *parser) text(f field, path string) (string, bool) {
+	n := deref(f.val)
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, path, "want a string, got %s", kindOf(n))
+		return "", false
+	}
+	if n.Tag == "!!null" {
+		return "", true
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(f field, path string) (bool, bool) {
+	n := deref(f.val)
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+		p.errorf(n, path, "want true or false, got %s", kindOf(n))
+		return false, false
+	}
+	return b, true
+}
+
+func (p *parser) integer(f field, path string) (int64, bool) {
+	n := deref(f.val)
+	var i int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&i) != nil {
+		p.errorf(n, path, "%s is not a whole number", kindOf(n))
+		return 0, false
+	}
+	return i, true
+}
+
+func (p *parser) sequence(f field, path string) ([]*yaml.Node, bool) {
+	n := deref(f.val)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, true
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list, got %s", kindOf(n))
+		return nil, false
+	}
+	return n.Content, true
+}
