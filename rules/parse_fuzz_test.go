@@ -50,7 +50,11 @@ func checkErrors(t *testing.T, err error, src []byte) {
 	if len(errs) > maxErrors+1 {
 		t.Fatalf("%d errors", len(errs))
 	}
-	lines := bytes.Count(src, []byte("\n")) + 2
+	// YAML breaks lines at \n, \r, \r\n, NEL, LS and PS.
+	lines := 2
+	for _, brk := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+		lines += bytes.Count(src, []byte(brk))
+	}
 	for _, e := range errs {
 		var re *Error
 		if !errors.As(e, &re) {
