@@ -180,11 +180,15 @@ type Hit struct {
 	// Entries are the path's keys with the values of the request, from the
 	// top of the tree down to the limit's node.
 	Entries []Entry
-	// Key is the Redis key of the limit's counter for these entries:
-	// rl:{Tag}:… (algorithms.Key), bounded in length whatever the values.
+	// Key is the Redis key of the limit's counter for these entries, the
+	// base its algorithm derives its keys from: algorithms.Key(Tag,
+	// <128-bit hash of the domain and entries>:<ID>:<algorithm>), at most
+	// 140 bytes whatever the values. Empty for an unlimited limit, which
+	// never reaches Redis.
 	Key string
-	// Tag is the Cluster hash tag in Key: a hash of the value of the limit's
-	// TagKey, or of the domain for a global limit.
+	// Tag is the Cluster hash tag in Key (16 hex digits): a hash of the value
+	// of the limit's TagKey, or of the domain for a global limit. Hits with
+	// one tag can be decided in one call on a Cluster.
 	Tag string
 	// ReplacedBy is, for a hit that Explain reports as replaced, the ID of
 	// a limit met by the same request that replaces it.
