@@ -131,6 +131,20 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
 		}
 	})
+	t.Run("an address for a URL", func(t *testing.T) {
+		code, _, stderr := ratelab(t, "race", "--redis", "127.0.0.1:6379")
+		if code != exitUsage || !strings.Contains(stderr, `--redis "127.0.0.1:6379": want a URL: redis://127.0.0.1:6379`) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 and the URL it meant", code, stderr)
+		}
+	})
+	t.Run("an address for REDIS_URL", func(t *testing.T) {
+		var stderr bytes.Buffer
+		env := func(name string) string { return map[string]string{"REDIS_URL": "localhost:6379"}[name] }
+		code := runEnv(context.Background(), []string{"compare"}, io.Discard, &stderr, env)
+		if code != exitUsage || !strings.Contains(stderr.String(), `REDIS_URL "localhost:6379": want a URL: redis://localhost:6379`) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 naming REDIS_URL and the URL it meant", code, stderr.String())
+		}
+	})
 	t.Run("bad REDIS_URL", func(t *testing.T) {
 		var stderr bytes.Buffer
 		env := func(name string) string { return map[string]string{"REDIS_URL": "http://u:secret@127.0.0.1:1"}[name] }
