@@ -897,3 +897,24 @@ func TestBenchAudit(t *testing.T) {
 		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 }
+
+// TestUsageHintNamesTheCommand: bad input ends with the help of the
+// command that refused it, not the root's.
+func TestUsageHintNamesTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "http", "http://127.0.0.1:1/", "--rate", "-1"}, "Run 'ratelab bench http --help' for usage."},
+		{[]string{"bench", "http", "--nope"}, "Run 'ratelab bench http --help' for usage."},
+		{[]string{"race", "--limit", "0"}, "Run 'ratelab race --help' for usage."},
+		{[]string{"compare", "--algorithms", "leaky-bucket"}, "Run 'ratelab compare --help' for usage."},
+		{[]string{"report", "bogus"}, "Run 'ratelab report --help' for usage."},
+		{[]string{"stampede"}, "Run 'ratelab --help' for usage."},
+	} {
+		code, _, stderr := ratelab(t, tc.args...)
+		if code != exitUsage || !strings.HasSuffix(stderr, tc.want+"\n") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
