@@ -121,7 +121,7 @@ func (cfg Config) Validate() error {
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
 		if !ok {
-			return field.Errorf("Algorithms", ": %v", &algorithms.UnknownError{Name: name})
+			return field.Errorf("Algorithms", ": unknown algorithm %q (the algorithms: %s)", name, strings.Join(algorithms.Algorithms(), ", "))
 		}
 		if !info.CallerClock && len(simulated) > 0 {
 			return field.Errorf("Algorithms", ": %s keeps its window in the key's expiry, on Redis's clock, "+

@@ -426,7 +426,7 @@ func TestCompareBadInput(t *testing.T) {
 		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
 		{[]string{"--window", "0s"}, "--window must be positive"},
 		{[]string{"--algorithms", "naive"}, "--algorithms: naive keeps its window in the key's expiry"},
-		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown limiter "bogus"`},
+		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown algorithm "bogus" (the algorithms: fixed-window, sliding-log, sliding-counter, token-bucket, gcra)`},
 		{[]string{"--workloads", "burst,soak"}, `--workloads: unknown workload "soak"`},
 		{[]string{"--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"--duration", "-1s"}, "--duration must be positive (got -1s)"},
