@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Compare renders a comparison in the given format.
@@ -151,16 +152,17 @@ func compareNotes(rep compare.Report) []string {
 	}
 	notes := []string{
 		"trips: Redis round trips per decision, counted on the client. cmds: commands Redis ran per decision (INFO commandstats, the EVALSHA itself not counted; other clients of the server add to it).",
-		fmt.Sprintf("burst over: admitted beyond the limit when %d goroutines hit one key at once, over %d trials. "+
+		fmt.Sprintf("burst over: admitted beyond the limit when %s hit one key at once, over %s. "+
 			"edge max: most admitted in one window's span when a full limit arrives 1 ms before a window boundary and another at it.",
-			c.BurstConcurrency, c.BurstTrials),
+			plural.Count(c.BurstConcurrency, "goroutine"), plural.Count(c.BurstTrials, "trial")),
 		"hammer max: most admitted in one window's span while one client sends 3× the limit for 3 windows; recovery: " +
 			"from when it stops until a retry every 100 ms (a tenth of the window, if shorter) is admitted (never: not within 10 windows).",
-		fmt.Sprintf("false allow/deny: share of %d Poisson clients' decisions (0.8–1.2× the limit, %d windows, seed %d) "+
+		fmt.Sprintf("false allow/deny: share of the decisions of %s (0.8–1.2× the limit, %s, seed %d) "+
 			"that an exact sliding window over what the algorithm admitted would have denied/allowed; "+
-			"the simulated caller clock makes these figures repeatable.", clients, c.AccuracyWindows, c.Seed),
-		fmt.Sprintf("ops/s, p50, p99: decisions over %d clients on %d connections for %s, on the real clock.",
-			c.Keys, c.Connections, time.Duration(c.DurationMillis)*time.Millisecond),
+			"the simulated caller clock makes these figures repeatable.", plural.Count(clients, "Poisson client"),
+			plural.Count(c.AccuracyWindows, "window"), c.Seed),
+		fmt.Sprintf("ops/s, p50, p99: decisions over %s on %s for %s, on the real clock.",
+			plural.Count(c.Keys, "client"), plural.Count(c.Connections, "connection"), time.Duration(c.DurationMillis)*time.Millisecond),
 	}
 	if rep.PingOpsPerSec != nil {
 		notes = append(notes, fmt.Sprintf("The server's own ceiling on those connections: %.0f PINGs/s (p50 %s, p99 %s).",

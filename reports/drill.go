@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/ratelab/ratelab/drill"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Drill renders a drill report in the given format.
@@ -27,10 +28,10 @@ func Drill(w io.Writer, rep drill.Report, f Format, opt Options) error {
 
 func drillSummary(rep drill.Report) string {
 	c := rep.Config
-	return fmt.Sprintf("%s · %s, %d per %s (%s) · %d consumers at %g× their limit, %g requests/s per gateway, %d gateway(s) · "+
+	return fmt.Sprintf("%s · %s, %d per %s (%s) · %s at %g× their limit, %g requests/s per gateway, %s · "+
 		"steady %s, fault %s, after %s · Redis timeout %s, %s",
 		serverName(rep.RedisVersion), c.Algorithm, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond, rep.Guarantee,
-		c.Consumers, c.Load, c.RatePerSec, c.Nodes, ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
+		plural.Count(c.Consumers, "consumer"), c.Load, c.RatePerSec, plural.Count(c.Nodes, "gateway"), ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
 		ms(c.TimeoutMillis), breaker(c.BreakerFailures))
 }
 
@@ -38,7 +39,7 @@ func breaker(failures int) string {
 	if failures == 0 {
 		return "no circuit breaker"
 	}
-	return fmt.Sprintf("circuit after %d failures", failures)
+	return "circuit after " + plural.Count(failures, "failure")
 }
 
 func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
@@ -85,9 +86,12 @@ func optMillis(v *int64) string {
 func DrillVerdict(rep drill.Report) string {
 	leaked := rep.Leaked()
 	if len(leaked) == 0 {
+		if len(rep.Results) == 1 {
+			return "the run admitted nothing beyond the guarantee"
+		}
 		return fmt.Sprintf("no run admitted beyond the guarantee, in all %d runs", len(rep.Results))
 	}
-	return fmt.Sprintf("%d of %d runs admitted beyond the guarantee: %s", len(leaked), len(rep.Results), strings.Join(leaked, "; "))
+	return fmt.Sprintf("%d of %s admitted beyond the guarantee: %s", len(leaked), plural.Count(len(rep.Results), "run"), strings.Join(leaked, "; "))
 }
 
 func drillTable(w io.Writer, rep drill.Report, s Styles) error {

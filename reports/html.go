@@ -14,6 +14,7 @@ import (
 	"github.com/ratelab/ratelab/compare"
 	"github.com/ratelab/ratelab/drill"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/skew"
 )
@@ -248,13 +249,14 @@ func raceSection(b *strings.Builder, i int, r Named[race.Report]) {
 		case ex.Skipped != "":
 			note(b, res.Limiter+", explained: no trace: "+ex.Skipped)
 		case len(ex.Lanes) > 0:
-			title := fmt.Sprintf("%s, explained: %d commands of %d goroutines as Redis executed them", res.Limiter, ex.Commands, len(ex.Lanes))
+			title := fmt.Sprintf("%s, explained: %s of %s as Redis executed them", res.Limiter, plural.Count(ex.Commands, "command"),
+				plural.Count(len(ex.Lanes), "goroutine"))
 			b.WriteString(swimlanes(fmt.Sprintf("race-lanes-%d-%d", i, j), title, ex))
-			text := fmt.Sprintf("One more trial of %s, with MONITOR on (its latency is not comparable): %d decisions, %d of %d reads stale, "+
-				"%d admitted where %d were allowed. A goroutine's lane runs from its first command to its last; a script's own commands are in its call.",
-				res.Limiter, ex.Decisions, ex.StaleReads, ex.Reads, ex.Admitted, ex.Trial.Expected)
+			text := fmt.Sprintf("One more trial of %s, with MONITOR on (its latency is not comparable): %s, %d of %s stale, "+
+				"%d admitted where the guarantee allowed %d. A goroutine's lane runs from its first command to its last; a script's own commands are in its call.",
+				res.Limiter, plural.Count(ex.Decisions, "decision"), ex.StaleReads, plural.Count(ex.Reads, "read"), ex.Admitted, ex.Trial.Expected)
 			if ex.LanesCut > 0 {
-				text += fmt.Sprintf(" The lanes stop after the first %d commands; %d more are not drawn.", race.MaxLaneCommands, ex.LanesCut)
+				text += fmt.Sprintf(" The lanes stop after the first %d commands, leaving out %s.", race.MaxLaneCommands, plural.Count(ex.LanesCut, "more command"))
 			}
 			note(b, text)
 		}
