@@ -45,12 +45,35 @@ func breaker(failures int) string {
 func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
 
 func drillNotes(rep drill.Report) []string {
+	ran := map[string]bool{}
+	for _, r := range rep.Results {
+		ran[r.OnRedisError] = true
+	}
+	undecided := "fail open passed them, fail closed answered 503"
+	if ran["local"] {
+		undecided += ", fail local, the gateway's own limiter answered 200 or 429"
+	}
 	notes := []string{
 		"decisions: requests sent over the whole run. over: admitted beyond the algorithm's guarantee, judged on the " +
 			"requests' whole flights. wrong 429/503: refusals an exact sliding window would have admitted. errors: requests " +
-			"Redis did not decide (answers without RateLimit fields, transport errors). detect: fault start to the first " +
+			"Redis did not decide, whatever the answer: " + undecided + " (answers without RateLimit fields), and those " +
+			"that got no answer at all; clients saw only the 503s and the unanswered fail. detect: fault start to the first " +
 			"answer made without Redis; recover: fault end to the last one before Redis decided again (– when it did not). p50/p99: requests due " +
 			fmt.Sprintf("during the fault, timed from when they were due. The drill took %s.", ms(rep.ElapsedMillis)),
+	}
+	if ran["open"] {
+		notes = append(notes, "fail open over-admits by design: it lets every request through while Redis fails.")
+	}
+	if ran["local"] {
+		c := rep.Config
+		share := max(c.Limit/int64(max(c.Nodes, 1)), 1)
+		who := plural.Count(c.Nodes, "gateway")
+		if c.Nodes > 1 {
+			who = "each of " + who
+		}
+		notes = append(notes, fmt.Sprintf("fail local over-admits by design too: %s limits alone to %d per %s from an empty count "+
+			"when Redis fails, and Redis never learns what was admitted without it, so up to about one more limit per consumer "+
+			"passes at each edge of the fault.", who, share, ms(c.WindowMillis)))
 	}
 	for _, s := range rep.Skipped {
 		notes = append(notes, fmt.Sprintf("skipped %s on %s, fail %s: %s", s.Fault, s.Engine, s.OnRedisError, s.Reason))
