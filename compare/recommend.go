@@ -104,7 +104,7 @@ func recommend(r Result, limit int64, fastest float64, measured int) string {
 			speed += fmt.Sprintf(", %s below the fastest", wholePercent(below))
 		}
 		if r.LatencyMicros != nil {
-			speed += ", p99 " + (time.Duration(r.LatencyMicros.P99) * time.Microsecond).String()
+			speed += ", p99 " + latency(r.LatencyMicros.P99)
 		}
 		parts = append(parts, speed)
 	}
@@ -166,6 +166,18 @@ func workText(r Result) string {
 		return ""
 	}
 	return strings.Join(w, " ") + " a decision"
+}
+
+// latency writes µs as a duration to two decimals of its unit: "4.17ms".
+func latency(us int64) string {
+	d := time.Duration(us) * time.Microsecond
+	switch {
+	case d >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(10 * time.Microsecond)
+	}
+	return d.String()
 }
 
 // times writes n / of as a factor: "1.49×", "2×".

@@ -69,9 +69,11 @@ func TestRecommendations(t *testing.T) {
 // the run.
 func TestRecommendationsAmongOthers(t *testing.T) {
 	rep := compare.Report{Config: compare.Settings{Limit: 10}, Results: []compare.Result{
-		{Algorithm: "a", KeysPerClient: 1, OpsPerSec: pf(1000)}, {Algorithm: "b", KeysPerClient: 2, OpsPerSec: pf(750)}}}
+		{Algorithm: "a", KeysPerClient: 1, OpsPerSec: pf(1000), LatencyMicros: &hdr.Percentiles{P99: 12_591}},
+		{Algorithm: "b", KeysPerClient: 2, OpsPerSec: pf(750), LatencyMicros: &hdr.Percentiles{P99: 840}}}}
 	lines := rep.Recommendations()
-	if !strings.Contains(lines[0], "1000 decisions/s, the fastest here") || !strings.Contains(lines[1], "750 decisions/s, 25% below the fastest") {
+	if !strings.Contains(lines[0], "1000 decisions/s, the fastest here, p99 12.59ms") ||
+		!strings.Contains(lines[1], "750 decisions/s, 25% below the fastest, p99 840µs") {
 		t.Errorf("lines %q", lines)
 	}
 }
