@@ -261,3 +261,12 @@ func TestURLWithoutScheme(t *testing.T) {
 		}
 	}
 }
+
+// TestBadURLHidesPassword: a URL that does not parse is quoted without its
+// password, in the reason too.
+func TestBadURLHidesPassword(t *testing.T) {
+	err := redisrun.TargetConfig{URL: "redis://u:s3cret@127.0.0.1:x"}.Validate()
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), `invalid port ":x" after host`) {
+		t.Fatalf("%v; want the reason without the password", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -142,6 +143,10 @@ func (c TargetConfig) options() (*redis.UniversalOptions, error) {
 	var u *redis.UniversalOptions
 	for _, part := range strings.Split(c.URL, ",") {
 		o, err := redis.ParseURL(strings.TrimSpace(part))
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the URL, password and all
+		}
 		if err != nil {
 			return nil, field.Errorf("URL", "%q: %v", Redact(c.URL), err)
 		}
