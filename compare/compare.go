@@ -121,7 +121,7 @@ func (cfg Config) Validate() error {
 	for _, name := range cfg.Algorithms {
 		info, ok := algorithms.Lookup(name)
 		if !ok {
-			return field.Errorf("Algorithms", ": %v", &algorithms.UnknownError{Name: name})
+			return field.Errorf("Algorithms", ": unknown algorithm %q (the algorithms: %s)", name, strings.Join(algorithms.Algorithms(), ", "))
 		}
 		if !info.CallerClock && len(simulated) > 0 {
 			return field.Errorf("Algorithms", ": %s keeps its window in the key's expiry, on Redis's clock, "+
@@ -280,7 +280,8 @@ type Result struct {
 	OpsPerSec *float64 `json:"ops_per_sec"`
 	// LatencyMicros is the throughput workload's decision latency in µs.
 	LatencyMicros *hdr.Percentiles `json:"latency_us"`
-	// Recommendation says in one line when to use the algorithm, from the figures.
+	// Recommendation says in one line when to use the algorithm, from the
+	// figures of this run (Report.Recommendations).
 	Recommendation string `json:"recommendation"`
 }
 
@@ -344,8 +345,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				return rep, fmt.Errorf("compare: %s: %s: %w", name, s.workload, err)
 			}
 		}
-		res.Recommendation = recommend(res, cfg.Policy)
 		rep.Results = append(rep.Results, res)
+	}
+	for i, line := range rep.Recommendations() {
+		rep.Results[i].Recommendation = line
 	}
 	if run(Throughput) {
 		if cfg.Progress != nil {

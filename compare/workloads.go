@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
 	"github.com/ratelab/ratelab/race"
@@ -109,7 +110,7 @@ func burst(ctx context.Context, _ redis.UniversalClient, cfg Config, e entrant, 
 	}
 	r := rep.Results[0]
 	if r.Errors > 0 {
-		return fmt.Errorf("%d decisions failed in the burst", r.Errors)
+		return fmt.Errorf("%s failed in the burst", plural.Count(r.Errors, "decision"))
 	}
 	// Every request arrived at the same simulated instant: exactly the limit
 	// may be admitted, however long the trial took for real.

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
@@ -128,7 +129,7 @@ func (h *health) failedWith(kind string, err error) {
 	h.mu.Unlock()
 	if opened {
 		h.metrics.setCircuitOpen(true)
-		h.line("circuit open after %d failures in a row: decisions skip Redis, which is asked every %s", n, probeEvery)
+		h.line("circuit open after %s in a row: decisions skip Redis, which is asked every %s", plural.Count(n, "failure"), probeEvery)
 	}
 }
 

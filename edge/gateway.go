@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // RedisOptions adapts base for a gateway: pool connections at most, the
@@ -227,7 +228,7 @@ func breakerText(n int) string {
 	if n <= 0 {
 		return "; no circuit breaker"
 	}
-	return fmt.Sprintf("; circuit opens after %d failures in a row", n)
+	return "; circuit opens after " + plural.Count(n, "failure") + " in a row"
 }
 
 func orNone(s string) string {

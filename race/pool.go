@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
 )
@@ -50,7 +51,7 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int, hook red
 	}
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("race: opening %d connections: %w", n, err)
+		return nil, fmt.Errorf("race: opening %s: %w", plural.Count(n, "connection"), err)
 	}
 	return client, nil
 }

@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/ratelab/ratelab/compare"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Compare renders a comparison in the given format.
@@ -52,33 +55,85 @@ func memoryLimit(rep compare.Report) string {
 	return best
 }
 
+// compareColumn is a column of the main table: its header, the workload
+// that measures it (none for what the registry says), its cell and whether
+// the cell breaks the limit.
+type compareColumn struct {
+	header, workload string
+	cell             func(compare.Result) string
+	bad              func(compare.Result) bool
+}
+
+// compareColumns are the columns of the workloads that ran.
+func compareColumns(rep compare.Report) []compareColumn {
+	limit := rep.Config.Limit
+	over := func(v *int64) bool { return v != nil && *v > limit }
+	never := func(compare.Result) bool { return false }
+	all := []compareColumn{
+		{"algorithm", "", func(r compare.Result) string { return r.Algorithm }, never},
+		{"exact", "", func(r compare.Result) string { return yesNo(r.Exact) }, never},
+		{"keys", "", func(r compare.Result) string { return strconv.Itoa(r.KeysPerClient) }, never},
+		{"trips", compare.Throughput, func(r compare.Result) string { return optFloat(r.RoundTrips, 2) }, never},
+		{"cmds", compare.Throughput, func(r compare.Result) string { return optFloat(r.RedisCommands, 1) }, never},
+		{"burst over", compare.Burst, func(r compare.Result) string { return optInt(r.BurstOverAdmitted) },
+			func(r compare.Result) bool { return r.BurstOverAdmitted != nil && *r.BurstOverAdmitted > 0 }},
+		{"edge max", compare.Boundary, func(r compare.Result) string { return optInt(r.BoundaryMaxInWindow) },
+			func(r compare.Result) bool { return over(r.BoundaryMaxInWindow) }},
+		{"hammer max", compare.Hammer, func(r compare.Result) string { return optInt(r.HammerMaxInWindow) },
+			func(r compare.Result) bool { return over(r.HammerMaxInWindow) }},
+		{"recovery", compare.Hammer, recoveryText, func(r compare.Result) bool { return r.HammerLockedOut }},
+		{"false allow", compare.Accuracy, func(r compare.Result) string { return optRate(r.FalseAllowRate) }, never},
+		{"false deny", compare.Accuracy, func(r compare.Result) string { return optRate(r.FalseDenyRate) }, never},
+		{"bytes @" + memoryLimit(rep), compare.Memory, func(r compare.Result) string {
+			if b, ok := r.BytesPerClient[memoryLimit(rep)]; ok {
+				return bytesText(b)
+			}
+			return "–"
+		}, never},
+		{"ops/s", compare.Throughput, func(r compare.Result) string { return optFloat(r.OpsPerSec, 0) }, never},
+		{"p50", compare.Throughput, func(r compare.Result) string { return optLatency(r, func(p hdr.Percentiles) int64 { return p.P50 }) }, never},
+		{"p99", compare.Throughput, func(r compare.Result) string { return optLatency(r, func(p hdr.Percentiles) int64 { return p.P99 }) }, never},
+	}
+	var cols []compareColumn
+	for _, c := range all {
+		if c.workload == "" || slices.Contains(rep.Config.Workloads, c.workload) {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
 func compareHeaders(rep compare.Report) []string {
-	return []string{"algorithm", "exact", "keys", "trips", "cmds", "burst over", "edge max", "hammer max",
-		"recovery", "false allow", "false deny", "bytes @" + memoryLimit(rep), "ops/s", "p50", "p99"}
+	var h []string
+	for _, c := range compareColumns(rep) {
+		h = append(h, c.header)
+	}
+	return h
 }
 
 func compareRow(rep compare.Report, r compare.Result) []string {
-	recovery := "–"
+	var row []string
+	for _, c := range compareColumns(rep) {
+		row = append(row, c.cell(r))
+	}
+	return row
+}
+
+func recoveryText(r compare.Result) string {
 	switch {
 	case r.HammerLockedOut:
-		recovery = "never"
+		return "never"
 	case r.HammerRecoveryMillis != nil:
-		recovery = micros(*r.HammerRecoveryMillis * 1000)
+		return micros(*r.HammerRecoveryMillis * 1000)
 	}
-	mem := "–"
-	if b, ok := r.BytesPerClient[memoryLimit(rep)]; ok {
-		mem = bytesText(b)
+	return "–"
+}
+
+func optLatency(r compare.Result, at func(hdr.Percentiles) int64) string {
+	if r.LatencyMicros == nil {
+		return "–"
 	}
-	p50, p99 := "–", "–"
-	if r.LatencyMicros != nil {
-		p50, p99 = micros(r.LatencyMicros.P50), micros(r.LatencyMicros.P99)
-	}
-	return []string{
-		r.Algorithm, yesNo(r.Exact), strconv.Itoa(r.KeysPerClient),
-		optFloat(r.RoundTrips, 2), optFloat(r.RedisCommands, 1),
-		optInt(r.BurstOverAdmitted), optInt(r.BoundaryMaxInWindow), optInt(r.HammerMaxInWindow), recovery,
-		optRate(r.FalseAllowRate), optRate(r.FalseDenyRate), mem, optFloat(r.OpsPerSec, 0), p50, p99,
-	}
+	return micros(at(*r.LatencyMicros))
 }
 
 func optInt(v *int64) string {
@@ -102,20 +157,8 @@ func optRate(v *float64) string {
 	return compare.Percent(*v)
 }
 
-// bytesText renders a byte count with its unit.
-func bytesText(b int64) string {
-	switch {
-	case b < 1000:
-		return strconv.FormatInt(b, 10) + " B"
-	case b < 1_000_000:
-		return trimZeros(fmt.Sprintf("%.1f", float64(b)/1e3)) + " kB"
-	case b < 1_000_000_000:
-		return trimZeros(fmt.Sprintf("%.1f", float64(b)/1e6)) + " MB"
-	case b < 1_000_000_000_000:
-		return trimZeros(fmt.Sprintf("%.1f", float64(b)/1e9)) + " GB"
-	}
-	return trimZeros(fmt.Sprintf("%.1f", float64(b)/1e12)) + " TB"
-}
+// bytesText renders a byte count in B, KiB, MiB…, as every report does.
+func bytesText(b int64) string { return compare.Bytes(b) }
 
 func memoryHeaders() []string {
 	h := []string{"algorithm"}
@@ -149,18 +192,36 @@ func compareNotes(rep compare.Report) []string {
 			clients = r.AccuracyClients // fewer, for high limits
 		}
 	}
-	notes := []string{
-		"trips: Redis round trips per decision, counted on the client. cmds: commands Redis ran per decision (INFO commandstats, the EVALSHA itself not counted; other clients of the server add to it).",
-		fmt.Sprintf("burst over: admitted beyond the limit when %d goroutines hit one key at once, over %d trials. "+
-			"edge max: most admitted in one window's span when a full limit arrives 1 ms before a window boundary and another at it.",
-			c.BurstConcurrency, c.BurstTrials),
-		"hammer max: most admitted in one window's span while one client sends 3× the limit for 3 windows; recovery: " +
-			"from when it stops until a retry every 100 ms (a tenth of the window, if shorter) is admitted (never: not within 10 windows).",
-		fmt.Sprintf("false allow/deny: share of %d Poisson clients' decisions (0.8–1.2× the limit, %d windows, seed %d) "+
+	ran := func(w string) bool { return slices.Contains(c.Workloads, w) }
+	var notes []string
+	if ran(compare.Throughput) {
+		notes = append(notes, "trips: Redis round trips per decision, counted on the client. cmds: commands Redis ran per decision "+
+			"(INFO commandstats, the EVALSHA itself not counted; other clients of the server add to it).")
+	}
+	if ran(compare.Burst) {
+		notes = append(notes, fmt.Sprintf("burst over: admitted beyond the limit when %s hit one key at once, over %s.",
+			plural.Count(c.BurstConcurrency, "goroutine"), plural.Count(c.BurstTrials, "trial")))
+	}
+	if ran(compare.Boundary) {
+		notes = append(notes, "edge max: most admitted in one window's span when a full limit arrives 1 ms before a window boundary and another at it.")
+	}
+	if ran(compare.Hammer) {
+		notes = append(notes, "hammer max: most admitted in one window's span while one client sends 3× the limit for 3 windows; recovery: "+
+			"from when it stops until a retry every 100 ms (a tenth of the window, if shorter) is admitted (never: not within 10 windows).")
+	}
+	if ran(compare.Accuracy) {
+		notes = append(notes, fmt.Sprintf("false allow/deny: share of the decisions of %s (0.8–1.2× the limit, %s, seed %d) "+
 			"that an exact sliding window over what the algorithm admitted would have denied/allowed; "+
-			"the simulated caller clock makes these figures repeatable.", clients, c.AccuracyWindows, c.Seed),
-		fmt.Sprintf("ops/s, p50, p99: decisions over %d clients on %d connections for %s, on the real clock.",
-			c.Keys, c.Connections, time.Duration(c.DurationMillis)*time.Millisecond),
+			"the simulated caller clock makes these figures repeatable.", plural.Count(clients, "Poisson client"),
+			plural.Count(c.AccuracyWindows, "window"), c.Seed))
+	}
+	if ran(compare.Memory) {
+		notes = append(notes, fmt.Sprintf("bytes @%s: MEMORY USAGE of one client's keys after it filled a limit of %s (KiB and MiB are 1024 and 1024² bytes).",
+			memoryLimit(rep), memoryLimit(rep)))
+	}
+	if ran(compare.Throughput) {
+		notes = append(notes, fmt.Sprintf("ops/s, p50, p99: decisions over %s on %s for %s, on the real clock.",
+			plural.Count(c.Keys, "client"), plural.Count(c.Connections, "connection"), time.Duration(c.DurationMillis)*time.Millisecond))
 	}
 	if rep.PingOpsPerSec != nil {
 		notes = append(notes, fmt.Sprintf("The server's own ceiling on those connections: %.0f PINGs/s (p50 %s, p99 %s).",
@@ -179,19 +240,14 @@ func compareTable(w io.Writer, rep compare.Report, s Styles) error {
 	for i, r := range rep.Results {
 		rows[i] = compareRow(rep, r)
 	}
-	limit := rep.Config.Limit
+	cols := compareColumns(rep)
 	t := table.New().Border(lipgloss.RoundedBorder()).BorderStyle(s.Border).
 		Headers(compareHeaders(rep)...).Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return s.Header
-			}
-			r := rep.Results[row]
 			switch {
-			case col == 5 && r.BurstOverAdmitted != nil && *r.BurstOverAdmitted > 0,
-				col == 6 && r.BoundaryMaxInWindow != nil && *r.BoundaryMaxInWindow > limit,
-				col == 7 && r.HammerMaxInWindow != nil && *r.HammerMaxInWindow > limit,
-				col == 8 && r.HammerLockedOut:
+			case row == table.HeaderRow:
+				return s.Header
+			case cols[col].bad(rep.Results[row]):
 				return s.Bad
 			case col == 0:
 				return s.Good
@@ -213,8 +269,8 @@ func compareTable(w io.Writer, rep compare.Report, s Styles) error {
 		b.WriteString(mt.Render() + "\n")
 	}
 	b.WriteString("\n")
-	for _, r := range rep.Results {
-		b.WriteString("• " + r.Recommendation + "\n")
+	for _, line := range rep.Recommendations() {
+		b.WriteString("• " + line + "\n")
 	}
 	b.WriteString("\n")
 	for _, n := range compareNotes(rep) {
@@ -241,8 +297,8 @@ func compareMarkdown(w io.Writer, rep compare.Report) error {
 		})
 	}
 	b.WriteString("\n")
-	for _, r := range rep.Results {
-		b.WriteString("- " + r.Recommendation + "\n")
+	for _, line := range rep.Recommendations() {
+		b.WriteString("- " + line + "\n")
 	}
 	b.WriteString("\n")
 	for _, n := range compareNotes(rep) {

@@ -3,6 +3,7 @@ package reports_test
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/ratelab/ratelab/compare"
@@ -27,7 +28,7 @@ func fixedCompare() compare.Report {
 	mem := func(a, b, c, d int64) map[string]int64 {
 		return map[string]int64{"10": a, "100": b, "1000": c, "10000": d}
 	}
-	return compare.Report{
+	rep := compare.Report{
 		Command: "compare",
 		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: compare.Settings{Algorithms: []string{"fixed-window", "sliding-log", "sliding-counter"},
@@ -40,20 +41,21 @@ func fixedCompare() compare.Report {
 			{Algorithm: "fixed-window", KeysPerClient: 1, RoundTrips: f64(1), RedisCommands: f64(2.3),
 				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(200), HammerMaxInWindow: i64(200),
 				HammerRecoveryMillis: i64(500), FalseAllowRate: f64(0.2771), FalseDenyRate: f64(0), AccuracyDecisions: 50000,
-				BytesPerClient: mem(120, 136, 136, 136), OpsPerSec: f64(32275), LatencyMicros: lat(1500, 2880, 3400, 4170, 7300, 12_600, 96_825),
-				Recommendation: "fixed-window: cheapest, but bursts at window edges"},
+				BytesPerClient: mem(120, 136, 136, 136), OpsPerSec: f64(32275), LatencyMicros: lat(1500, 2880, 3400, 4170, 7300, 12_600, 96_825)},
 			{Algorithm: "sliding-log", Exact: true, KeysPerClient: 1, RoundTrips: f64(1), RedisCommands: f64(4),
 				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(100), HammerMaxInWindow: i64(100),
 				HammerRecoveryMillis: i64(100), FalseAllowRate: f64(0), FalseDenyRate: f64(0), AccuracyDecisions: 50000,
-				BytesPerClient: mem(408, 3672, 118600, 1291300), OpsPerSec: f64(30286), LatencyMicros: lat(1520, 2790, 3300, 3990, 6900, 11_800, 90_858),
-				Recommendation: "sliding-log: for low limits: memory grows with the limit; exact"},
+				BytesPerClient: mem(408, 3672, 118600, 1291300), OpsPerSec: f64(30286), LatencyMicros: lat(1520, 2790, 3300, 3990, 6900, 11_800, 90_858)},
 			{Algorithm: "sliding-counter", KeysPerClient: 2, RoundTrips: f64(1), RedisCommands: f64(4),
 				BurstOverAdmitted: i64(0), BurstUnderAdmitted: i64(0), BoundaryMaxInWindow: i64(100), HammerMaxInWindow: i64(149),
 				HammerRecoveryMillis: i64(100), FalseAllowRate: f64(0.0939), FalseDenyRate: f64(0.0485), AccuracyDecisions: 50000,
-				BytesPerClient: mem(136, 136, 136, 136), OpsPerSec: f64(30687), LatencyMicros: lat(1390, 2700, 3500, 4760, 8100, 14_300, 92_061),
-				Recommendation: "sliding-counter: the right default"},
+				BytesPerClient: mem(136, 136, 136, 136), OpsPerSec: f64(30687), LatencyMicros: lat(1390, 2700, 3500, 4760, 8100, 14_300, 92_061)},
 		},
 	}
+	for i, line := range rep.Recommendations() {
+		rep.Results[i].Recommendation = line // as compare.Run writes them
+	}
+	return rep
 }
 
 func TestCompareGolden(t *testing.T) {
@@ -93,12 +95,108 @@ func TestCompareLockOut(t *testing.T) {
 	rep.Config.Limit = 5
 	rep.Config.Algorithms = []string{"lua-count-denied"}
 	rep.Results = []compare.Result{{Algorithm: "lua-count-denied", KeysPerClient: 1, BurstOverAdmitted: i64(0),
-		HammerMaxInWindow: i64(5), HammerLockedOut: true, Recommendation: "lua-count-denied: locks out a client that retries"}}
+		HammerMaxInWindow: i64(5), HammerLockedOut: true}}
 	var buf bytes.Buffer
 	if err := reports.Compare(&buf, rep, reports.Markdown, reports.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(buf.Bytes(), []byte("| never |")) {
 		t.Fatalf("a lock-out does not read never:\n%s", buf.Bytes())
+	}
+}
+
+// recommendation is the line the markdown report writes for algorithm.
+func recommendation(t *testing.T, rep compare.Report, algorithm string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := reports.Compare(&buf, rep, reports.Markdown, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "- "+algorithm+": "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("no recommendation for %s:\n%s", algorithm, buf.String())
+	return ""
+}
+
+// praise is what a line may say only of an algorithm that held the limit
+// in every workload run.
+var praise = []string{"default", "exact", "must hold", "recommended", "best"}
+
+// TestCompareRecommendationsFollowTheNumbers: each recommendation is
+// written from its row: an algorithm the row shows over the limit is
+// never praised, and the line changes when the numbers do.
+func TestCompareRecommendationsFollowTheNumbers(t *testing.T) {
+	rep := fixedCompare()
+	counter := recommendation(t, rep, "sliding-counter")
+	for _, want := range []string{"149 of 100", "9.39%"} {
+		if !strings.Contains(counter, want) {
+			t.Errorf("sliding-counter, hammered to 149 of 100: %q does not say %q", counter, want)
+		}
+	}
+	for _, r := range rep.Results {
+		over := *r.BoundaryMaxInWindow > rep.Config.Limit || *r.HammerMaxInWindow > rep.Config.Limit || *r.FalseAllowRate > 0
+		line := recommendation(t, rep, r.Algorithm)
+		for _, p := range praise {
+			if over && strings.Contains(line, p) {
+				t.Errorf("%s over-admits in its row, yet its line says %q: %s", r.Algorithm, p, line)
+			}
+		}
+	}
+
+	held := fixedCompare()
+	c := &held.Results[2]
+	c.HammerMaxInWindow, c.FalseAllowRate, c.FalseDenyRate = i64(100), f64(0), f64(0)
+	if line := recommendation(t, held, "sliding-counter"); line == counter || !strings.Contains(line, "held the limit") {
+		t.Errorf("sliding-counter holding the limit everywhere reads %q (was %q)", line, counter)
+	}
+
+	faster := fixedCompare()
+	faster.Results[2].OpsPerSec = f64(40000)
+	if line := recommendation(t, faster, "sliding-counter"); line == counter || !strings.Contains(line, "the fastest") {
+		t.Errorf("sliding-counter, the fastest here, reads %q (was %q)", line, counter)
+	}
+
+	grows := fixedCompare()
+	grows.Results[2].BytesPerClient = map[string]int64{"10": 200, "100": 2000, "1000": 20000, "10000": 200000}
+	if line := recommendation(t, grows, "sliding-counter"); line == counter || !strings.Contains(line, "grows with the limit") {
+		t.Errorf("sliding-counter, its memory growing, reads %q (was %q)", line, counter)
+	}
+}
+
+// TestCompareDropsWorkloadsNotRun: a comparison of some workloads shows
+// their columns and notes alone, with no column of dashes.
+func TestCompareDropsWorkloadsNotRun(t *testing.T) {
+	rep := fixedCompare()
+	rep.Config.Workloads = []string{compare.Hammer, compare.Throughput}
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		r.BurstOverAdmitted, r.BurstUnderAdmitted, r.BoundaryMaxInWindow = nil, nil, nil
+		r.FalseAllowRate, r.FalseDenyRate, r.AccuracyDecisions, r.BytesPerClient = nil, nil, 0, nil
+	}
+	var buf bytes.Buffer
+	if err := reports.Compare(&buf, rep, reports.Markdown, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	header := "| algorithm | exact | keys | trips | cmds | hammer max | recovery | ops/s | p50 | p99 |"
+	if !strings.Contains(out, header+"\n") {
+		t.Errorf("the table's header is not %s:\n%s", header, out)
+	}
+	for _, gone := range []string{"–", "burst over:", "false allow/deny:", "Memory per client", "bytes"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("the report of hammer and throughput says %q:\n%s", gone, out)
+		}
+	}
+	buf.Reset()
+	if err := reports.Compare(&buf, rep, reports.Table, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if w := len([]rune(line)); strings.HasPrefix(line, "│") && w > 100 {
+			t.Errorf("a table row %d columns wide: %s", w, line)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 
 	"github.com/ratelab/ratelab/drill"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Drill renders a drill report in the given format.
@@ -27,10 +28,10 @@ func Drill(w io.Writer, rep drill.Report, f Format, opt Options) error {
 
 func drillSummary(rep drill.Report) string {
 	c := rep.Config
-	return fmt.Sprintf("%s · %s, %d per %s (%s) · %d consumers at %g× their limit, %g requests/s per gateway, %d gateway(s) · "+
+	return fmt.Sprintf("%s · %s, %d per %s (%s) · %s at %g× their limit, %g requests/s per gateway, %s · "+
 		"steady %s, fault %s, after %s · Redis timeout %s, %s",
 		serverName(rep.RedisVersion), c.Algorithm, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond, rep.Guarantee,
-		c.Consumers, c.Load, c.RatePerSec, c.Nodes, ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
+		plural.Count(c.Consumers, "consumer"), c.Load, c.RatePerSec, plural.Count(c.Nodes, "gateway"), ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
 		ms(c.TimeoutMillis), breaker(c.BreakerFailures))
 }
 
@@ -38,18 +39,41 @@ func breaker(failures int) string {
 	if failures == 0 {
 		return "no circuit breaker"
 	}
-	return fmt.Sprintf("circuit after %d failures", failures)
+	return "circuit after " + plural.Count(failures, "failure")
 }
 
 func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
 
 func drillNotes(rep drill.Report) []string {
+	ran := map[string]bool{}
+	for _, r := range rep.Results {
+		ran[r.OnRedisError] = true
+	}
+	undecided := "fail open passed them, fail closed answered 503"
+	if ran["local"] {
+		undecided += ", fail local, the gateway's own limiter answered 200 or 429"
+	}
 	notes := []string{
 		"decisions: requests sent over the whole run. over: admitted beyond the algorithm's guarantee, judged on the " +
 			"requests' whole flights. wrong 429/503: refusals an exact sliding window would have admitted. errors: requests " +
-			"Redis did not decide (answers without RateLimit fields, transport errors). detect: fault start to the first " +
+			"Redis did not decide, whatever the answer: " + undecided + " (answers without RateLimit fields), and those " +
+			"that got no answer at all; clients saw only the 503s and the unanswered fail. detect: fault start to the first " +
 			"answer made without Redis; recover: fault end to the last one before Redis decided again (– when it did not). p50/p99: requests due " +
 			fmt.Sprintf("during the fault, timed from when they were due. The drill took %s.", ms(rep.ElapsedMillis)),
+	}
+	if ran["open"] {
+		notes = append(notes, "fail open over-admits by design: it lets every request through while Redis fails.")
+	}
+	if ran["local"] {
+		c := rep.Config
+		share := max(c.Limit/int64(max(c.Nodes, 1)), 1)
+		who := plural.Count(c.Nodes, "gateway")
+		if c.Nodes > 1 {
+			who = "each of " + who
+		}
+		notes = append(notes, fmt.Sprintf("fail local over-admits by design too: %s limits alone to %d per %s from an empty count "+
+			"when Redis fails, and Redis never learns what was admitted without it, so up to about one more limit per consumer "+
+			"passes at each edge of the fault.", who, share, ms(c.WindowMillis)))
 	}
 	for _, s := range rep.Skipped {
 		notes = append(notes, fmt.Sprintf("skipped %s on %s, fail %s: %s", s.Fault, s.Engine, s.OnRedisError, s.Reason))
@@ -85,9 +109,12 @@ func optMillis(v *int64) string {
 func DrillVerdict(rep drill.Report) string {
 	leaked := rep.Leaked()
 	if len(leaked) == 0 {
+		if len(rep.Results) == 1 {
+			return "the run admitted nothing beyond the guarantee"
+		}
 		return fmt.Sprintf("no run admitted beyond the guarantee, in all %d runs", len(rep.Results))
 	}
-	return fmt.Sprintf("%d of %d runs admitted beyond the guarantee: %s", len(leaked), len(rep.Results), strings.Join(leaked, "; "))
+	return fmt.Sprintf("%d of %s admitted beyond the guarantee: %s", len(leaked), plural.Count(len(rep.Results), "run"), strings.Join(leaked, "; "))
 }
 
 func drillTable(w io.Writer, rep drill.Report, s Styles) error {

@@ -67,3 +67,35 @@ func TestDrillWithoutBreaker(t *testing.T) {
 		t.Fatalf("the summary does not say the breaker was off:\n%s", out)
 	}
 }
+
+// TestDrillLegend: the legend says what errors counts under each fail
+// mode, and, when a run failed local, that its over-admission is by design.
+func TestDrillLegend(t *testing.T) {
+	rep := fixedDrill()
+	var buf bytes.Buffer
+	if err := reports.Drill(&buf, rep, reports.Markdown, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"errors: requests Redis did not decide, whatever the answer: fail open passed them, fail closed answered 503",
+		"fail open over-admits by design"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the legend does not say %q:\n%s", want, buf.String())
+		}
+	}
+	if strings.Contains(buf.String(), "local") {
+		t.Errorf("the legend speaks of local, which no run failed:\n%s", buf.String())
+	}
+	rep.Config.Modes = append(rep.Config.Modes, "local")
+	rep.Results = append(rep.Results, drill.Row{Fault: "hang", Engine: "go", OnRedisError: "local", Decisions: 3000, Admitted: 1600,
+		OverAdmitted: 100, Errors: 1487, FaultMillis: 5000})
+	buf.Reset()
+	if err := reports.Drill(&buf, rep, reports.Table, reports.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fail local, the gateway's own limiter answered",
+		"fail local over-admits by design too: 1 gateway limits alone to 10 per 1s from an empty count"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the legend does not say %q:\n%s", want, buf.String())
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/race"
 )
 
@@ -33,13 +34,13 @@ func explainIntro(rep race.Report, ex race.Explanation) string {
 
 // explainSummary says what the trace shows, in numbers.
 func explainSummary(ex race.Explanation) string {
-	parts := []string{fmt.Sprintf("%d decisions, %d commands in %s", ex.Decisions, ex.Commands, micros(ex.SpanMicros))}
+	parts := []string{fmt.Sprintf("%s, %s in %s", plural.Count(ex.Decisions, "decision"), plural.Count(ex.Commands, "command"), micros(ex.SpanMicros))}
 	if ex.Reads > 0 {
-		parts = append(parts, fmt.Sprintf("%d of %d reads were stale (the goroutine wrote after another one had)", ex.StaleReads, ex.Reads))
+		parts = append(parts, fmt.Sprintf("%d of %s stale (the goroutine wrote after another one had)", ex.StaleReads, plural.Count(ex.Reads, "read")))
 	}
 	allowed := ex.Trial.Expected
 	if ex.OverAdmitted > 0 {
-		parts = append(parts, fmt.Sprintf("%d admissions beyond the %d allowed", ex.OverAdmitted, allowed))
+		parts = append(parts, fmt.Sprintf("%s beyond the %d allowed", plural.Count(ex.OverAdmitted, "admission"), allowed))
 	} else {
 		parts = append(parts, fmt.Sprintf("no admission beyond the %d allowed", allowed))
 	}
@@ -52,25 +53,25 @@ func explainSummary(ex race.Explanation) string {
 	}
 	parts = append(parts, counted)
 	if ex.AbortedExecs > 0 {
-		parts = append(parts, fmt.Sprintf("Redis aborted %d EXECs: a WATCHed key had changed", ex.AbortedExecs))
+		parts = append(parts, fmt.Sprintf("Redis aborted %s: a WATCHed key had changed", plural.Count(ex.AbortedExecs, "EXEC")))
 	}
 	if ex.Phantoms > 0 {
-		s := fmt.Sprintf("%d phantom members (ZADDs of requests then denied, counted until their ZREM)", ex.Phantoms)
+		s := fmt.Sprintf("%s (ZADDs of requests then denied, counted until their ZREM)", plural.Count(ex.Phantoms, "phantom member"))
 		if ex.PhantomDenials > 0 {
-			s += fmt.Sprintf(", %d denials theirs", ex.PhantomDenials)
+			s += fmt.Sprintf(", %s theirs", plural.Count(ex.PhantomDenials, "denial"))
 		}
 		parts = append(parts, s)
 	}
 	if ex.ScriptCalls > 0 {
 		if ex.Interleaved == 0 {
-			parts = append(parts, fmt.Sprintf("%d script calls, each with nothing between its read and its write", ex.ScriptCalls))
+			parts = append(parts, fmt.Sprintf("%s, each with nothing between its read and its write", plural.Count(ex.ScriptCalls, "script call")))
 		} else {
-			parts = append(parts, fmt.Sprintf("%d of %d script calls had another goroutine's command between their read and their write",
-				ex.Interleaved, ex.ScriptCalls))
+			parts = append(parts, fmt.Sprintf("%d of %s had another goroutine's command between their read and their write",
+				ex.Interleaved, plural.Count(ex.ScriptCalls, "script call")))
 		}
 	}
 	if ex.Unmatched > 0 {
-		parts = append(parts, fmt.Sprintf("%d commands matched nothing the goroutines sent", ex.Unmatched))
+		parts = append(parts, fmt.Sprintf("%s matched nothing the goroutines sent", plural.Count(ex.Unmatched, "command")))
 	}
 	return strings.Join(parts, "; ") + "."
 }
@@ -98,7 +99,7 @@ func momentText(m race.Moment) string {
 		if m.Read != nil {
 			s += fmt.Sprintf(", its %s counted %s and it was denied", m.Read.Command, value(m.Read))
 		}
-		s += fmt.Sprintf("; the member stayed until its %s at %s: %d other decisions counted it", m.Undo.Command, at(m.Undo), m.Counted)
+		s += fmt.Sprintf("; the member stayed until its %s at %s: %s counted it", m.Undo.Command, at(m.Undo), plural.Count(m.Counted, "other decision"))
 		if m.Denied > 0 {
 			s += fmt.Sprintf(", %d of them denied that its absence would have admitted", m.Denied)
 		}
@@ -114,7 +115,7 @@ func momentText(m race.Moment) string {
 		if m.Between == 0 {
 			return s + " with nothing of another goroutine's between."
 		}
-		return s + fmt.Sprintf(", with %d commands of other goroutines between.", m.Between)
+		return s + fmt.Sprintf(", with %s of other goroutines between.", plural.Count(m.Between, "command"))
 	}
 	return m.Kind
 }
@@ -133,8 +134,8 @@ func overText(m race.Moment) string {
 	case m.Read == nil:
 		return made
 	case m.OtherRead == nil:
-		return fmt.Sprintf("%s read %s at %s; %d writes of other goroutines came before its own: %s",
-			m.Goroutine, value(m.Read), at(m.Read), m.WritesBetween, made)
+		return fmt.Sprintf("%s read %s at %s; %s of other goroutines came before its own: %s",
+			m.Goroutine, value(m.Read), at(m.Read), plural.Count(m.WritesBetween, "write"), made)
 	}
 	first, second, firstWrite := m.OtherRead, m.Read, m.OtherWrite
 	if m.Read.Event < m.OtherRead.Event {
@@ -180,17 +181,17 @@ func moreMoments(ex race.Explanation) []string {
 	}
 	var more []string
 	for _, k := range []struct {
-		kind  string
-		total int64
-		what  string
+		kind       string
+		total      int64
+		noun, rest string
 	}{
-		{race.MomentOver, ex.OverAdmitted, "admissions beyond the limit"},
-		{race.MomentAborted, ex.AbortedExecs, "aborted EXECs"},
-		{race.MomentPhantom, ex.Phantoms, "phantom members"},
-		{race.MomentAtomic, ex.Interleaved, "script calls with another goroutine's command inside"},
+		{race.MomentOver, ex.OverAdmitted, "admission", " beyond the limit"},
+		{race.MomentAborted, ex.AbortedExecs, "aborted EXEC", ""},
+		{race.MomentPhantom, ex.Phantoms, "phantom member", ""},
+		{race.MomentAtomic, ex.Interleaved, "script call", " with another goroutine's command inside"},
 	} {
 		if n := k.total - told[k.kind]; n > 0 && (k.kind != race.MomentAtomic || ex.Interleaved > 0) {
-			more = append(more, fmt.Sprintf("… and %d more %s.", n, k.what))
+			more = append(more, "… and "+plural.Count(n, "more "+k.noun)+k.rest+".")
 		}
 	}
 	return more
@@ -214,14 +215,6 @@ func cutRunes(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// plural says "1 command", "2 commands".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
-}
-
 // traceRow is one line of a trace: an event, or the commands cut out.
 type traceRow struct {
 	cells  []string // +µs, goroutine, command, reply, mark
@@ -236,7 +229,7 @@ func traceRows(ex race.Explanation) []traceRow {
 	var rows []traceRow
 	gap := func(n int) {
 		if n > 0 {
-			rows = append(rows, traceRow{cells: []string{"⋮", "", plural(n, "command"), "", ""}, gap: true})
+			rows = append(rows, traceRow{cells: []string{"⋮", "", plural.Count(n, "command"), "", ""}, gap: true})
 		}
 	}
 	next := 0

@@ -1,11 +1,13 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/ratelab/ratelab/compare"
 	"github.com/ratelab/ratelab/drill"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/race"
 	"github.com/ratelab/ratelab/skew"
 )
@@ -86,7 +89,8 @@ th{background:#f4f4f4}td:first-child{text-align:left}p.note{color:#555;font-size
 <h1>ratelab report</h1>
 `)
 	b.WriteString(`<p class="note">Every chart labels its axes with their units; series differ in colour, dash and marker shape, and every mark
-names its values when pointed at. Marks drawn with a red outline break the limit they are drawn against.</p>
+names its values when pointed at; a run, or an algorithm, keeps its colour in every chart. Marks drawn with a red outline
+break the limit they are drawn against.</p>
 `)
 	if len(p.Bench) > 0 {
 		benchSection(&b, p.Bench)
@@ -125,7 +129,7 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 	latency := chart{id: "bench-latency", title: "Latency over time (from when each request was due)", xLabel: "time (s)", yLabel: "latency (ms)"}
 	spectrum := chart{id: "bench-spectrum", title: "Latency by percentile", xLabel: "percentile", yLabel: "latency (ms)",
 		xLog: true, xTicks: spectrumTicks()}
-	for _, r := range runs {
+	for i, r := range runs {
 		tl := r.Result.Timeline
 		var rps, p50, p99 []point
 		for _, iv := range tl.Intervals {
@@ -136,10 +140,14 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 				p99 = append(p99, point{x: x, y: float64(iv.LatencyMicros.P99) / 1000})
 			}
 		}
-		throughput.series = append(throughput.series, series{name: r.Name, points: rps})
-		latency.series = append(latency.series, series{name: r.Name + " p50", points: p50}, series{name: r.Name + " p99", points: p99})
+		// A run keeps its colour in every chart; its p50 and p99 differ by line.
+		own := func(name string, pts []point, line int) series {
+			return series{name: name, points: pts, look: look{colour: i, line: line}, fixed: true}
+		}
+		throughput.series = append(throughput.series, own(r.Name, rps, i))
+		latency.series = append(latency.series, own(r.Name+" p50", p50, 2*i), own(r.Name+" p99", p99, 2*i+1))
 		if h, err := r.Result.DecodeHistogram("all"); err == nil {
-			spectrum.series = append(spectrum.series, series{name: r.Name, points: spectrumPoints(hdr.PercentilesOf(h))})
+			spectrum.series = append(spectrum.series, own(r.Name, spectrumPoints(hdr.PercentilesOf(h)), i))
 		}
 	}
 	b.WriteString(throughput.svg() + latency.svg())
@@ -163,14 +171,24 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 		if a == nil {
 			continue
 		}
-		windows, err := r.Result.RollingAdmissions(4)
+		windows, err := r.Result.RollingAdmissions(max(r.Result.Config.Consumers, 1))
 		if err != nil {
 			note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
 			continue
 		}
-		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: fmt.Sprintf("Admissions per consumer in each %d ms window: %s",
-			a.WindowMillis, r.Name), xLabel: "window start (s)", yLabel: "admitted in the window"}
-		for _, cw := range windows {
+		end := int64(r.Result.DurationSeconds * 1000)
+		if a.CappedFromMillis != nil {
+			end = min(end, *a.CappedFromMillis)
+		}
+		windows, cut := wholeWindows(windows, a.WindowMillis, end)
+		shown := worstFirst(windows)[:min(len(windows), maxSeries)]
+		title := fmt.Sprintf("Admissions per consumer in each %d ms window: %s", a.WindowMillis, r.Name)
+		if len(shown) < len(windows) {
+			title = fmt.Sprintf("Admissions per consumer in each %d ms window, the worst %d of %d: %s",
+				a.WindowMillis, len(shown), len(windows), r.Name)
+		}
+		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: title, xLabel: "window start (s)", yLabel: "admitted in the window"}
+		for _, cw := range shown {
 			var pts []point
 			for _, p := range cw.Points {
 				pts = append(pts, point{x: float64(p.AtMillis) / 1000, y: float64(p.Admitted), bad: p.Admitted > cw.Allowed})
@@ -181,10 +199,54 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 			}
 		}
 		b.WriteString(c.svg())
+		if len(shown) < len(windows) {
+			note(b, fmt.Sprintf("%s: the chart draws the worst %d consumers, those admitted the most in one window; the other %d are not drawn.",
+				r.Name, len(shown), len(windows)-len(shown)))
+		}
+		if cut {
+			note(b, fmt.Sprintf("%s: windows that begin less than %d ms before the run's end are not drawn: the run stopped inside them.",
+				r.Name, a.WindowMillis))
+		}
 		for _, n := range benchNotes(r.Result)[1:] {
 			note(b, n)
 		}
 	}
+}
+
+// wholeWindows keeps, of each consumer's windows, those that end by end
+// (ms since the run began): a window the run stopped inside would read as
+// a fall in admissions. It says whether it left any out.
+func wholeWindows(ws []bench.ConsumerWindows, windowMillis, end int64) ([]bench.ConsumerWindows, bool) {
+	cut := false
+	out := make([]bench.ConsumerWindows, 0, len(ws))
+	for _, cw := range ws {
+		whole := cw
+		whole.Points = nil
+		for _, p := range cw.Points {
+			if p.AtMillis+windowMillis > end {
+				cut = true
+				continue
+			}
+			whole.Points = append(whole.Points, p)
+		}
+		out = append(out, whole)
+	}
+	return out, cut
+}
+
+// worstFirst orders consumers by the most they were admitted in one
+// window, the most first; ties keep their order.
+func worstFirst(ws []bench.ConsumerWindows) []bench.ConsumerWindows {
+	peak := func(cw bench.ConsumerWindows) int64 {
+		var m int64
+		for _, p := range cw.Points {
+			m = max(m, p.Admitted)
+		}
+		return m
+	}
+	out := slices.Clone(ws)
+	slices.SortStableFunc(out, func(a, b bench.ConsumerWindows) int { return cmp.Compare(peak(b), peak(a)) })
+	return out
 }
 
 // spectrumTicks label the percentile axis, drawn as 1/(1-p) on a log scale
@@ -248,13 +310,14 @@ func raceSection(b *strings.Builder, i int, r Named[race.Report]) {
 		case ex.Skipped != "":
 			note(b, res.Limiter+", explained: no trace: "+ex.Skipped)
 		case len(ex.Lanes) > 0:
-			title := fmt.Sprintf("%s, explained: %d commands of %d goroutines as Redis executed them", res.Limiter, ex.Commands, len(ex.Lanes))
+			title := fmt.Sprintf("%s, explained: %s of %s as Redis executed them", res.Limiter, plural.Count(ex.Commands, "command"),
+				plural.Count(len(ex.Lanes), "goroutine"))
 			b.WriteString(swimlanes(fmt.Sprintf("race-lanes-%d-%d", i, j), title, ex))
-			text := fmt.Sprintf("One more trial of %s, with MONITOR on (its latency is not comparable): %d decisions, %d of %d reads stale, "+
-				"%d admitted where %d were allowed. A goroutine's lane runs from its first command to its last; a script's own commands are in its call.",
-				res.Limiter, ex.Decisions, ex.StaleReads, ex.Reads, ex.Admitted, ex.Trial.Expected)
+			text := fmt.Sprintf("One more trial of %s, with MONITOR on (its latency is not comparable): %s, %d of %s stale, "+
+				"%d admitted where the guarantee allowed %d. A goroutine's lane runs from its first command to its last; a script's own commands are in its call.",
+				res.Limiter, plural.Count(ex.Decisions, "decision"), ex.StaleReads, plural.Count(ex.Reads, "read"), ex.Admitted, ex.Trial.Expected)
 			if ex.LanesCut > 0 {
-				text += fmt.Sprintf(" The lanes stop after the first %d commands; %d more are not drawn.", race.MaxLaneCommands, ex.LanesCut)
+				text += fmt.Sprintf(" The lanes stop after the first %d commands, leaving out %s.", race.MaxLaneCommands, plural.Count(ex.LanesCut, "more command"))
 			}
 			note(b, text)
 		}
@@ -277,7 +340,8 @@ func compareSection(b *strings.Builder, i int, r Named[compare.Report]) {
 		xLabel: "time (ms)", yLabel: "admitted in the window before", limits: []limitLine{{y: float64(rep.Config.Limit), label: "limit"}}}
 	memory := chart{id: fmt.Sprintf("compare-memory-%d", i), title: "Memory per client by limit", xLabel: "limit (requests per window)",
 		yLabel: "bytes per client", xLog: true, yLog: true}
-	for _, res := range rep.Results {
+	for k, res := range rep.Results {
+		own := look{colour: k, line: k} // an algorithm looks the same in every chart
 		if len(res.BoundaryTimeline) > 0 {
 			byAt := map[int64]int64{}
 			for _, d := range res.BoundaryTimeline {
@@ -289,10 +353,10 @@ func compareSection(b *strings.Builder, i int, r Named[compare.Report]) {
 			for _, at := range sortedKeys64(byAt) {
 				pts = append(pts, point{x: float64(at), y: float64(byAt[at])})
 			}
-			boundary.series = append(boundary.series, series{name: res.Algorithm, points: pts, bars: true})
+			boundary.series = append(boundary.series, series{name: res.Algorithm, points: pts, bars: true, look: own, fixed: true})
 		}
 		if len(res.HammerTimeline) > 0 {
-			hammer.series = append(hammer.series, series{name: res.Algorithm,
+			hammer.series = append(hammer.series, series{name: res.Algorithm, look: own, fixed: true,
 				points: rolling(res.HammerTimeline, rep.Config.WindowMillis, rep.Config.Limit)})
 		}
 		var pts []point
@@ -300,7 +364,7 @@ func compareSection(b *strings.Builder, i int, r Named[compare.Report]) {
 			pts = append(pts, point{x: float64(limit), y: float64(res.BytesPerClient[strconv.FormatInt(limit, 10)])})
 		}
 		if len(pts) > 0 {
-			memory.series = append(memory.series, series{name: res.Algorithm, points: pts})
+			memory.series = append(memory.series, series{name: res.Algorithm, points: pts, look: own, fixed: true})
 		}
 	}
 	b.WriteString(boundary.svg() + hammer.svg() + memory.svg())

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/race"
 )
 
@@ -33,12 +34,12 @@ func RaceVerdict(rep race.Report) string {
 	for _, r := range rep.Results {
 		switch {
 		case r.LeakedTrials > 0:
-			leaks = append(leaks, fmt.Sprintf("%s leaked in %d of %d trials: worst trial admitted %d where its guarantee (%s) allowed %d",
-				r.Limiter, r.LeakedTrials, r.Trials, r.WorstTrialAdmitted, r.GuaranteeRule, r.WorstTrialExpected))
+			leaks = append(leaks, fmt.Sprintf("%s leaked in %d of %s: worst trial admitted %d where its guarantee (%s) allowed %d",
+				r.Limiter, r.LeakedTrials, plural.Count(r.Trials, "trial"), r.WorstTrialAdmitted, r.GuaranteeRule, r.WorstTrialExpected))
 		default:
 			name := r.Limiter
 			if r.TrialsAboveLimit > 0 {
-				name += fmt.Sprintf(" (up to %d in %d of %d trials)", r.MaxTrialExpected, r.TrialsAboveLimit, r.Trials)
+				name += fmt.Sprintf(" (up to %d in %d of %s)", r.MaxTrialExpected, r.TrialsAboveLimit, plural.Count(r.Trials, "trial"))
 			}
 			if _, ok := held[r.GuaranteeRule]; !ok {
 				rules = append(rules, r.GuaranteeRule)
@@ -46,11 +47,11 @@ func RaceVerdict(rep race.Report) string {
 			held[r.GuaranteeRule] = append(held[r.GuaranteeRule], name)
 		}
 		if r.StateMismatches > 0 {
-			errs = append(errs, fmt.Sprintf("%s's key disagreed with what it admitted in %d of %d trials",
-				r.Limiter, r.StateMismatches, r.Trials))
+			errs = append(errs, fmt.Sprintf("%s's key disagreed with what it admitted in %d of %s",
+				r.Limiter, r.StateMismatches, plural.Count(r.Trials, "trial")))
 		}
 		if r.Errors > 0 {
-			errs = append(errs, fmt.Sprintf("%s had %d failed decisions", r.Limiter, r.Errors))
+			errs = append(errs, fmt.Sprintf("%s had %s", r.Limiter, plural.Count(r.Errors, "failed decision")))
 		}
 	}
 	parts := leaks
@@ -67,18 +68,14 @@ func RaceVerdict(rep race.Report) string {
 // raceSummary is the line that says what was measured where.
 func raceSummary(rep race.Report) string {
 	c := rep.Config
-	requests := "request"
-	if c.RequestsPerWorker != 1 {
-		requests = "requests"
-	}
 	server := serverName(rep.Redis.Version)
 	clock := "caller clock"
 	if c.Clock == "redis" {
 		clock = "Redis clock (Lua limiters)"
 	}
-	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %d goroutines × %d %s · %d trials · %s",
+	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %s × %s · %s · %s",
 		server, rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
-		c.Concurrency, c.RequestsPerWorker, requests, c.Trials, clock)
+		plural.Count(c.Concurrency, "goroutine"), plural.Count(c.RequestsPerWorker, "request"), plural.Count(c.Trials, "trial"), clock)
 }
 
 // raceNotes explains the columns and flags anything that qualifies the numbers.
@@ -112,13 +109,13 @@ func raceNotes(rep race.Report) []string {
 	}
 	for _, r := range rep.Results {
 		if r.RetriesExhausted > 0 {
-			notes = append(notes, fmt.Sprintf("%s denied %d requests after exhausting its retries (contention, not the limit).",
-				r.Limiter, r.RetriesExhausted))
+			notes = append(notes, fmt.Sprintf("%s denied %s after exhausting its retries (contention, not the limit).",
+				r.Limiter, plural.Count(r.RetriesExhausted, "request")))
 		}
 		if r.TrialsOutlastingWindow > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d trials lasted a window or more of real time; Redis may expire a key "+
+			notes = append(notes, fmt.Sprintf("%s: %s a window or more of real time; Redis may expire a key "+
 				"after a window without writes, so their expected count allows one more limit per window they lasted.",
-				r.Limiter, r.TrialsOutlastingWindow))
+				r.Limiter, plural.Count(r.TrialsOutlastingWindow, "trial")+" lasted"))
 		}
 	}
 	return notes

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/skew"
 )
 
@@ -56,7 +57,11 @@ func SkewVerdict(rep skew.Report) string {
 			ms[i] = strconv.FormatInt(s, 10)
 		}
 		if total == 0 {
-			parts = append(parts, fmt.Sprintf("%s nothing was over-admitted, in all %d rows", name, rows))
+			in := fmt.Sprintf("in all %d rows", rows)
+			if rows == 1 {
+				in = "in its one row"
+			}
+			parts = append(parts, name+" nothing was over-admitted, "+in)
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s over-admitted at %s ms of skew", name, list(counts), list(ms)))
@@ -70,9 +75,9 @@ func skewSummary(rep skew.Report) string {
 	for i, o := range c.SkewsMillis {
 		offsets[i] = (time.Duration(o) * time.Millisecond).String()
 	}
-	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %d nodes, clocks off by %s · %d clients per row at %g× their limit · %s",
+	return fmt.Sprintf("%s (%s, %s) · limit %d per %s · %s, clocks off by %s · %s per row at %g× their limit · %s",
 		serverName(rep.Redis.Version), rep.Redis.Mode, rep.Redis.Addr, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond,
-		len(c.SkewsMillis), strings.Join(offsets, ", "), c.Clients, c.Load, time.Duration(c.DurationMilli)*time.Millisecond)
+		plural.Count(len(c.SkewsMillis), "node"), strings.Join(offsets, ", "), plural.Count(c.Clients, "client"), c.Load, time.Duration(c.DurationMilli)*time.Millisecond)
 }
 
 func skewNotes(rep skew.Report) []string {
@@ -97,8 +102,8 @@ func skewNotes(rep skew.Report) []string {
 		errs += r.Errors
 	}
 	if errs > 0 {
-		notes = append(notes, fmt.Sprintf("%d decisions failed: they are never counted as over-admitted, and count as possible "+
-			"admissions when denials are judged.", errs))
+		notes = append(notes, fmt.Sprintf("%s failed: they are never counted as over-admitted, and count as possible "+
+			"admissions when denials are judged.", plural.Count(errs, "decision")))
 	}
 	if rep.Redis.Mode == "embedded" {
 		notes = append(notes, "These results come from an embedded in-process Redis (miniredis), not a redis-server.")

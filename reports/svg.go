@@ -44,6 +44,23 @@ type series struct {
 	points []point
 	// bars draws a bar per point instead of a line through marks.
 	bars bool
+	// look, when fixed, is how the series is drawn whatever its place in
+	// the chart: a run's or an algorithm's own colour in every chart.
+	look  look
+	fixed bool
+}
+
+// look is how a series is drawn: its colour, and its line (dash and
+// marker shape), as places in the palette and the patterns.
+type look struct{ colour, line int }
+
+// lookOf is how the i-th series of a chart is drawn: its own look when
+// fixed, else the i-th colour and line.
+func lookOf(i int, s series) look {
+	if s.fixed {
+		return look{s.look.colour % maxSeries, s.look.line % maxSeries}
+	}
+	return look{i % maxSeries, i % maxSeries}
 }
 
 type point struct {
@@ -81,13 +98,18 @@ func (c chart) svg() string {
 		marks += len(s.points)
 	}
 	var b strings.Builder
+	legend := c.legendRows()
+	extra := legendRowH * max(len(legend)-1, 0) // the plot moves down under a legend of several rows
 	fmt.Fprintf(&b, `<figure class="chart" id="%s" data-marks="%d">`, html.EscapeString(c.id), marks)
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`,
-		chartW, chartH, chartW, chartH, html.EscapeString(c.title))
+		chartW, chartH+extra, chartW, chartH+extra, html.EscapeString(c.title))
 	fmt.Fprintf(&b, `<text class="title" x="%d" y="16">%s</text>`, marginL, html.EscapeString(c.title))
 	if marks == 0 {
 		fmt.Fprintf(&b, `<text class="empty" x="%d" y="%d">nothing to draw</text></svg></figure>`, chartW/2, chartH/2)
 		return b.String()
+	}
+	if extra > 0 {
+		fmt.Fprintf(&b, `<g transform="translate(0 %d)">`, extra)
 	}
 	xs, ys := c.scales()
 	for _, bd := range c.bands {
@@ -103,9 +125,12 @@ func (c chart) svg() string {
 		fmt.Fprintf(&b, `<text class="limit-label" x="%d" y="%.1f">%s</text>`, marginL+plotW-4, y-4, html.EscapeString(l.label))
 	}
 	for i, s := range c.series {
-		c.draw(&b, i%maxSeries, s, xs, ys)
+		c.draw(&b, i, s, xs, ys)
 	}
-	c.legend(&b)
+	if extra > 0 {
+		b.WriteString(`</g>`)
+	}
+	c.legend(&b, legend)
 	b.WriteString(`</svg></figure>`)
 	return b.String()
 }
@@ -249,13 +274,15 @@ func (c chart) axes(b *strings.Builder, xs, ys scale) {
 		marginT+plotH/2, html.EscapeString(c.yLabel))
 }
 
-func (c chart) draw(b *strings.Builder, style int, s series, xs, ys scale) {
-	colour := palette[style]
+// draw draws the i-th series.
+func (c chart) draw(b *strings.Builder, i int, s series, xs, ys scale) {
+	lk := lookOf(i, s)
+	colour := palette[lk.colour]
 	fmt.Fprintf(b, `<g class="series" data-series="%s">`, html.EscapeString(s.name))
 	if s.bars {
 		// Bars of the same x stand side by side, one per series.
 		w := max(2, min(18, float64(plotW)/float64(max(len(s.points), 1))*0.5/float64(len(c.series))))
-		offset := (float64(style) - float64(len(c.series)-1)/2) * w
+		offset := (float64(i) - float64(len(c.series)-1)/2) * w
 		for _, p := range s.points {
 			x, y, y0 := xs.at(p.x)+offset, ys.at(p.y), ys.at(max(ys.lo, 0))
 			fmt.Fprintf(b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#222" stroke-width="0.5"><title>%s</title></rect>`,
@@ -272,9 +299,9 @@ func (c chart) draw(b *strings.Builder, style int, s series, xs, ys scale) {
 		}
 		fmt.Fprintf(&path, "%s%.1f %.1f ", cmd, xs.at(p.x), ys.at(p.y))
 	}
-	fmt.Fprintf(b, `<path class="line" d="%s" stroke="%s" stroke-dasharray="%s"/>`, strings.TrimSpace(path.String()), colour, dashes[style])
+	fmt.Fprintf(b, `<path class="line" d="%s" stroke="%s" stroke-dasharray="%s"/>`, strings.TrimSpace(path.String()), colour, dashes[lk.line])
 	for _, p := range s.points {
-		fmt.Fprintf(b, `%s`, marker(shapes[style], xs.at(p.x), ys.at(p.y), markerSize, colour, markClass(p), tip(c, s, p)))
+		fmt.Fprintf(b, `%s`, marker(shapes[lk.line], xs.at(p.x), ys.at(p.y), markerSize, colour, markClass(p), tip(c, s, p)))
 	}
 	b.WriteString(`</g>`)
 }
@@ -315,20 +342,40 @@ func marker(shape string, x, y, r float64, colour, class, title string) string {
 	return fmt.Sprintf(`<circle class="%s" cx="%.1f" cy="%.1f" r="%.1f" fill="%s">%s</circle>`, class, x, y, r, colour, t)
 }
 
-// legend names every series, with its colour, dash and shape, above the plot.
-func (c chart) legend(b *strings.Builder) {
-	x, y := float64(marginL), float64(marginT-10)
+// legendRowH is the height of a row of the legend, in px.
+const legendRowH = 16
+
+// legendRows lays the series out in rows of the legend, as many as fit
+// across the chart each: rows of their indexes.
+func (c chart) legendRows() [][]int {
+	var rows [][]int
+	x := float64(marginL)
 	for i, s := range c.series {
-		style := i % maxSeries
-		label := s.name
-		w := 28 + 7*float64(len(label))
-		if x+w > chartW {
-			break // the names that do not fit are in each mark's tooltip
+		w := legendWidth(s.name)
+		if len(rows) == 0 || x+w > chartW {
+			rows, x = append(rows, nil), marginL
 		}
-		fmt.Fprintf(b, `<g class="legend-item"><line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="%s"/>`,
-			x, x+18, y, y, palette[style], dashes[style])
-		b.WriteString(marker(shapes[style], x+9, y, markerSize, palette[style], "legend-mark", html.EscapeString(label)))
-		fmt.Fprintf(b, `<text class="legend" x="%.1f" y="%.1f">%s</text></g>`, x+22, y+4, html.EscapeString(label))
+		rows[len(rows)-1] = append(rows[len(rows)-1], i)
 		x += w
+	}
+	return rows
+}
+
+func legendWidth(label string) float64 { return 28 + 7*float64(len([]rune(label))) }
+
+// legend names every series, with its colour, dash and shape, above the
+// plot, in rows.
+func (c chart) legend(b *strings.Builder, rows [][]int) {
+	for r, row := range rows {
+		x, y := float64(marginL), float64(marginT-10+r*legendRowH)
+		for _, i := range row {
+			s := c.series[i]
+			lk := lookOf(i, s)
+			fmt.Fprintf(b, `<g class="legend-item"><line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="%s"/>`,
+				x, x+18, y, y, palette[lk.colour], dashes[lk.line])
+			b.WriteString(marker(shapes[lk.line], x+9, y, markerSize, palette[lk.colour], "legend-mark", html.EscapeString(s.name)))
+			fmt.Fprintf(b, `<text class="legend" x="%.1f" y="%.1f">%s</text></g>`, x+22, y+4, html.EscapeString(s.name))
+			x += legendWidth(s.name)
+		}
 	}
 }

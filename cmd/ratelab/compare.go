@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,16 +79,25 @@ func compareConfig(cmd *cobra.Command, opts compareOptions) (compare.Config, rep
 	if err != nil {
 		return cfg, "", err
 	}
-	// "all" here is every production algorithm, not every race limiter.
-	list := strings.ReplaceAll(","+opts.algorithms+",", ",all,", ","+strings.Join(algorithms.Algorithms(), ",")+",")
-	if cfg.Algorithms, err = algorithms.ParseNames(list); err != nil {
-		return cfg, "", usagef("--algorithms: %w", err)
+	// "all" here is every production algorithm, not every race limiter;
+	// Validate checks the names.
+	cfg.Algorithms = nil
+	for _, name := range listOf(opts.algorithms) {
+		expand := []string{name}
+		if name == "all" {
+			expand = algorithms.Algorithms()
+		}
+		for _, n := range expand {
+			if !slices.Contains(cfg.Algorithms, n) {
+				cfg.Algorithms = append(cfg.Algorithms, n)
+			}
+		}
 	}
 	if cfg.Scripts, err = opts.script.load(cmd.Flags()); err != nil {
 		return cfg, "", err
 	}
 	if opts.workloads != "all" {
-		if cfg.Workloads = strings.FieldsFunc(opts.workloads, func(r rune) bool { return r == ',' || r == ' ' }); len(cfg.Workloads) == 0 {
+		if cfg.Workloads = listOf(opts.workloads); len(cfg.Workloads) == 0 {
 			return cfg, "", usagef("--workloads names no workload")
 		}
 	}
@@ -104,6 +114,11 @@ func compareConfig(cmd *cobra.Command, opts compareOptions) (compare.Config, rep
 		return cfg, "", flagError(err, compareNames, policyNames, scriptNames)
 	}
 	return cfg, format, nil
+}
+
+// listOf splits a comma-separated list of names.
+func listOf(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
 func runCompare(ctx context.Context, io *ioStreams, cmd *cobra.Command, opts compareOptions) error {

@@ -43,7 +43,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	streams := newIOStreams(stdout, stderr, getenv)
 	root := newRootCmd(streams)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if closeErr := streams.closeReport(); err == nil {
 		err = closeErr
 	}
@@ -61,7 +61,10 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	case errors.As(err, &threshold):
 		return exitThreshold
 	case errors.As(err, &usage), isCobraUsage(err):
-		fmt.Fprintln(stderr, "Run 'ratelab --help' for usage.")
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
 	}
 	return exitError

@@ -131,6 +131,20 @@ func TestBadInputExitsTwoAndSendsNothing(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q", code, stderr)
 		}
 	})
+	t.Run("an address for a URL", func(t *testing.T) {
+		code, _, stderr := ratelab(t, "race", "--redis", "127.0.0.1:6379")
+		if code != exitUsage || !strings.Contains(stderr, `--redis "127.0.0.1:6379": want a URL: redis://127.0.0.1:6379`) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 and the URL it meant", code, stderr)
+		}
+	})
+	t.Run("an address for REDIS_URL", func(t *testing.T) {
+		var stderr bytes.Buffer
+		env := func(name string) string { return map[string]string{"REDIS_URL": "localhost:6379"}[name] }
+		code := runEnv(context.Background(), []string{"compare"}, io.Discard, &stderr, env)
+		if code != exitUsage || !strings.Contains(stderr.String(), `REDIS_URL "localhost:6379": want a URL: redis://localhost:6379`) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 naming REDIS_URL and the URL it meant", code, stderr.String())
+		}
+	})
 	t.Run("bad REDIS_URL", func(t *testing.T) {
 		var stderr bytes.Buffer
 		env := func(name string) string { return map[string]string{"REDIS_URL": "http://u:secret@127.0.0.1:1"}[name] }
@@ -412,7 +426,7 @@ func TestCompareBadInput(t *testing.T) {
 		{[]string{"--limit", "0"}, "--limit must be at least 1 (got 0)"},
 		{[]string{"--window", "0s"}, "--window must be positive"},
 		{[]string{"--algorithms", "naive"}, "--algorithms: naive keeps its window in the key's expiry"},
-		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown limiter "bogus"`},
+		{[]string{"--algorithms", "bogus"}, `--algorithms: unknown algorithm "bogus" (the algorithms: fixed-window, sliding-log, sliding-counter, token-bucket, gcra)`},
 		{[]string{"--workloads", "burst,soak"}, `--workloads: unknown workload "soak"`},
 		{[]string{"--connections", "0"}, "--connections must be at least 1 (got 0)"},
 		{[]string{"--duration", "-1s"}, "--duration must be positive (got -1s)"},
@@ -881,5 +895,26 @@ func TestBenchAudit(t *testing.T) {
 	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/", "--fail-on-leak"}, args...)...)
 	if code != exitOK || !strings.Contains(stdout, "(held)") || !strings.Contains(stdout, "Retry-After: honest") {
 		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+}
+
+// TestUsageHintNamesTheCommand: bad input ends with the help of the
+// command that refused it, not the root's.
+func TestUsageHintNamesTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "http", "http://127.0.0.1:1/", "--rate", "-1"}, "Run 'ratelab bench http --help' for usage."},
+		{[]string{"bench", "http", "--nope"}, "Run 'ratelab bench http --help' for usage."},
+		{[]string{"race", "--limit", "0"}, "Run 'ratelab race --help' for usage."},
+		{[]string{"compare", "--algorithms", "leaky-bucket"}, "Run 'ratelab compare --help' for usage."},
+		{[]string{"report", "bogus"}, "Run 'ratelab report --help' for usage."},
+		{[]string{"stampede"}, "Run 'ratelab --help' for usage."},
+	} {
+		code, _, stderr := ratelab(t, tc.args...)
+		if code != exitUsage || !strings.HasSuffix(stderr, tc.want+"\n") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
 	}
 }

@@ -96,6 +96,10 @@ func TestArgumentsAndFlagsRefused(t *testing.T) {
 		{[]string{"compare", "--script-name", "x", "--redis", srv.URL()}, "--script-name needs --script"},
 		{[]string{"bench", "http", "http://127.0.0.1:1/", "--expect-limit", "0/1s"}, `--expect-limit "0/1s": limit must be at least 1 (got 0)`},
 		{[]string{"compare", "--cluster", "--cluster-local"}, "--cluster-local starts its own cluster: --cluster names one of yours"},
+		{[]string{"compare", "--algorithms", "leaky-bucket", "--redis", srv.URL()},
+			`--algorithms: unknown algorithm "leaky-bucket" (the algorithms: fixed-window, sliding-log, sliding-counter, token-bucket, gcra)`},
+		{[]string{"compare", "--algorithms", "gcra,,", "--workloads", "bogus", "--redis", srv.URL()}, `--workloads: unknown workload "bogus"`},
+		{[]string{"compare", "--algorithms", ",", "--redis", srv.URL()}, `--algorithms names no algorithm`},
 	} {
 		before := connections(t, c)
 		code, stdout, stderr := ratelab(t, tc.args...)

@@ -286,7 +286,8 @@ local function failed(err)
   failures = failures + 1
   if cfg.breaker > 0 and failures >= cfg.breaker and not open then
     open = true
-    ngx.log(ngx.WARN, "ratelab: circuit open after ", failures, " failures in a row: decisions skip Redis, which is asked every 100 ms")
+    ngx.log(ngx.WARN, "ratelab: circuit open after ", failures, failures == 1 and " failure" or " failures",
+        " in a row: decisions skip Redis, which is asked every 100 ms")
     local ok, terr = ngx.timer.at(0.1, probe)
     if not ok then
       ngx.log(ngx.ERR, "ratelab: cannot schedule the Redis probe: ", terr)

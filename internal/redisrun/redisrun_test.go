@@ -233,3 +233,40 @@ func TestSentinelConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestURLWithoutScheme: an address given where a URL is wanted is refused
+// with the URL it most likely meant, and never with its password.
+func TestURLWithoutScheme(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"127.0.0.1:6379", `"127.0.0.1:6379": want a URL: redis://127.0.0.1:6379`},
+		{"localhost:6379", `"localhost:6379": want a URL: redis://localhost:6379`},
+		{"redis-1", `"redis-1": want a URL: redis://redis-1`},
+		{"10.0.0.1:7000, 10.0.0.2:7000", `"10.0.0.1:7000, 10.0.0.2:7000": want a URL: redis://10.0.0.1:7000,redis://10.0.0.2:7000`},
+		{"redis://10.0.0.1:7000,10.0.0.2:7000", `want a URL: redis://10.0.0.1:7000,redis://10.0.0.2:7000`},
+		{"/run/redis.sock", `"/run/redis.sock": want a URL: unix:///run/redis.sock`},
+		{":s3cret@10.0.0.1:6379", `"…@10.0.0.1:6379": want a URL: redis://…@10.0.0.1:6379`},
+	} {
+		err := redisrun.TargetConfig{URL: tc.url}.Validate()
+		var fe *field.Error
+		if !errors.As(err, &fe) || fe.Field != "URL" || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error in URL saying %q", tc.url, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%q: the password is in %q", tc.url, err)
+		}
+	}
+	for _, ok := range []string{"redis://127.0.0.1:6379", "unix:///run/redis.sock", "rediss://h:1"} {
+		if err := (redisrun.TargetConfig{URL: ok}).Validate(); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
+
+// TestBadURLHidesPassword: a URL that does not parse is quoted without its
+// password, in the reason too.
+func TestBadURLHidesPassword(t *testing.T) {
+	err := redisrun.TargetConfig{URL: "redis://u:s3cret@127.0.0.1:x"}.Validate()
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), `invalid port ":x" after host`) {
+		t.Fatalf("%v; want the reason without the password", err)
+	}
+}

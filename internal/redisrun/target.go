@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -136,9 +137,16 @@ func (c TargetConfig) options() (*redis.UniversalOptions, error) {
 	if c.URL == "" {
 		return nil, nil
 	}
+	if hint, ok := withScheme(c.URL); ok {
+		return nil, field.Errorf("URL", "%q: want a URL: %s", Redact(c.URL), Redact(hint))
+	}
 	var u *redis.UniversalOptions
 	for _, part := range strings.Split(c.URL, ",") {
 		o, err := redis.ParseURL(strings.TrimSpace(part))
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the URL, password and all
+		}
 		if err != nil {
 			return nil, field.Errorf("URL", "%q: %v", Redact(c.URL), err)
 		}
@@ -249,14 +257,38 @@ func (c TargetConfig) applyTLS(t *tls.Config) error {
 	return nil
 }
 
-// Redact hides the password of a Redis URL, for messages.
+// withScheme is list with a scheme put before each of its addresses that
+// has none (unix:// before a path, redis:// before the others): the URLs
+// meant by "127.0.0.1:6379". It is false when every one has its scheme.
+func withScheme(list string) (string, bool) {
+	parts := strings.Split(list, ",")
+	added := false
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "", strings.Contains(p, "://"), strings.HasPrefix(p, "unix:"):
+		case strings.HasPrefix(p, "/"):
+			p, added = "unix://"+p, true
+		default:
+			p, added = "redis://"+p, true
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ","), added
+}
+
+// Redact hides the password of a Redis URL, or of an address with
+// credentials and no scheme, for messages.
 func Redact(raw string) string {
 	parts := strings.Split(raw, ",")
 	for i, p := range parts {
 		at := strings.LastIndex(p, "@")
 		scheme := strings.Index(p, "://")
-		if at >= 0 && scheme >= 0 && at > scheme {
+		switch {
+		case at >= 0 && scheme >= 0 && at > scheme:
 			parts[i] = p[:scheme+3] + "…" + p[at:]
+		case at >= 0 && scheme < 0:
+			parts[i] = "…" + p[at:]
 		}
 	}
 	return strings.Join(parts, ",")
