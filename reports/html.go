@@ -160,7 +160,7 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 	b.WriteString(spectrum.svg())
 	for i, r := range runs {
 		a := r.Result.Audit
-		if a == nil {
+		if a == nil || len(a.Limits) == 0 {
 			continue
 		}
 		windows, err := r.Result.RollingAdmissions(4)
@@ -169,7 +169,7 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 			continue
 		}
 		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: fmt.Sprintf("Admissions per consumer in each %d ms window: %s",
-			a.WindowMillis, r.Name), xLabel: "window start (s)", yLabel: "admitted in the window"}
+			a.Limits[0].WindowMillis, r.Name), xLabel: "window start (s)", yLabel: "admitted in the window"}
 		for _, cw := range windows {
 			var pts []point
 			for _, p := range cw.Points {
