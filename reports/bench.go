@@ -142,16 +142,16 @@ func auditNotes(r bench.Result, a *bench.Audit) []string {
 		}
 		head := fmt.Sprintf("Audit against %d per %s as %s (%s): %s", l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, held, l.Rule,
 			verdictWord(l.Verdict))
-		worst := fmt.Sprintf("%s got %d through in %s where %d were allowed", orDash(l.WorstConsumer), l.WorstWindowAdmitted,
+		got := fmt.Sprintf("got %d through in %s where %d were allowed", l.WorstWindowAdmitted,
 			time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed)
 		switch l.Verdict {
 		case bench.NoVerdict:
 			notes = append(notes, fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r)))
 			continue
 		case bench.Leaked:
-			notes = append(notes, fmt.Sprintf("%s: %s (%d over).", head, worst, l.OverAdmitted))
+			notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
 		default:
-			notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s.", head, worst))
+			notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
 		}
 		notes = append(notes, underNote(l))
 		ra := l.RetryAfter
