@@ -269,7 +269,9 @@ type coverage struct {
 // audit judges the samples against each expectation, naming consumers
 // with name, and makes the verdict of them all.
 func audit(samples []sample, exps []expectation, consumers int, cov coverage, name func(int32) string) Audit {
-	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: cov.from.Milliseconds()}
+	// Rounded up: a merge that reads it back judges no denial earlier.
+	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
+	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
 	if cov.horizon >= 0 {
 		ms := cov.horizon.Milliseconds()
 		a.CappedFromMillis = &ms

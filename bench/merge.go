@@ -263,7 +263,7 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	}
 	first := runs[0].Audit.Limits
 	if len(first) == 0 {
-		return nil, "no merged audit: run 1's audit judged no limit", nil, nil
+		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil
 	}
 	var all []sample
 	cov := coverage{horizon: -1}

@@ -29,7 +29,8 @@ type Thresholds struct {
 	AllowNoVerdict bool
 	// FailOnUnder, when not nil, is the highest acceptable share (0 to 1)
 	// of a limit's judged denials that its rule would have admitted
-	// (LimitAudit.UnderAdmittedShare); nil for none.
+	// (LimitAudit.UnderAdmittedShare); a limit with denials of which none
+	// could be judged fails it too. nil for none.
 	FailOnUnder *float64
 }
 
@@ -74,9 +75,8 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		if t.FailOnLeak {
 			crossed = append(crossed, l.crossedLeak(r, t.AllowNoVerdict)...)
 		}
-		if t.FailOnUnder != nil && l.DenialsJudged > 0 && l.UnderAdmittedShare > *t.FailOnUnder {
-			crossed = append(crossed, field.Errorf("FailOnUnder", ": %d of the %d denials judged (%.1f%%) would have been admitted (%s), above %g; the most, %d, to %s",
-				l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.Rule, *t.FailOnUnder, l.WorstUnderAdmitted, l.WorstUnderConsumer))
+		if t.FailOnUnder != nil {
+			crossed = append(crossed, l.crossedUnder(*t.FailOnUnder)...)
 		}
 	}
 	return crossed
@@ -100,6 +100,21 @@ func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
 			l.Headers.Violations, l.Headers.Example))
 	}
 	return crossed
+}
+
+// crossedUnder is what FailOnUnder finds wrong with one limit: a share of
+// false denials above most, or denials of which none could be judged (the
+// gate does not pass what it could not see).
+func (l LimitAudit) crossedUnder(most float64) []*field.Error {
+	switch {
+	case l.Denials > 0 && l.DenialsJudged == 0:
+		why := cmp.Or(l.UnderSkipped, "each came within a lookback of the run's start or the warm-up's end: run longer")
+		return []*field.Error{field.Errorf("FailOnUnder", ": none of the %d denials could be judged (%s)", l.Denials, why)}
+	case l.DenialsJudged > 0 && l.UnderAdmittedShare > most:
+		return []*field.Error{field.Errorf("FailOnUnder", ": %d of the %d denials judged (%.1f%%) would have been admitted (%s), above %g; the most, %d, to %s",
+			l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.Rule, most, l.WorstUnderAdmitted, l.WorstUnderConsumer)}
+	}
+	return nil
 }
 
 // failuresText names the failures of r: "errors by status: 400 × 240;

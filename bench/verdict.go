@@ -39,6 +39,9 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 	var noOK []int32 // consumers answered without a single 2xx
 	underConsumers := 0
 	for c, ss := range per {
+		if len(ss) == 0 {
+			continue
+		}
 		j := judgeConsumer(ss, exp, lookback, cov)
 		if j.answered == 0 {
 			continue

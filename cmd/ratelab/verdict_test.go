@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +208,33 @@ func startEdge(t *testing.T, args ...string) string {
 		if time.Now().After(deadline) {
 			t.Fatal("edge not listening after 10s")
 		}
+	}
+}
+
+// TestVerdictFlagsRefused: the verdict's flags are checked before anything
+// is sent, and the message names the flag.
+func TestVerdictFlagsRefused(t *testing.T) {
+	t.Parallel()
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Add(1) }))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--allow-no-verdict"}, "--allow-no-verdict needs --fail-on-leak"},
+		{[]string{"bench", "http", srv.URL, "--fail-on-under", "0.1"}, "--fail-on-under needs --expect-limit"},
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--fail-on-under", "1.5"}, "--fail-on-under must be between 0 and 1 (got 1.5)"},
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--fail-on-under", "some"}, `invalid argument "some" for "--fail-on-under"`},
+		{[]string{"report", "merge", "a.json", "--allow-no-verdict"}, "--allow-no-verdict needs --fail-on-leak"},
+		{[]string{"report", "merge", "a.json", "--fail-on-under", "-1"}, "--fail-on-under must be between 0 and 1 (got -1)"},
+	} {
+		code, stdout, stderr := ratelab(t, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d requests sent", n)
 	}
 }
