@@ -98,47 +98,8 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 		l.SharedLimit = together.admitted <= together.allowed && 10*under <= l.UnderAdmitted
 	}
 
-	var reasons []string
-	switch {
-	case len(samples) == 0:
-		reasons = append(reasons, "no request was sent in the measured run")
-	case answered == 0:
-		reasons = append(reasons, fmt.Sprintf("no request got a response (%d transport errors)", len(samples)))
-	default:
-		if 2*turnedAway > answered {
-			reasons = append(reasons, fmt.Sprintf("most responses, %d of %d, were neither 2xx nor 429 (%s): "+
-				"the gateway turned the requests away for something other than its limit", turnedAway, answered,
-				statusList(statuses, failed)))
-		}
-		if len(noOK) > 0 {
-			first := noOK[0]
-			seen := map[string]int64{}
-			for _, s := range per[first] {
-				if s.answered() {
-					seen[strconv.Itoa(int(s.status))]++
-				}
-			}
-			if len(noOK) == 1 {
-				reasons = append(reasons, fmt.Sprintf("%s got no 2xx in its responses (%s): nothing shows what its limit admits",
-					name(first), statusList(seen, anyStatus)))
-			} else {
-				reasons = append(reasons, fmt.Sprintf("%d of the %d consumers got no 2xx, such as %s (%s): nothing shows what their limit admits",
-					len(noOK), l.Consumers, name(first), statusList(seen, anyStatus)))
-			}
-		}
-		if l.Denials == 0 {
-			if most := mostOffered(per, exp); most.admitted <= most.allowed {
-				reasons = append(reasons, fmt.Sprintf("no request was denied, and no consumer sent more than the rule allows in any span "+
-					"(at most %d in %s, where %d were allowed): the load never reached the limit",
-					most.admitted, most.span, most.allowed))
-			}
-		}
-		if l.SharedLimit {
-			reasons = append(reasons, fmt.Sprintf("the gateway seems to share one limit across the identities sent: "+
-				"%d of the %d denials judged would have been admitted had each of the %d consumers its own limit, "+
-				"yet their admissions taken together never went over one consumer's", l.UnderAdmitted, l.DenialsJudged, l.Consumers))
-		}
-	}
+	reasons := l.unjudgeable(seen{requests: len(samples), answered: answered, turnedAway: turnedAway, statuses: statuses, noOK: noOK},
+		per, exp, name)
 	switch {
 	case l.OverAdmitted > 0:
 		l.Verdict = Leaked
@@ -150,6 +111,61 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 		l.Verdict = Held
 	}
 	return l
+}
+
+// seen is what came back to a limit's requests, for the reasons of no
+// verdict.
+type seen struct {
+	requests             int
+	answered, turnedAway int64            // responses, and those neither 2xx nor 429
+	statuses             map[string]int64 // responses by status
+	noOK                 []int32          // consumers answered without a single 2xx
+}
+
+// unjudgeable says why the audit could not judge l, in words; none when
+// it could. per holds each consumer's requests.
+func (l *LimitAudit) unjudgeable(s seen, per [][]sample, exp expectation, name func(int32) string) []string {
+	switch {
+	case s.requests == 0:
+		return []string{"no request was sent in the measured run"}
+	case s.answered == 0:
+		return []string{fmt.Sprintf("no request got a response (%d transport errors)", s.requests)}
+	}
+	var reasons []string
+	if 2*s.turnedAway > s.answered {
+		reasons = append(reasons, fmt.Sprintf("most responses, %d of %d, were neither 2xx nor 429 (%s): "+
+			"the gateway turned the requests away for something other than its limit", s.turnedAway, s.answered,
+			statusList(s.statuses, failed)))
+	}
+	if len(s.noOK) > 0 {
+		first := s.noOK[0]
+		statuses := map[string]int64{}
+		for _, r := range per[first] {
+			if r.answered() {
+				statuses[strconv.Itoa(int(r.status))]++
+			}
+		}
+		if len(s.noOK) == 1 {
+			reasons = append(reasons, fmt.Sprintf("%s got no 2xx in its responses (%s): nothing shows what its limit admits",
+				name(first), statusList(statuses, anyStatus)))
+		} else {
+			reasons = append(reasons, fmt.Sprintf("%d of the %d consumers got no 2xx, such as %s (%s): nothing shows what their limit admits",
+				len(s.noOK), l.Consumers, name(first), statusList(statuses, anyStatus)))
+		}
+	}
+	if l.Denials == 0 {
+		if most := mostOffered(per, exp); most.admitted <= most.allowed {
+			reasons = append(reasons, fmt.Sprintf("no request was denied, and no consumer sent more than the rule allows in any span "+
+				"(at most %d in %s, where %d were allowed): the load never reached the limit",
+				most.admitted, most.span, most.allowed))
+		}
+	}
+	if l.SharedLimit {
+		reasons = append(reasons, fmt.Sprintf("the gateway seems to share one limit across the identities sent: "+
+			"%d of the %d denials judged would have been admitted had each of the %d consumers its own limit, "+
+			"yet their admissions taken together never went over one consumer's", l.UnderAdmitted, l.DenialsJudged, l.Consumers))
+	}
+	return reasons
 }
 
 // judged is what one consumer's requests show.
