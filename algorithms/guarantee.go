@@ -129,6 +129,22 @@ func (g Guarantee) SlotWithin(p Policy) time.Duration {
 	return p.Window
 }
 
+// Lookback is how far back a decision under g looks at the client's
+// admissions: a request is denied only when at least Limit of them were
+// made by decisions stamped within the Lookback before its own (stamps
+// after its stamp less the Lookback), on the clock that decides. A denial
+// with fewer is one the guarantee would have admitted. Each aligned window
+// (fixed window), key lifetime, sliding log and bucket (token bucket,
+// GCRA: k admissions within a window leave room for Limit − k more) looks
+// back a window; the sliding counter weighs the last aligned window too,
+// and so looks back two.
+func (g Guarantee) Lookback(p Policy) time.Duration {
+	if g == WeightedWindows {
+		return 2 * p.Window
+	}
+	return p.Window
+}
+
 // SlotFreesAfter is the latest moment at which a client admitted at the
 // given times (read on the clock that decides, in any order) still cannot be
 // admitted again under g: one more admission at or before it would put more

@@ -256,3 +256,54 @@ func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
 		})
 	}
 }
+
+// TestDenialsLookBack: each algorithm's script, driven with a caller clock
+// that moves forward in random steps and a client that asks in random
+// bursts, denies a request only when at least the limit of the client's
+// admissions were stamped within the guarantee's Lookback before it. A
+// denial with fewer would be one the guarantee admits: the bench audit
+// counts such denials as under-admission, and must never find one in an
+// honest limiter.
+func TestDenialsLookBack(t *testing.T) {
+	c := redistest.Client(t, srv)
+	p := algorithms.Policy{Limit: 5, Window: 50 * time.Millisecond}
+	for _, name := range append([]string{"lua"}, algorithms.Algorithms()...) {
+		info, _ := algorithms.Lookup(name)
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
+			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000 - 13)}
+			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+			key := algorithms.Key(redistest.Prefix(t), name)
+			defer c.Del(context.Background(), algorithms.KeysOf(l, key)...)
+			back := info.Guarantee.Lookback(p).Milliseconds()
+			var admitted []int64
+			denials, tight := 0, 0
+			for range 800 {
+				clock.Add(time.Duration(rng.IntN(4)) * time.Millisecond)
+				now := clock.Now().UnixMilli()
+				for range rng.IntN(4) {
+					if allow(t, l, key).Allowed {
+						admitted = append(admitted, now)
+						continue
+					}
+					denials++
+					var n int64
+					for _, a := range admitted {
+						if a > now-back {
+							n++
+						}
+					}
+					if n < p.Limit {
+						t.Fatalf("denied at %d ms with %d admitted in the %d ms before: the guarantee admits it", now, n, back)
+					}
+					if n == p.Limit {
+						tight++
+					}
+				}
+			}
+			if denials == 0 || tight == 0 {
+				t.Fatalf("%d denials, %d at exactly the limit: the test proves nothing", denials, tight)
+			}
+		})
+	}
+}

@@ -112,10 +112,10 @@ func TestFastRulesAgree(t *testing.T) {
 		if got, want := worstWindow(slices.Clone(ok), window), slowWorstWindow(slices.Clone(ok), window); got != want {
 			t.Fatalf("trial %d: worst window %d, want %d", trial, got, want)
 		}
-		var a Audit
-		remainingChecks(slices.Clone(ok), window, horizon, true, &a)
-		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); a.Headers.Violations != want {
-			t.Fatalf("trial %d: %d violations, want %d", trial, a.Headers.Violations, want)
+		var h HeadersAudit
+		remainingChecks(slices.Clone(ok), window, horizon, true, &h, consumerName)
+		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); h.Violations != want {
+			t.Fatalf("trial %d: %d violations, want %d", trial, h.Violations, want)
 		}
 	}
 }
@@ -131,11 +131,11 @@ func TestAuditIsLinear(t *testing.T) {
 		ss[i] = sample{sent: at, done: at + 2*time.Millisecond, status: 200, remaining: int64(i % 100), reset: time.Second,
 			retryAfter: -1, limit: -1}
 	}
-	a := audit(ss, slidingWindow(2000), 1, -1, false)
+	a := audit1(ss, slidingWindow(2000), 1, whole)
 	// 2,000 a second, each flight 2 ms: a window a millisecond short of 1 s
 	// whose start is a send holds 1,994 whole flights.
-	if a.WorstWindowAdmitted != 1994 || a.Samples != n {
-		t.Fatalf("worst window %d of %d samples", a.WorstWindowAdmitted, a.Samples)
+	if a.WorstWindowAdmitted != 1994 || a.Consumers != 1 {
+		t.Fatalf("worst window %d of %d consumers", a.WorstWindowAdmitted, a.Consumers)
 	}
 }
 
@@ -198,7 +198,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 				reset: time.Second, retryAfter: -1, limit: 10})
 		}
 	}
-	full := audit(ss, slidingWindow(10), 1, -1, false)
+	full := audit1(ss, slidingWindow(10), 1, whole)
 	if full.Headers.Violations != 0 || full.OverAdmitted != 0 {
 		t.Fatalf("all samples: %+v", full)
 	}
@@ -210,14 +210,22 @@ func TestCappedAuditIsSound(t *testing.T) {
 			capped = append(capped, s)
 		}
 	}
-	a := audit(capped, slidingWindow(10), 1, time.Second, false)
-	if a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
+	a := audit(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second}, consumerName)
+	if l := a.Limits[0]; l.Headers.Violations != 0 || l.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
 	// Without the horizon the gaps look like remaining falling by two.
-	if b := audit(capped, slidingWindow(10), 1, -1, false); b.Headers.Violations == 0 {
+	if b := audit1(capped, slidingWindow(10), 1, whole); b.Headers.Violations == 0 {
 		t.Fatal("the gaps went unseen without a horizon: the test proves nothing")
 	}
+}
+
+// whole is the coverage of a run whose samples hold every request.
+var whole = coverage{horizon: -1}
+
+// audit1 audits ss against one limit, and returns what it found of it.
+func audit1(ss []sample, exp expectation, consumers int, cov coverage) LimitAudit {
+	return audit(ss, []expectation{exp}, consumers, cov, consumerName).Limits[0]
 }
 
 func slidingWindow(limit int64) expectation {

@@ -51,12 +51,12 @@ func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.Audit {
+func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.LimitAudit {
 	t.Helper()
 	return auditRunProgress(t, h, noProbes, nil)
 }
 
-func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func(bench.Progress)) bench.Audit {
+func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func(bench.Progress)) bench.LimitAudit {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -66,11 +66,17 @@ func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Audit == nil {
-		t.Fatal("no audit")
+	return only(t, res.Audit)
+}
+
+// only is the one limit of an audit.
+func only(t *testing.T, a *bench.Audit) bench.LimitAudit {
+	t.Helper()
+	if a == nil || len(a.Limits) != 1 {
+		t.Fatalf("audit %+v, want one of one limit", a)
 	}
-	t.Logf("audit: %+v", *res.Audit)
-	return *res.Audit
+	t.Logf("audit: %s %q: %+v", a.Verdict, a.Reasons, a.Limits[0])
+	return a.Limits[0]
 }
 
 // TestAuditCatchesALeak: a server that admits twice the limit it
@@ -114,6 +120,11 @@ func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 	if a.OverAdmitted != 0 {
 		t.Fatalf("over-admitted %d from a server that holds its limit", a.OverAdmitted)
 	}
+	// It admits 5 in 8 s where 5 a second were promised: after the first
+	// second, its denials are ones the rule admits.
+	if a.UnderAdmitted == 0 || a.WorstUnderAdmitted == 0 {
+		t.Fatalf("%d of %d denials judged under-admitted: the server's stinginess went unseen", a.UnderAdmitted, a.DenialsJudged)
+	}
 }
 
 // TestAuditPassesTheEdgeGateway: ratelab's own limiter over a real
@@ -142,8 +153,12 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 				// timed out would fail open, an admission the limiter never made.
 				Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			a := auditExpect(t, h, name, false)
-			if a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
-				t.Fatalf("%s: admitted %d in %d ms where %d were allowed", name, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
+			if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
+				t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
+			}
+			// Every denial it made was due: none is one the rule admits.
+			if a.DenialsJudged == 0 || a.UnderAdmitted != 0 || a.SharedLimit {
+				t.Fatalf("%s: %d of %d denials judged under-admitted (shared: %v)", name, a.UnderAdmitted, a.DenialsJudged, a.SharedLimit)
 			}
 			if name == "" && a.WorstWindowAdmitted != 5 {
 				t.Fatalf("the sliding log admitted %d in one window, want its limit", a.WorstWindowAdmitted)
@@ -175,7 +190,7 @@ func TestAuditCatchesAnOverAdmittingGateway(t *testing.T) {
 
 // auditExpect is auditRun holding the server to algorithm ("" for the
 // sliding-window rule).
-func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) bench.Audit {
+func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) bench.LimitAudit {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -185,11 +200,11 @@ func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Audit == nil || res.Audit.Algorithm != algorithm {
-		t.Fatalf("audit %+v, want one held to %q", res.Audit, algorithm)
+	a := only(t, res.Audit)
+	if a.Algorithm != algorithm {
+		t.Fatalf("audit %+v, want one held to %q", a, algorithm)
 	}
-	t.Logf("audit: %+v", *res.Audit)
-	return *res.Audit
+	return a
 }
 
 // TestAuditCatchesFalseRemaining: a server that admits its limit but says
@@ -247,8 +262,8 @@ func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
 		}
-		if r.Audit.OverAdmitted != 0 {
-			t.Fatalf("machine %d alone saw %d in a window: the test needs each machine to pass", i+1, r.Audit.WorstWindowAdmitted)
+		if a := only(t, r.Audit); a.OverAdmitted != 0 {
+			t.Fatalf("machine %d alone saw %d in a window: the test needs each machine to pass", i+1, a.WorstWindowAdmitted)
 		}
 		requests += r.Requests
 	}
@@ -256,8 +271,11 @@ func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Audit == nil || m.Audit.OverAdmitted == 0 || m.Audit.WorstWindowAdmitted < 20 {
-		t.Fatalf("merged audit %+v (note %q): the split leak went unseen", m.Audit, m.AuditNote)
+	if m.Audit == nil {
+		t.Fatalf("no merged audit (note %q)", m.AuditNote)
+	}
+	if a := only(t, m.Audit); m.Audit.Verdict != bench.Leaked || a.OverAdmitted == 0 || a.WorstWindowAdmitted < 20 {
+		t.Fatalf("merged audit %+v: the split leak went unseen", m.Audit)
 	}
 	if m.Requests != requests || m.Histogram().TotalCount() != requests || m.Audit.Samples != requests {
 		t.Fatalf("merged %d requests (%d in the histogram, %d audited), want %d", m.Requests, m.Histogram().TotalCount(), m.Audit.Samples, requests)
@@ -308,8 +326,8 @@ func TestSharedConsumersHonestGateway(t *testing.T) {
 	}
 	wg.Wait()
 	for i, r := range runs {
-		a := r.Audit
-		if a.Headers.Violations != 0 || a.Headers.Partial == "" || a.RetryAfter.Honest != nil || a.OverAdmitted != 0 {
+		a := only(t, r.Audit)
+		if a.Headers.Violations != 0 || a.Headers.Partial == "" || a.RetryAfter.Honest != nil || a.OverAdmitted != 0 || a.UnderSkipped == "" {
 			t.Fatalf("shard %d alone: %+v", i, a)
 		}
 	}
@@ -317,12 +335,16 @@ func TestSharedConsumersHonestGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := m.Audit
-	if a == nil || a.Headers.Partial != "" || a.Headers.Checked == 0 || a.Headers.Violations != 0 || a.OverAdmitted != 0 || a.WorstWindowAdmitted != 5 {
-		t.Fatalf("merged: %+v (%s)", a, m.AuditNote)
+	if m.Audit == nil {
+		t.Fatalf("no merged audit: %s", m.AuditNote)
+	}
+	a := only(t, m.Audit)
+	if m.Audit.Verdict != bench.Held || a.Headers.Partial != "" || a.Headers.Checked == 0 || a.Headers.Violations != 0 || a.OverAdmitted != 0 ||
+		a.WorstWindowAdmitted != 5 || a.UnderSkipped != "" || a.DenialsJudged == 0 || a.UnderAdmitted != 0 {
+		t.Fatalf("merged: %+v", m.Audit)
 	}
 	again, err := bench.Merge([]bench.Result{m}, 0)
-	if err != nil || again.Audit == nil || again.Audit.Samples != a.Samples {
+	if err != nil || again.Audit == nil || again.Audit.Samples != m.Audit.Samples {
 		t.Fatalf("a merge merged again: %+v, %v", again.Audit, err)
 	}
 }

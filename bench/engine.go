@@ -121,6 +121,9 @@ type conn struct {
 	// cappedAt is when this connection stopped keeping samples, since the
 	// measured run began; -1 while it keeps them.
 	cappedAt time.Duration
+	// warmUntil is when its last warm-up request ended, since the measured
+	// run began (0 when that was before it began).
+	warmUntil time.Duration
 }
 
 func newConn(p *plan, id int) *conn {
@@ -195,6 +198,9 @@ func (c *conn) run(ctx context.Context) {
 				c.first[e.kind] = err.Error()
 			}
 			c.hangUp()
+			if p.audit && !warm { // it may have been admitted: the audit weighs it
+				c.keepSample(consumer, sent-p.warmup, e.done, false)
+			}
 		} else {
 			e.status = int32(c.resp.status)
 			c.bytes += c.resp.body
@@ -202,8 +208,11 @@ func (c *conn) run(ctx context.Context) {
 				c.hangUp()
 			}
 			if p.audit && !warm {
-				c.keepSample(consumer, sent-p.warmup, e.done)
+				c.keepSample(consumer, sent-p.warmup, e.done, true)
 			}
+		}
+		if warm {
+			c.warmUntil = max(c.warmUntil, e.done)
 		}
 		c.record(e)
 	}
@@ -360,14 +369,19 @@ func (c *conn) flush() {
 	}
 }
 
-// keepSample keeps the response as a sample for the audit, up to the
+// keepSample keeps the request as a sample for the audit, the response in
+// c.resp when answered, a transport error when not, up to the
 // connection's share of the samples; past it, it notes from when samples
 // are missing.
-func (c *conn) keepSample(consumer int, sent, done time.Duration) {
+func (c *conn) keepSample(consumer int, sent, done time.Duration, answered bool) {
 	if len(c.samples) >= c.p.sampleCap {
 		if c.cappedAt < 0 {
 			c.cappedAt = sent
 		}
+		return
+	}
+	if !answered {
+		c.samples = append(c.samples, newSample(consumer, sent, done, 0, &limitFields{}))
 		return
 	}
 	c.samples = append(c.samples, newSample(consumer, sent, done, c.resp.status, &c.resp.limits))

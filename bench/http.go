@@ -277,8 +277,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	res := newResult(cfg, t, max(elapsed, 0))
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
 	var samples []sample
-	horizon := time.Duration(-1)
+	horizon, warmUntil := time.Duration(-1), time.Duration(0)
 	for _, c := range conns {
+		warmUntil = max(warmUntil, c.warmUntil)
 		res.Bytes += c.bytes
 		res.Unsent += c.unsent
 		for k, msg := range c.first {
@@ -298,18 +299,27 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	}
 	if p.audit {
 		exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm) // validated
-		shared := cfg.Shards > 1 && cfg.SharedConsumers
-		a := audit(samples, exp, cfg.Consumers, horizon, shared)
+		cov := coverage{from: warmUntil, horizon: horizon, partial: cfg.Shards > 1 && cfg.SharedConsumers}
 		switch {
-		case shared:
-			// Another machine may be asking the same consumer meanwhile.
-			a.RetryAfter.Skipped = sharedNote
-		case cfg.NoProbes:
-			a.RetryAfter.Skipped = "probes turned off (--no-probes)"
+		case cov.partial:
+			cov.skipUnder = sharedNote
 		case ctx.Err() != nil:
-			a.RetryAfter.Skipped = "the run was interrupted"
-		default:
-			probeRetryAfter(ctx, p, samples, &a)
+			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
+		}
+		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, consumerName)
+		for i := range a.Limits {
+			l := &a.Limits[i]
+			switch {
+			case cov.partial:
+				// Another machine may be asking the same consumer meanwhile.
+				l.RetryAfter.Skipped = sharedNote
+			case cfg.NoProbes:
+				l.RetryAfter.Skipped = "probes turned off (--no-probes)"
+			case ctx.Err() != nil:
+				l.RetryAfter.Skipped = "the run was interrupted"
+			default:
+				probeRetryAfter(ctx, p, samples, l)
+			}
 		}
 		res.Audit = &a
 		res.AuditSamples = encodeSamples(samples)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -178,8 +179,10 @@ func (r Result) mergeable(first int64) error {
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}
 	if r.Audit != nil {
-		if _, err := r.Audit.policy(); err != nil {
-			return err
+		for i := range r.Audit.Limits {
+			if _, err := r.Audit.Limits[i].policy(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -188,7 +191,7 @@ func (r Result) mergeable(first int64) error {
 // policy is the limit the audit expected, as a saved result says it: an
 // error when no run can have expected it (which the guarantees, made for
 // valid policies, cannot judge by).
-func (a *Audit) policy() (algorithms.Policy, error) {
+func (a *LimitAudit) policy() (algorithms.Policy, error) {
 	ms := a.WindowMillis
 	p := algorithms.Policy{Limit: a.Limit}
 	if ms >= 1 && ms <= math.MaxInt64/int64(time.Millisecond) {
@@ -258,20 +261,25 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	case len(without) > 0:
 		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil
 	}
-	first := runs[0].Audit
+	first := runs[0].Audit.Limits
+	if len(first) == 0 {
+		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil
+	}
 	var all []sample
-	horizon := time.Duration(-1)
+	cov := coverage{horizon: -1}
 	consumers := 0
 	for _, r := range runs {
 		consumers = max(consumers, r.Config.Consumers)
 	}
-	merged := &Audit{}
-	honest, probed := true, false
+	probes := make([]RetryAfterAudit, len(first))
+	honest, probed := make([]bool, len(first)), make([]bool, len(first))
+	for k := range honest {
+		honest[k] = true
+	}
 	for i, r := range runs {
 		a := r.Audit
-		if a.Limit != first.Limit || a.WindowMillis != first.WindowMillis || a.Algorithm != first.Algorithm {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %d per %d ms (%s), run 1 %d per %d ms (%s)",
-				i+1, a.Limit, a.WindowMillis, orRule(a.Algorithm), first.Limit, first.WindowMillis, orRule(first.Algorithm)), nil, nil
+		if !sameLimits(a.Limits, first) {
+			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil
 		}
 		if r.AuditSamples == nil {
 			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
@@ -288,33 +296,63 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 		all = append(all, ss...)
 		if a.CappedFromMillis != nil {
 			h := offset + time.Duration(*a.CappedFromMillis)*time.Millisecond
-			if horizon < 0 || h < horizon {
-				horizon = h
+			if cov.horizon < 0 || h < cov.horizon {
+				cov.horizon = h
 			}
 		}
+		// Before a run began (and its warm-up ended), its consumers may
+		// have been admitted by requests that no run kept.
+		cov.from = max(cov.from, offset+time.Duration(min(max(a.CompleteFromMillis, 0), maxSampleMicros/1000))*time.Millisecond+tolerance)
 		// The Retry-After probes ran on each machine after its run: the
 		// merge keeps what they found.
-		ra := a.RetryAfter
-		merged.RetryAfter.Probes += ra.Probes
-		merged.RetryAfter.MaxErrorMillis = max(merged.RetryAfter.MaxErrorMillis, ra.MaxErrorMillis)
-		if ra.Honest != nil {
-			probed = true
-			honest = honest && *ra.Honest
-		} else if merged.RetryAfter.Skipped == "" {
-			merged.RetryAfter.Skipped = fmt.Sprintf("run %d: %s", i+1, ra.Skipped)
+		for k, l := range a.Limits {
+			ra := l.RetryAfter
+			probes[k].Probes += ra.Probes
+			probes[k].MaxErrorMillis = max(probes[k].MaxErrorMillis, ra.MaxErrorMillis)
+			if ra.Honest != nil {
+				probed[k] = true
+				honest[k] = honest[k] && *ra.Honest
+			} else if probes[k].Skipped == "" {
+				probes[k].Skipped = fmt.Sprintf("run %d: %s", i+1, ra.Skipped)
+			}
 		}
 	}
-	exp, err := newExpectation(first.Limit, time.Duration(first.WindowMillis)*time.Millisecond, first.Algorithm)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
+	exps := make([]expectation, len(first))
+	for k, l := range first {
+		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
+		}
+		exps[k] = exp
 	}
-	a := audit(all, exp, consumers, horizon, false)
-	a.RetryAfter = merged.RetryAfter
-	if probed {
-		a.RetryAfter.Honest = &honest
-		a.RetryAfter.Skipped = ""
+	a := audit(all, exps, consumers, cov, consumerName)
+	for k := range a.Limits {
+		a.Limits[k].RetryAfter = probes[k]
+		if probed[k] {
+			a.Limits[k].RetryAfter.Honest = &honest[k]
+			a.Limits[k].RetryAfter.Skipped = ""
+		}
 	}
 	return &a, "", all, nil
+}
+
+// sameLimits says whether two audits judged the same limits, in order.
+func sameLimits(a, b []LimitAudit) bool {
+	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
+		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm
+	})
+}
+
+// limitsText says which limits an audit judged: "5 per 1000 ms (gcra)".
+func limitsText(ls []LimitAudit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%d per %d ms (%s)", l.Limit, l.WindowMillis, orRule(l.Algorithm))
+	}
+	if len(parts) == 0 {
+		return "no limit"
+	}
+	return strings.Join(parts, " and ")
 }
 
 func orRule(algorithm string) string {

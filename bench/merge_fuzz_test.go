@@ -27,7 +27,7 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = start
 	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
-	a := audit(samples, exp, cfg.Consumers, -1, false)
+	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
 	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
 	b, _ := json.Marshal(res)
 	return b
@@ -54,9 +54,11 @@ func FuzzMerge(f *testing.F) {
 		func(r *Result) { r.StartedUnixMillis += 3_600_000 },
 		func(r *Result) { r.Config.Consumers = -1 },
 		func(r *Result) { r.Config.Consumers = 1 << 50 },
-		func(r *Result) { r.Audit.Limit, r.Audit.WindowMillis = 0, 0 },
-		func(r *Result) { r.Audit.WindowMillis = -1000 },
-		func(r *Result) { r.Audit.Limit = math.MaxInt64 },
+		func(r *Result) { r.Audit.Limits[0].Limit, r.Audit.Limits[0].WindowMillis = 0, 0 },
+		func(r *Result) { r.Audit.Limits[0].WindowMillis = -1000 },
+		func(r *Result) { r.Audit.Limits[0].Limit = math.MaxInt64 },
+		func(r *Result) { r.Audit.Limits = nil },
+		func(r *Result) { r.Audit.CompleteFromMillis = math.MinInt64 },
 	} {
 		var r Result
 		_ = json.Unmarshal(b, &r)
@@ -97,7 +99,10 @@ func FuzzMerge(f *testing.F) {
 			}
 		}
 		if m.Audit != nil {
-			negative = negative || m.Audit.Samples < 0 || m.Audit.OverAdmitted < 0 || m.Audit.Headers.Checked < 0 || m.Audit.Headers.Violations < 0
+			negative = negative || m.Audit.Samples < 0
+			for _, l := range m.Audit.Limits {
+				negative = negative || l.OverAdmitted < 0 || l.UnderAdmitted < 0 || l.Headers.Checked < 0 || l.Headers.Violations < 0
+			}
 		}
 		if negative {
 			t.Fatalf("merged a negative count: %+v", m)

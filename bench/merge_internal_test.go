@@ -24,7 +24,7 @@ func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
 		{func(r *Result) { r.Config.Consumers = 1 << 50 }, "consumers"},
 		{func(r *Result) { r.StartedUnixMillis = math.MaxInt64 }, "merge runs of one test"},
 		{func(r *Result) { r.StartedUnixMillis += 25 * 3_600_000 }, "merge runs of one test"},
-		{func(r *Result) { r.Audit.Limit, r.Audit.WindowMillis = 0, 0 }, "not a limit a run can expect"},
+		{func(r *Result) { r.Audit.Limits[0].Limit, r.Audit.Limits[0].WindowMillis = 0, 0 }, "not a limit a run can expect"},
 	} {
 		var r Result
 		if err := json.Unmarshal(base, &r); err != nil {

@@ -43,22 +43,23 @@ const maxWindowPoints = 2000
 
 // RollingAdmissions reads the audited responses kept in the result and
 // returns, for up to n consumers (the audit's worst first, then those
-// admitted most), their admissions over rolling windows of the audit's
-// window. It needs audit samples (a run with --expect-limit).
+// admitted most), their admissions over rolling windows of the window of
+// the audit's first limit. It needs audit samples (a run with --expect-limit).
 func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
-	if r.Audit == nil || r.AuditSamples == nil {
+	if r.Audit == nil || r.AuditSamples == nil || len(r.Audit.Limits) == 0 {
 		return nil, errors.New("no audit samples")
 	}
+	a := &r.Audit.Limits[0]
 	samples, err := r.AuditSamples.decode(0, max(r.Config.Consumers, 1))
 	if err != nil {
 		return nil, err
 	}
-	p, err := r.Audit.policy()
+	p, err := a.policy()
 	if err != nil {
 		return nil, err
 	}
 	span := p.Window - time.Millisecond
-	exp, err := newExpectation(p.Limit, p.Window, r.Audit.Algorithm)
+	exp, err := newExpectation(p.Limit, p.Window, a.Algorithm)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +75,9 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool {
-		a, b := consumerName(ids[i]) == r.Audit.WorstConsumer, consumerName(ids[j]) == r.Audit.WorstConsumer
-		if a != b {
-			return a
+		x, y := consumerName(ids[i]) == a.WorstConsumer, consumerName(ids[j]) == a.WorstConsumer
+		if x != y {
+			return x
 		}
 		if len(per[ids[i]]) != len(per[ids[j]]) {
 			return len(per[ids[i]]) > len(per[ids[j]])

@@ -66,7 +66,7 @@ func TestRetryAfterVerdict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeProber{denied: tc.denied, found: tc.found}
-			var a Audit
+			var a LimitAudit
 			probeRetryAfter(context.Background(), f, tc.samples, &a)
 			r := a.RetryAfter
 			honest := ""

@@ -48,7 +48,7 @@ func TestShardedProbesAskOnlyTheirConsumers(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for i, r := range results {
-		if r.Audit == nil || r.Audit.RetryAfter.Skipped == "" {
+		if r.Audit == nil || r.Audit.Limits[0].RetryAfter.Skipped == "" {
 			t.Fatalf("shard %d: audit %+v, want the probes skipped for want of a denial", i, r.Audit)
 		}
 		var sent int64

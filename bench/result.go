@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -73,9 +77,12 @@ type Result struct {
 	Unsent int64 `json:"unsent"`
 	// RateShortfall is set when the open model achieved under 99% of the rate.
 	RateShortfall bool `json:"rate_shortfall"`
-	// LatencyMicros is measured from when each request should have been sent
-	// (open model) or was sent (closed model), in µs; the others split it by
-	// outcome. Each Count is the number of responses (or errors) behind it.
+	// LatencyMicros is the latency of every response, measured from when
+	// each request should have been sent (open model) or was sent (closed
+	// model), in µs; the 2xx, 429 and other rows split it by status.
+	// LatencyErrorMicros is apart: how long the transport errors took to
+	// fail, which is no response time. Each Count is the number of responses
+	// (or errors) behind it.
 	LatencyMicros      hdr.Percentiles `json:"latency_us"`
 	Latency2xxMicros   hdr.Percentiles `json:"latency_2xx_us"`
 	Latency429Micros   hdr.Percentiles `json:"latency_429_us"`
@@ -104,6 +111,67 @@ type Result struct {
 // particular order; nil without it.
 func (r Result) Responses() []Response { return r.responses }
 
+// Failures counts the run's failed requests, which --max-error-rate
+// weighs: its transport errors, and its responses other than 2xx and 429
+// (a 400, a 401 or a 503 alike: none says what the limit decided).
+func (r Result) Failures() int64 {
+	n := r.Errors
+	for code, c := range r.StatusCounts {
+		if failed(code) {
+			n += c
+		}
+	}
+	return n
+}
+
+// FailedStatuses lists the responses other than 2xx and 429 by status, in
+// status order, as "400 × 240, 503 × 2"; empty when there were none.
+func (r Result) FailedStatuses() string {
+	return statusList(r.StatusCounts, failed)
+}
+
+// failed says whether a response of status code (as StatusCounts keys it)
+// is a failure of the run.
+func failed(code string) bool {
+	return !strings.HasPrefix(code, "2") && code != "429"
+}
+
+// statusList lists the counts whose status keep accepts, in status order,
+// as "400 × 240, 429 × 3".
+func statusList(counts map[string]int64, keep func(code string) bool) string {
+	codes := slices.Sorted(maps.Keys(counts))
+	var parts []string
+	for _, code := range codes {
+		if n := counts[code]; n > 0 && keep(code) {
+			parts = append(parts, code+" × "+strconv.FormatInt(n, 10))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Unanswered is an error, naming the kinds of transport error, when the
+// run sent requests and not one got a response (every one was refused,
+// reset or timed out): then there is nothing to measure or audit. It is
+// nil otherwise.
+func (r Result) Unanswered() error {
+	if r.Requests == 0 || r.Errors < r.Requests {
+		return nil
+	}
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
+		e := r.ErrorKinds[k]
+		if e.Count == 0 {
+			continue
+		}
+		kind := k + " " + strconv.FormatInt(e.Count, 10)
+		if e.First != "" {
+			kind += " (first: " + e.First + ")"
+		}
+		kinds = append(kinds, kind)
+	}
+	return fmt.Errorf("no request got a response: %d of %d failed: %s", r.Errors, r.Requests, strings.Join(kinds, "; "))
+}
+
 // Timeline is a run cut into intervals by when each response ended.
 type Timeline struct {
 	// IntervalMillis is the length of an interval; it doubles, with
@@ -122,14 +190,14 @@ type Interval struct {
 	// Status counts them by class: 1xx to 5xx (4xx without 429), 429 and
 	// transport errors.
 	Status map[string]int64 `json:"status"`
-	// LatencyMicros are the percentiles of the responses that ended in it,
-	// in µs, at two significant digits.
+	// LatencyMicros are the percentiles of the responses that ended in it
+	// (transport errors left out), in µs, at two significant digits.
 	LatencyMicros struct {
 		P50 int64 `json:"p50"`
 		P99 int64 `json:"p99"`
 		Max int64 `json:"max"`
 	} `json:"latency_us"`
-	// Histogram is the interval's latency histogram (µs), HdrHistogram V2
+	// Histogram is the interval's histogram of response latencies (µs), HdrHistogram V2
 	// compressed and base64 encoded, for exact merges.
 	Histogram string `json:"histogram,omitempty"`
 }
@@ -137,7 +205,8 @@ type Interval struct {
 // classNames name the status classes in a timeline.
 var classNames = [numClasses]string{"errors", "1xx", "2xx", "3xx", "4xx", "5xx", "429"}
 
-// Histogram is the latency histogram of all responses, in µs.
+// Histogram is the latency histogram of all responses (transport errors
+// left out), in µs.
 func (r Result) Histogram() *hdrhistogram.Histogram { return r.all }
 
 func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
@@ -159,7 +228,7 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
 			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},
-		Requests:           t.all.TotalCount(),
+		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},
 		ErrorKinds:         map[string]ErrorKind{},

@@ -48,6 +48,8 @@ const batchSize = 64
 const batchAge = 100 * time.Millisecond
 
 // tally is the run's measurements, fed by every connection in batches.
+// all holds the latency of every response, failed the time each transport
+// error took to fail: the two are never mixed.
 type tally struct {
 	mu                                   sync.Mutex
 	all, ok, limited, other, failed, lag *hdrhistogram.Histogram
@@ -73,7 +75,9 @@ func (t *tally) add(events []event) {
 			continue
 		}
 		lat := e.latency
-		hdr.Record(t.all, lat)
+		if e.status != 0 {
+			hdr.Record(t.all, lat) // responses only: a failed connection is no response time
+		}
 		hdr.Record(t.lag, e.lag)
 		class := classErrors
 		switch {
@@ -95,7 +99,7 @@ func (t *tally) add(events []event) {
 			}
 			hdr.Record(t.other, lat)
 		}
-		t.timeline.add(e.done, lat, class)
+		t.timeline.add(e.done, lat, class, e.status != 0)
 	}
 }
 
@@ -135,7 +139,8 @@ type timeline struct {
 	slots []slot
 }
 
-// slot is one interval: responses by class, and their latencies (µs).
+// slot is one interval: responses and transport errors by class, and the
+// responses' latencies (µs).
 type slot struct {
 	counts [numClasses]int64
 	hist   *hdrhistogram.Histogram
@@ -148,7 +153,9 @@ func newSlotHist() *hdrhistogram.Histogram {
 	return hdrhistogram.New(hdr.Lowest, hdr.Highest, 2)
 }
 
-func (t *timeline) add(done time.Duration, lat int64, class int) {
+// add counts one request that ended at done in its class, and its latency
+// when it got a response.
+func (t *timeline) add(done time.Duration, lat int64, class int, response bool) {
 	if t.interval <= 0 {
 		return
 	}
@@ -165,7 +172,9 @@ func (t *timeline) add(done time.Duration, lat int64, class int) {
 	}
 	s := &t.slots[i]
 	s.counts[class]++
-	hdr.Record(s.hist, lat)
+	if response {
+		hdr.Record(s.hist, lat)
+	}
 }
 
 // coarsen merges each pair of intervals into one twice as long.
@@ -201,7 +210,7 @@ type snapshot struct {
 func (t *tally) snapshot(elapsed time.Duration) snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := snapshot{done: t.all.TotalCount(), warm: t.warmup, interval: t.timeline.interval}
+	s := snapshot{done: t.all.TotalCount() + t.failed.TotalCount(), warm: t.warmup, interval: t.timeline.interval}
 	if t.timeline.interval > 0 {
 		i := int((elapsed-batchAge)/t.timeline.interval) - 1
 		if i >= 0 && i < len(t.timeline.slots) {

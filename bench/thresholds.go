@@ -11,15 +11,27 @@ import (
 // Thresholds are the limits a run must stay within; each is off at its
 // zero value.
 type Thresholds struct {
-	// MaxP99 is the highest acceptable p99 latency; 0 for none.
+	// MaxP99 is the highest acceptable p99 latency of the responses; 0 for
+	// none.
 	MaxP99 time.Duration
 	// MaxErrorRate, when not nil, is the highest acceptable share (0 to 1)
-	// of transport errors and 5xx among the measured requests: new(0.0)
-	// fails a run with any; nil for none.
+	// of failed requests among the measured ones: transport errors, and
+	// responses other than 2xx and 429 (Result.Failures). new(0.0) fails a
+	// run with any; nil for none.
 	MaxErrorRate *float64
-	// FailOnLeak fails a run whose audit found a consumer over its limit, a
-	// false Retry-After or wrong rate-limit headers.
+	// FailOnLeak fails a run whose audit did not find that its limits
+	// held: a consumer over a limit (leaked), a limit shared across the
+	// identities sent, an audit that could not judge (no verdict, unless
+	// AllowNoVerdict), a false Retry-After or wrong rate-limit headers.
 	FailOnLeak bool
+	// AllowNoVerdict lets FailOnLeak pass an audit that could not judge;
+	// a limit shared across the identities still fails.
+	AllowNoVerdict bool
+	// FailOnUnder, when not nil, is the highest acceptable share (0 to 1)
+	// of a limit's judged denials that its rule would have admitted
+	// (LimitAudit.UnderAdmittedShare); a limit with denials of which none
+	// could be judged fails it too. nil for none.
+	FailOnUnder *float64
 }
 
 // Validate checks t. Errors are *field.Error.
@@ -29,46 +41,109 @@ func (t Thresholds) Validate() error {
 		return field.Errorf("MaxP99", "must not be negative (got %s)", t.MaxP99)
 	case t.MaxErrorRate != nil && (*t.MaxErrorRate < 0 || *t.MaxErrorRate > 1):
 		return field.Errorf("MaxErrorRate", "must be between 0 and 1 (got %g)", *t.MaxErrorRate)
+	case t.FailOnUnder != nil && (*t.FailOnUnder < 0 || *t.FailOnUnder > 1):
+		return field.Errorf("FailOnUnder", "must be between 0 and 1 (got %g)", *t.FailOnUnder)
+	case t.AllowNoVerdict && !t.FailOnLeak:
+		return field.Errorf("AllowNoVerdict", "needs {FailOnLeak}")
 	}
 	return nil
 }
 
 // Crossed says which thresholds r crossed, one error each naming its field
-// of Thresholds; none when it held them all. With FailOnLeak and no audit
-// (a merge that could not audit), it says that.
+// of Thresholds; none when it held them all. With FailOnLeak or
+// FailOnUnder and no audit (a merge that could not audit), it says that.
 func (t Thresholds) Crossed(r Result) []*field.Error {
 	var crossed []*field.Error
 	if p99 := time.Duration(r.LatencyMicros.P99) * time.Microsecond; t.MaxP99 > 0 && p99 > t.MaxP99 {
 		crossed = append(crossed, field.Errorf("MaxP99", ": p99 %s is above %s", p99, t.MaxP99))
 	}
 	if t.MaxErrorRate != nil && r.Requests > 0 {
-		bad := r.Errors
-		for code, n := range r.StatusCounts {
-			if strings.HasPrefix(code, "5") {
-				bad += n
-			}
+		if rate := float64(r.Failures()) / float64(r.Requests); rate > *t.MaxErrorRate {
+			crossed = append(crossed, field.Errorf("MaxErrorRate", ": %.4f of requests failed, above %g (%s)", rate, *t.MaxErrorRate, failuresText(r)))
 		}
-		if rate := float64(bad) / float64(r.Requests); rate > *t.MaxErrorRate {
-			crossed = append(crossed, field.Errorf("MaxErrorRate", ": %.4f of requests failed, above %g", rate, *t.MaxErrorRate))
-		}
-	}
-	if !t.FailOnLeak {
-		return crossed
 	}
 	a := r.Audit
 	if a == nil {
-		return append(crossed, field.Errorf("FailOnLeak", ": there is no audit (%s)", cmp.Or(r.AuditNote, "the run audited nothing")))
+		for name, on := range map[string]bool{"FailOnLeak": t.FailOnLeak, "FailOnUnder": t.FailOnUnder != nil} {
+			if on {
+				crossed = append(crossed, field.Errorf(name, ": there is no audit (%s)", cmp.Or(r.AuditNote, "the run audited nothing")))
+			}
+		}
+		return crossed
 	}
-	if a.OverAdmitted > 0 {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s got %d through in %s, over the %d allowed (%s)",
-			a.WorstConsumer, a.WorstWindowAdmitted, time.Duration(a.WorstSpanMillis)*time.Millisecond, a.WorstSpanAllowed, a.Rule))
-	}
-	if h := a.RetryAfter.Honest; h != nil && !*h {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": Retry-After was off by up to %d ms", a.RetryAfter.MaxErrorMillis))
-	}
-	if a.Headers.Violations > 0 {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": %d responses with wrong rate-limit headers (%s)",
-			a.Headers.Violations, a.Headers.Example))
+	for _, l := range a.Limits {
+		if t.FailOnLeak {
+			crossed = append(crossed, l.crossedLeak(r, t.AllowNoVerdict)...)
+		}
+		if t.FailOnUnder != nil {
+			crossed = append(crossed, l.crossedUnder(*t.FailOnUnder)...)
+		}
 	}
 	return crossed
+}
+
+// crossedLeak is what FailOnLeak finds wrong with one limit of r's audit.
+func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
+	var crossed []*field.Error
+	switch {
+	case l.Verdict == Leaked:
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s got %d through in %s, over the %d allowed (%s)",
+			l.WorstConsumer, l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule))
+	case l.Verdict == NoVerdict && (l.SharedLimit || !allowNoVerdict):
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s (statuses seen: %s)", strings.Join(l.Reasons, "; "), seenText(r)))
+	}
+	if h := l.RetryAfter.Honest; h != nil && !*h {
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": Retry-After was off by up to %d ms", l.RetryAfter.MaxErrorMillis))
+	}
+	if l.Headers.Violations > 0 {
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": %d responses with wrong rate-limit headers (%s)",
+			l.Headers.Violations, l.Headers.Example))
+	}
+	return crossed
+}
+
+// crossedUnder is what FailOnUnder finds wrong with one limit: a share of
+// false denials above most, or denials of which none could be judged (the
+// gate does not pass what it could not see).
+func (l LimitAudit) crossedUnder(most float64) []*field.Error {
+	switch {
+	case l.Denials > 0 && l.DenialsJudged == 0:
+		why := cmp.Or(l.UnderSkipped, "each came within a lookback of the run's start or the warm-up's end: run longer")
+		return []*field.Error{field.Errorf("FailOnUnder", ": none of the %d denials could be judged (%s)", l.Denials, why)}
+	case l.DenialsJudged > 0 && l.UnderAdmittedShare > most:
+		return []*field.Error{field.Errorf("FailOnUnder", ": %d of the %d denials judged (%.1f%%) would have been admitted (%s), above %g; the most, %d, to %s",
+			l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.Rule, most, l.WorstUnderAdmitted, l.WorstUnderConsumer)}
+	}
+	return nil
+}
+
+// failuresText names the failures of r: "errors by status: 400 × 240;
+// transport errors: 3".
+func failuresText(r Result) string {
+	var parts []string
+	if s := r.FailedStatuses(); s != "" {
+		parts = append(parts, "errors by status: "+s)
+	}
+	if r.Errors > 0 {
+		parts = append(parts, "transport errors: "+kindsText(r.ErrorKinds))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// seenText lists every status r got, and its transport errors.
+func seenText(r Result) string {
+	s := cmp.Or(statusList(r.StatusCounts, func(string) bool { return true }), "none")
+	if r.Errors > 0 {
+		s += "; transport errors: " + kindsText(r.ErrorKinds)
+	}
+	return s
+}
+
+// kindsText lists transport errors by kind: "refused 3, timeout 1".
+func kindsText(kinds map[string]ErrorKind) string {
+	counts := map[string]int64{}
+	for k, e := range kinds {
+		counts[k] = e.Count
+	}
+	return strings.ReplaceAll(statusList(counts, func(string) bool { return true }), " × ", " ")
 }

@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ratelab/ratelab/bench"
@@ -49,6 +50,77 @@ func TestMaxErrorRate(t *testing.T) {
 	for _, rate := range []float64{-0.1, 1.5} {
 		if err := (bench.Thresholds{MaxErrorRate: new(rate)}).Validate(); err == nil {
 			t.Errorf("MaxErrorRate %g passed Validate", rate)
+		}
+	}
+}
+
+// TestMaxErrorRateCountsEveryFailure: a 400 or a 401 fails a run as a 503
+// does, named by status; 2xx and 429 never do.
+func TestMaxErrorRateCountsEveryFailure(t *testing.T) {
+	r := bench.Result{Requests: 100, Errors: 2, ErrorKinds: map[string]bench.ErrorKind{"refused": {Count: 2}},
+		StatusCounts: map[string]int64{"200": 40, "429": 40, "400": 10, "401": 5, "302": 3}}
+	if got := r.Failures(); got != 20 {
+		t.Fatalf("%d failures, want 20", got)
+	}
+	crossed := bench.Thresholds{MaxErrorRate: new(0.1)}.Crossed(r)
+	want := "MaxErrorRate: 0.2000 of requests failed, above 0.1 (errors by status: 302 × 3, 400 × 10, 401 × 5; transport errors: refused 2)"
+	if len(crossed) != 1 || crossed[0].Error() != want {
+		t.Fatalf("crossed %v, want %q", crossed, want)
+	}
+}
+
+// TestVerdictThresholds: FailOnLeak passes only an audit that held (or,
+// with AllowNoVerdict, one that could not judge, but never a shared
+// limit); FailOnUnder weighs the share of false denials, and fails when
+// there were denials and none could be judged.
+func TestVerdictThresholds(t *testing.T) {
+	audit := func(l bench.LimitAudit) bench.Result {
+		return bench.Result{Requests: 10, StatusCounts: map[string]int64{"200": 5, "429": 5},
+			Audit: &bench.Audit{Verdict: l.Verdict, Reasons: l.Reasons, Limits: []bench.LimitAudit{l}}}
+	}
+	held := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4}
+	leaked := bench.LimitAudit{Verdict: bench.Leaked, OverAdmitted: 2, WorstConsumer: "consumer-0", Denials: 5, DenialsJudged: 4}
+	none := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"the load never reached the limit"}}
+	shared := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"the gateway seems to share one limit"}, SharedLimit: true,
+		Denials: 5, DenialsJudged: 4, UnderAdmitted: 4, UnderAdmittedShare: 1}
+	under := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4, UnderAdmitted: 1, UnderAdmittedShare: 0.25}
+	unjudged := bench.LimitAudit{Verdict: bench.Held, Denials: 5}
+	for _, tc := range []struct {
+		name string
+		th   bench.Thresholds
+		l    bench.LimitAudit
+		want []string // the crossed fields' messages contain these, in order
+	}{
+		{"held", bench.Thresholds{FailOnLeak: true, FailOnUnder: new(0.0)}, held, nil},
+		{"leaked", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, leaked, []string{"FailOnLeak: consumer-0 got 0 through"}},
+		{"no verdict", bench.Thresholds{FailOnLeak: true}, none,
+			[]string{"FailOnLeak: no verdict: the load never reached the limit (statuses seen: 200 × 5, 429 × 5)"}},
+		{"no verdict allowed", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, none, nil},
+		{"shared, allowed or not", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, shared,
+			[]string{"FailOnLeak: no verdict: the gateway seems to share one limit"}},
+		{"under, above", bench.Thresholds{FailOnUnder: new(0.2)}, under, []string{"FailOnUnder: 1 of the 4 denials judged (25.0%) would have been admitted"}},
+		{"under, within", bench.Thresholds{FailOnUnder: new(0.25)}, under, nil},
+		{"under, none judged", bench.Thresholds{FailOnUnder: new(0.5)}, unjudged, []string{"FailOnUnder: none of the 5 denials could be judged (each came"}},
+		{"under, none denied", bench.Thresholds{FailOnUnder: new(0.0)}, none, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.th.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			crossed := tc.th.Crossed(audit(tc.l))
+			if len(crossed) != len(tc.want) {
+				t.Fatalf("crossed %v, want %q", crossed, tc.want)
+			}
+			for i, w := range tc.want {
+				if got := crossed[i].Error(); !strings.Contains(got, w) {
+					t.Errorf("crossed %q, want %q", got, w)
+				}
+			}
+		})
+	}
+	for _, th := range []bench.Thresholds{{AllowNoVerdict: true}, {FailOnUnder: new(1.5)}, {FailOnUnder: new(-0.1)}} {
+		if err := th.Validate(); err == nil {
+			t.Errorf("%+v passed Validate", th)
 		}
 	}
 }

@@ -57,9 +57,11 @@ func benchRows(r bench.Result) [][]string {
 		return []string{name, strconv.FormatInt(p.Count, 10), micros(p.P50), micros(p.P90), micros(p.P95),
 			micros(p.P99), micros(p.P999), micros(p.Max)}
 	}
+	// Responses only above the line; the time failed connections took to
+	// fail is no response time, and gets a row of its own.
 	rows := [][]string{
-		row("all", r.LatencyMicros), row("2xx", r.Latency2xxMicros), row("429", r.Latency429Micros),
-		row("other status", r.LatencyOtherMicros), row("transport errors", r.LatencyErrorMicros),
+		row("all responses", r.LatencyMicros), row("2xx", r.Latency2xxMicros), row("429", r.Latency429Micros),
+		row("other status", r.LatencyOtherMicros), row("no response (time to fail)", r.LatencyErrorMicros),
 	}
 	kinds := make([]string, 0, len(r.ErrorKinds))
 	for k, e := range r.ErrorKinds {
@@ -88,32 +90,19 @@ func benchNotes(r bench.Result) []string {
 		"status: " + orNone(strings.Join(status, ", ")) + fmt.Sprintf("; transport errors: %d%s; %s of bodies received.",
 			r.Errors, errorKindsText(r.ErrorKinds), bytesText(r.Bytes)),
 	}
+	if f := r.Failures(); f > 0 && r.Requests > 0 {
+		why := []string{}
+		if st := r.FailedStatuses(); st != "" {
+			why = append(why, "errors by status: "+st)
+		}
+		if r.Errors > 0 {
+			why = append(why, fmt.Sprintf("transport errors: %d", r.Errors))
+		}
+		notes = append(notes, fmt.Sprintf("Failed: %d of %d requests (%.1f%%), as --max-error-rate counts them (%s).",
+			f, r.Requests, 100*float64(f)/float64(r.Requests), strings.Join(why, "; ")))
+	}
 	if a := r.Audit; a != nil {
-		verdict := "held"
-		if a.OverAdmitted > 0 {
-			verdict = fmt.Sprintf("LEAKED: %d over", a.OverAdmitted)
-		}
-		held := "the sliding-window rule"
-		if a.Algorithm != "" {
-			held = a.Algorithm
-		}
-		notes = append(notes, fmt.Sprintf("Audit against %d per %s as %s (%s): the worst consumer, %s, got %d through in %s where %d were allowed (%s).",
-			a.Limit, time.Duration(a.WindowMillis)*time.Millisecond, held, a.Rule, orDash(a.WorstConsumer), a.WorstWindowAdmitted,
-			time.Duration(a.WorstSpanMillis)*time.Millisecond, a.WorstSpanAllowed, verdict))
-		ra := a.RetryAfter
-		switch {
-		case ra.Honest == nil:
-			notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
-		case *ra.Honest:
-			notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
-		default:
-			notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
-		}
-		h := fmt.Sprintf("Headers: %d responses checked, %d violations", a.Headers.Checked, a.Headers.Violations)
-		if a.Headers.Example != "" {
-			h += " (" + a.Headers.Example + ")"
-		}
-		notes = append(notes, h+".")
+		notes = append(notes, auditNotes(r, a)...)
 	}
 	if r.AuditNote != "" {
 		notes = append(notes, "Audit: "+r.AuditNote+".")
@@ -136,6 +125,90 @@ func benchNotes(r bench.Result) []string {
 			"the requests that were never sent, and the percentiles do not show it (use --rate for that).")
 	}
 	return notes
+}
+
+// auditNotes say what the audit found: per limit, its verdict and then,
+// unless it could not judge (when it says why, and nothing else), what
+// it found of admissions, denials, Retry-After and the headers.
+func auditNotes(r bench.Result, a *bench.Audit) []string {
+	var notes []string
+	if len(a.Limits) > 1 {
+		notes = append(notes, fmt.Sprintf("Audit of %d limits: %s.", len(a.Limits), verdictWord(a.Verdict)))
+	}
+	for _, l := range a.Limits {
+		held := "the sliding-window rule"
+		if l.Algorithm != "" {
+			held = l.Algorithm
+		}
+		head := fmt.Sprintf("Audit against %d per %s as %s (%s): %s", l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, held, l.Rule,
+			verdictWord(l.Verdict))
+		got := fmt.Sprintf("got %d through in %s where %d were allowed", l.WorstWindowAdmitted,
+			time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed)
+		switch l.Verdict {
+		case bench.NoVerdict:
+			notes = append(notes, fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r)))
+			continue
+		case bench.Leaked:
+			notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
+		default:
+			notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
+		}
+		notes = append(notes, underNote(l))
+		ra := l.RetryAfter
+		switch {
+		case ra.Honest == nil:
+			notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
+		case *ra.Honest:
+			notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
+		default:
+			notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
+		}
+		h := fmt.Sprintf("Headers: %d responses checked, %d violations", l.Headers.Checked, l.Headers.Violations)
+		if l.Headers.Example != "" {
+			h += " (" + l.Headers.Example + ")"
+		}
+		notes = append(notes, h+".")
+	}
+	return notes
+}
+
+// verdictWord is a verdict as the notes shout it.
+func verdictWord(v bench.Verdict) string {
+	return strings.ToUpper(string(v))
+}
+
+// underNote says what the audit found of the limit's denials.
+func underNote(l bench.LimitAudit) string {
+	switch {
+	case l.UnderSkipped != "":
+		return "Under-admission: not judged (" + l.UnderSkipped + ")."
+	case l.Denials == 0:
+		return "Under-admission: no request was denied."
+	case l.DenialsJudged == 0:
+		return fmt.Sprintf("Under-admission: none of the %d denials could be judged: each came too soon after the run began "+
+			"(or the warm-up ended) for everything it could count to be known.", l.Denials)
+	case l.UnderAdmitted == 0:
+		return fmt.Sprintf("Under-admission: none of the %d denials judged (of %d) would have been admitted.", l.DenialsJudged, l.Denials)
+	}
+	return fmt.Sprintf("UNDER-ADMITTING: %d of the %d denials judged (%.1f%%) would have been admitted by the rule; the most, %d, to %s.",
+		l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.WorstUnderAdmitted, l.WorstUnderConsumer)
+}
+
+// statusesSeen lists every status of the run, and its transport errors.
+func statusesSeen(r bench.Result) string {
+	codes := make([]string, 0, len(r.StatusCounts))
+	for k := range r.StatusCounts {
+		codes = append(codes, k)
+	}
+	sort.Strings(codes)
+	var seen []string
+	for _, k := range codes {
+		seen = append(seen, fmt.Sprintf("%s × %d", k, r.StatusCounts[k]))
+	}
+	if r.Errors > 0 {
+		seen = append(seen, fmt.Sprintf("transport errors × %d", r.Errors))
+	}
+	return orNone(strings.Join(seen, ", "))
 }
 
 // errorKindsText lists the error kinds with a count, and the first message of each.

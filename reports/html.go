@@ -168,7 +168,7 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 	b.WriteString(spectrum.svg())
 	for i, r := range runs {
 		a := r.Result.Audit
-		if a == nil {
+		if a == nil || len(a.Limits) == 0 {
 			continue
 		}
 		windows, err := r.Result.RollingAdmissions(max(r.Result.Config.Consumers, 1))
@@ -176,16 +176,17 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 			note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
 			continue
 		}
+		lim := a.Limits[0]
 		end := int64(r.Result.DurationSeconds * 1000)
 		if a.CappedFromMillis != nil {
 			end = min(end, *a.CappedFromMillis)
 		}
-		windows, cut := wholeWindows(windows, a.WindowMillis, end)
+		windows, cut := wholeWindows(windows, lim.WindowMillis, end)
 		shown := worstFirst(windows)[:min(len(windows), maxSeries)]
-		title := fmt.Sprintf("Admissions per consumer in each %d ms window: %s", a.WindowMillis, r.Name)
+		title := fmt.Sprintf("Admissions per consumer in each %d ms window: %s", lim.WindowMillis, r.Name)
 		if len(shown) < len(windows) {
 			title = fmt.Sprintf("Admissions per consumer in each %d ms window, the worst %d of %d: %s",
-				a.WindowMillis, len(shown), len(windows), r.Name)
+				lim.WindowMillis, len(shown), len(windows), r.Name)
 		}
 		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: title, xLabel: "window start (s)", yLabel: "admitted in the window"}
 		for _, cw := range shown {
@@ -205,7 +206,7 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 		}
 		if cut {
 			note(b, fmt.Sprintf("%s: windows that begin less than %d ms before the run's end are not drawn: the run stopped inside them.",
-				r.Name, a.WindowMillis))
+				r.Name, lim.WindowMillis))
 		}
 		for _, n := range benchNotes(r.Result)[1:] {
 			note(b, n)

@@ -39,7 +39,8 @@ type benchOptions struct {
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
-	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "Shard": "--shard",
+	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
+	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
 	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
@@ -58,7 +59,11 @@ closed model) every connection sends back to back, for maximum throughput.
 
 --consumers K sends K identities in --consumer-header (consumer-0 … consumer-K-1), and
 --expect-limit audits them: admissions against the limit (by --expect-algorithm's own
-guarantee), Retry-After, and the rate-limit headers.
+guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers.
+The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
+responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
+the gateway seems to share one limit across the identities sent: it says why.
+A run in which no request got a response exits 1.
 Ctrl-C stops the run and still reports what was measured.`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/v1/ping --rate 2000 --duration 60s --consumers 50
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
@@ -89,11 +94,13 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.DurationVar(&opts.Interval, "interval", time.Second, "length of the timeline's intervals")
 	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
-	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of transport errors and 5xx is above this (0 to 1; 0: exit 3 on any)")
+	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)")
 	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for --expect-limit: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
-	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 when the audit fails: a consumer over the limit, a false Retry-After, or wrong headers")
+	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers")
+	f.BoolVar(&opts.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
+	f.Var(optionalFloat{&opts.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
 	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
 	f.StringVar(&opts.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
@@ -140,6 +147,8 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		cfg.ExpectLimit, cfg.ExpectWindow = p.Limit, p.Window
 	} else if opts.FailOnLeak {
 		return cfg, "", usagef("--fail-on-leak needs --expect-limit")
+	} else if opts.FailOnUnder != nil {
+		return cfg, "", usagef("--fail-on-under needs --expect-limit")
 	}
 	if opts.shard != "" {
 		i, n, _ := strings.Cut(opts.shard, "/")
@@ -194,6 +203,9 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if err := res.Unanswered(); err != nil {
+		return err // nothing was measured: a failed run, not a threshold
 	}
 	return crossed(opts.Thresholds.Crossed(res))
 }

@@ -893,7 +893,7 @@ func TestBenchAudit(t *testing.T) {
 		}
 	}
 	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/", "--fail-on-leak"}, args...)...)
-	if code != exitOK || !strings.Contains(stdout, "(held)") || !strings.Contains(stdout, "Retry-After: honest") {
+	if code != exitOK || !strings.Contains(stdout, ": HELD: the worst consumer") || !strings.Contains(stdout, "Retry-After: honest") {
 		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 }

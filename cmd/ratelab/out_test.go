@@ -38,7 +38,7 @@ func TestOutFile(t *testing.T) {
 	if code != exitOK || stdout != "" {
 		t.Fatalf("report merge --out: exit %d, stdout %q, stderr %s", code, stdout, stderr)
 	}
-	if b, err := os.ReadFile(merged); err != nil || !strings.Contains(string(b), "| all | 20 |") {
+	if b, err := os.ReadFile(merged); err != nil || !strings.Contains(string(b), "| all responses | 20 |") {
 		t.Fatalf("%s: %v\n%s", merged, err, b)
 	}
 	if err := os.WriteFile(merged, []byte("kept"), 0o644); err != nil {

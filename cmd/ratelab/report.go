@@ -18,7 +18,7 @@ func newReportCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "report", Short: "Work on saved results"}
 	var output outputFlag
 	var tolerance time.Duration
-	var failOnLeak bool
+	var thresholds bench.Thresholds
 	merge := &cobra.Command{
 		Use:   "merge FILE...",
 		Short: "Merge bench http JSON results from several load machines into one report, with exact percentiles and one audit",
@@ -42,6 +42,9 @@ where no shell does (a container's command): /results/shard-*.json.`,
 			if tolerance < 0 || tolerance > time.Minute {
 				return usagef("--clock-tolerance must be between 0 and 1m (got %s)", tolerance)
 			}
+			if err := thresholds.Validate(); err != nil {
+				return flagError(err, benchNames)
+			}
 			paths, err := expandPatterns(args)
 			if err != nil {
 				return err
@@ -63,13 +66,15 @@ where no shell does (a container's command): /results/shard-*.json.`,
 			if err := reports.BenchHTTP(io.out, res, format, io.render()); err != nil {
 				return err
 			}
-			return crossed(bench.Thresholds{FailOnLeak: failOnLeak}.Crossed(res))
+			return crossed(thresholds.Crossed(res))
 		},
 	}
 	output.bind(merge)
 	merge.Flags().DurationVar(&tolerance, "clock-tolerance", 5*time.Millisecond,
 		"how far the load machines' clocks may disagree: the merged audit widens every response's flight by it")
-	merge.Flags().BoolVar(&failOnLeak, "fail-on-leak", false, "exit 3 when the merged audit fails, or there is none")
+	merge.Flags().BoolVar(&thresholds.FailOnLeak, "fail-on-leak", false, "exit 3 when the merged audit does not find that the limit held, or there is none")
+	merge.Flags().BoolVar(&thresholds.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass a merged audit that could not judge (a shared limit still fails)")
+	merge.Flags().Var(optionalFloat{&thresholds.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
 	cmd.AddCommand(merge, newReportHTMLCmd(io))
 	return cmd
 }

@@ -1,0 +1,96 @@
+package reports_test
+
+import (
+	"io"
+	"testing"
+
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/reports"
+)
+
+// fixedBench is an audited bench http run of 100 requests to two
+// consumers, as a run could make it: latencies of the responses apart
+// from the time the failed connections took to fail.
+func fixedBench(status map[string]int64, errors int64, a *bench.Audit) bench.Result {
+	var responses int64
+	for _, n := range status {
+		responses += n
+	}
+	r := bench.Result{Command: "bench_http", Target: "http://127.0.0.1:8080/",
+		Config: bench.Settings{Model: "open", Method: "GET", RatePerSec: 40, Connections: 10, DurationMillis: 2500,
+			Consumers: 2, ConsumerHeader: "X-Consumer-Id", Threads: 2, TimeoutMillis: 10000, Shards: 1},
+		StartedUnixMillis: 1796243459001, Requests: responses + errors, DurationSeconds: 2.5, ThroughputRPS: float64(responses+errors) / 2.5,
+		StatusCounts: status, Errors: errors, ErrorKinds: map[string]bench.ErrorKind{}, Bytes: 4200,
+		LatencyMicros: hdr.Percentiles{P50: 910, P90: 1400, P95: 1650, P99: 3100, P999: 3100, Max: 3100, Count: responses},
+		SendLagMicros: hdr.Percentiles{P50: 40, P90: 90, P95: 120, P99: 700, P999: 700, Max: 700, Count: responses + errors},
+		Timeline:      bench.Timeline{IntervalMillis: 1000, Intervals: []bench.Interval{}}, Histograms: map[string]string{}, Audit: a}
+	for code, n := range status {
+		p := hdr.Percentiles{P50: 900, P90: 1400, P95: 1600, P99: 3100, P999: 3100, Max: 3100, Count: n}
+		switch code[0] {
+		case '2':
+			r.Latency2xxMicros = p
+		case '4':
+			if code == "429" {
+				r.Latency429Micros = p
+				continue
+			}
+			r.LatencyOtherMicros = p
+		default:
+			r.LatencyOtherMicros = p
+		}
+	}
+	if errors > 0 {
+		r.ErrorKinds["timeout"] = bench.ErrorKind{Count: errors, First: "read tcp 127.0.0.1:50312->127.0.0.1:8080: i/o timeout"}
+		r.LatencyErrorMicros = hdr.Percentiles{P50: 10001000, P90: 10003000, P95: 10003000, P99: 10003000, P999: 10003000, Max: 10003000, Count: errors}
+	}
+	return r
+}
+
+// limit is the audit of 5 per second under the sliding-window rule with
+// its figures for a run of two consumers.
+func limit(v bench.Verdict, reasons ...string) bench.LimitAudit {
+	honest := true
+	return bench.LimitAudit{Limit: 5, WindowMillis: 1000, Rule: "at most 5 in any 1s span", Verdict: v, Reasons: append([]string{}, reasons...),
+		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5,
+		Denials: 66, DenialsJudged: 40, WorstConsumers: []bench.ConsumerAudit{
+			{Consumer: "consumer-0", Admitted: 15, Denied: 33, Failed: 2},
+			{Consumer: "consumer-1", Admitted: 15, Denied: 33, Failed: 2},
+		},
+		RetryAfter: bench.RetryAfterAudit{Probes: 2, Honest: &honest}, Headers: bench.HeadersAudit{Checked: 96}}
+}
+
+func TestBenchGolden(t *testing.T) {
+	under := limit(bench.Held)
+	under.UnderAdmitted, under.UnderAdmittedShare, under.WorstUnderConsumer, under.WorstUnderAdmitted = 12, 0.3, "consumer-1", 7
+	under.WorstConsumers[0].UnderAdmitted, under.WorstConsumers[1].UnderAdmitted = 5, 7
+	under.WorstConsumers[0], under.WorstConsumers[1] = under.WorstConsumers[1], under.WorstConsumers[0]
+	leak := limit(bench.Leaked, "consumer-1 got 9 through in 999ms where 5 were allowed (at most 5 in any 1s span)")
+	leak.WorstConsumer, leak.WorstWindowAdmitted, leak.OverAdmitted = "consumer-1", 9, 4
+	leak.WorstConsumers[1].OverAdmitted, leak.WorstConsumers[1].Admitted = 4, 19
+	leak.WorstConsumers[0], leak.WorstConsumers[1] = leak.WorstConsumers[1], leak.WorstConsumers[0]
+	refused := []string{"most responses, 100 of 100, were neither 2xx nor 429 (400 × 100): the gateway turned the requests away for something other than its limit",
+		"2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 50): nothing shows what their limit admits"}
+	none := limit(bench.NoVerdict, refused...)
+	none.WorstWindowAdmitted, none.Denials, none.DenialsJudged = 0, 0, 0
+	none.WorstConsumers = []bench.ConsumerAudit{{Consumer: "consumer-0", Failed: 50}, {Consumer: "consumer-1", Failed: 50}}
+	none.RetryAfter = bench.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
+	none.Headers = bench.HeadersAudit{}
+	audit := func(v bench.Verdict, reasons []string, l bench.LimitAudit) *bench.Audit {
+		return &bench.Audit{Verdict: v, Reasons: append([]string{}, reasons...), Samples: 100, Limits: []bench.LimitAudit{l}}
+	}
+	for _, tc := range []struct {
+		name string
+		r    bench.Result
+	}{
+		{"bench_held", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audit(bench.Held, nil, under))},
+		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audit(bench.Leaked, leak.Reasons, leak))},
+		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audit(bench.NoVerdict, refused, none))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goldens(t, tc.name, func(w io.Writer, f reports.Format) error {
+				return reports.BenchHTTP(w, tc.r, f, reports.Options{Color: false})
+			})
+		})
+	}
+}
