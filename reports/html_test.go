@@ -160,7 +160,7 @@ func TestHTMLInABrowser(t *testing.T) {
 		for _, w := range windows {
 			var cw consumerWindows
 			for _, p := range w.Points {
-				if p.AtMillis+res.Audit.WindowMillis <= end {
+				if p.AtMillis+res.Audit.Limits[0].WindowMillis <= end {
 					cw.windows++
 					cw.peak = max(cw.peak, p.Admitted)
 					if p.Admitted > w.Allowed {
