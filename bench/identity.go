@@ -1,0 +1,432 @@
+package bench
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/ratelab/ratelab/internal/field"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// JWTClaim is one claim of the tokens minted per consumer (HTTPConfig's
+// JWTClaims).
+type JWTClaim struct {
+	Name string
+	// Value is the claim's value: a template, sent as a JSON string, in
+	// which {consumer} is the consumer's identity; or, with JSON set, a
+	// JSON value sent as it is (a number, true, an object).
+	Value string
+	JSON  bool
+}
+
+// MaxJWTConsumers bounds the consumers of a run that mints tokens: each
+// token is minted before the run.
+const MaxJWTConsumers = 1_000_000
+
+// ParseJWTClaim reads a claim as NAME=VALUE (VALUE a template sent as a
+// JSON string: sub={consumer}) or NAME:=JSON (a JSON value as it is:
+// exp:=4102444800).
+func ParseJWTClaim(s string) (JWTClaim, error) {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok {
+		return JWTClaim{}, fmt.Errorf("%q: want NAME=VALUE (a string, {consumer} in it), or NAME:=JSON", s)
+	}
+	c := JWTClaim{Name: name, Value: value}
+	if n, isJSON := strings.CutSuffix(name, ":"); isJSON {
+		c.Name, c.JSON = n, true
+	}
+	return c, c.check()
+}
+
+// check says what is wrong with the claim, if anything.
+func (c JWTClaim) check() error {
+	if c.Name == "" {
+		return errors.New("a claim needs a name")
+	}
+	if c.JSON {
+		if !json.Valid([]byte(c.Value)) {
+			return fmt.Errorf("%s:=%s: not a JSON value", c.Name, c.Value)
+		}
+		return nil
+	}
+	t, err := parseTemplate(c.Value)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s=%s: %w", c.Name, c.Value, err)
+	case t.uses(jwtPlaceholder):
+		return fmt.Errorf("%s=%s: a token cannot hold itself", c.Name, c.Value)
+	}
+	return nil
+}
+
+// maxIdentityLine bounds a line of an identities file.
+const maxIdentityLine = 64 << 10
+
+// ParseIdentities reads consumers' identities (API keys, tokens), one per
+// line; blank lines and lines that begin with # are skipped, and the
+// spaces around an identity too. An identity sent twice, one that holds a
+// control character, and more than MaxConsumers are refused, naming the
+// line (never the identity, which may be a secret).
+func ParseIdentities(r io.Reader) ([]string, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxIdentityLine)
+	seen := map[string]int{}
+	var ids []string
+	line := 0
+	for sc.Scan() {
+		line++
+		id := strings.TrimSpace(sc.Text())
+		if id == "" || strings.HasPrefix(id, "#") {
+			continue
+		}
+		if !isFieldValue(id) {
+			return nil, fmt.Errorf("line %d holds a control character", line)
+		}
+		if first, ok := seen[id]; ok {
+			return nil, fmt.Errorf("line %d repeats the identity of line %d", line, first)
+		}
+		if len(ids) == MaxConsumers {
+			return nil, fmt.Errorf("line %d: more than %d identities", line, MaxConsumers)
+		}
+		seen[id] = line
+		ids = append(ids, id)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d is longer than %d KiB", line+1, maxIdentityLine>>10)
+		}
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("no identity in it (blank lines and # comments are skipped)")
+	}
+	return ids, nil
+}
+
+// identities are the values a run's requests name its consumers by.
+type identities struct {
+	n int
+	// names are the identities sent; nil for consumer-0 …
+	names []string
+	// path and query are names escaped for a URL's path and query, when a
+	// request needs them.
+	path, query []string
+	// jwts are the tokens, when a request sends them.
+	jwts []string
+	// bodyText is the length of the body's text, and body the values it
+	// holds, when it names the consumer.
+	bodyText int
+	body     []value
+}
+
+// newIdentities makes the values that the pieces fill in, for a validated
+// cfg whose body is body.
+func newIdentities(cfg HTTPConfig, pieces pieceList, body template) (*identities, error) {
+	ids := &identities{n: cfg.Consumers, names: cfg.Identities}
+	uses := map[value]bool{}
+	for _, p := range pieces {
+		uses[p.value] = true
+	}
+	for _, p := range body.parts {
+		switch p.placeholder {
+		case consumerPlaceholder:
+			ids.body = append(ids.body, valueConsumer)
+		case jwtPlaceholder:
+			ids.body = append(ids.body, valueJWT)
+		default:
+			ids.bodyText += len(p.text)
+		}
+	}
+	if ids.names != nil && uses[valueConsumerPath] {
+		ids.path = make([]string, ids.n)
+		for c, name := range ids.names {
+			ids.path[c] = url.PathEscape(name)
+		}
+	}
+	if ids.names != nil && uses[valueConsumerQuery] {
+		ids.query = make([]string, ids.n)
+		for c, name := range ids.names {
+			ids.query[c] = url.QueryEscape(name)
+		}
+	}
+	if uses[valueJWT] {
+		var err error
+		if ids.jwts, err = ids.mint(cfg.JWTSecret, cfg.JWTClaims); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// mint signs each consumer's token with HS256.
+func (ids *identities) mint(secret []byte, claims []JWTClaim) ([]string, error) {
+	tmpls := make([]template, len(claims))
+	for i, c := range claims {
+		if !c.JSON {
+			t, err := parseTemplate(c.Value)
+			if err != nil {
+				return nil, err
+			}
+			tmpls[i] = t
+		}
+	}
+	jwts := make([]string, max(ids.n, 1))
+	for k := range jwts {
+		mc := jwt.MapClaims{}
+		for i, c := range claims {
+			if c.JSON {
+				mc[c.Name] = json.RawMessage(c.Value)
+				continue
+			}
+			mc[c.Name] = tmpls[i].render(func(placeholder) string { return ids.name(k) })
+		}
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, mc).SignedString(secret)
+		if err != nil {
+			return nil, fmt.Errorf("minting a token: %w", err)
+		}
+		jwts[k] = s
+	}
+	return jwts, nil
+}
+
+// name is consumer c's identity.
+func (ids *identities) name(c int) string {
+	if ids.names != nil {
+		return ids.names[c]
+	}
+	return consumerName(int32(c))
+}
+
+// appendValue appends consumer c's v to buf.
+func (ids *identities) appendValue(buf []byte, v value, c int) []byte {
+	switch {
+	case v == valueNone:
+		return buf
+	case v == valueJWT:
+		return append(buf, ids.jwts[c]...)
+	case v == valueLength:
+		return strconv.AppendInt(buf, int64(ids.bodyLen(c)), 10)
+	case ids.names == nil: // consumer-N needs no escape
+		return strconv.AppendInt(append(buf, "consumer-"...), int64(c), 10)
+	case v == valueConsumerPath:
+		return append(buf, ids.path[c]...)
+	case v == valueConsumerQuery:
+		return append(buf, ids.query[c]...)
+	}
+	return append(buf, ids.names[c]...)
+}
+
+// valueLen is the length of consumer c's v.
+func (ids *identities) valueLen(v value, c int) int {
+	switch {
+	case v == valueNone:
+		return 0
+	case v == valueJWT:
+		return len(ids.jwts[c])
+	case v == valueLength:
+		return digits(ids.bodyLen(c))
+	case ids.names == nil:
+		return len("consumer-") + digits(c)
+	case v == valueConsumerPath:
+		return len(ids.path[c])
+	case v == valueConsumerQuery:
+		return len(ids.query[c])
+	}
+	return len(ids.names[c])
+}
+
+// bodyLen is the length of consumer c's body.
+func (ids *identities) bodyLen(c int) int {
+	n := ids.bodyText
+	for _, v := range ids.body {
+		n += ids.valueLen(v, c)
+	}
+	return n
+}
+
+// digits is the number of decimal digits of n ≥ 0.
+func digits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
+// validateRequest checks what the request sends: its templates, the
+// headers that must be sent once, the identities and the tokens.
+func (c HTTPConfig) validateRequest() error {
+	target, err := parseTemplate(c.Target)
+	if err != nil {
+		return field.Errorf("Target", "%q: %v", c.Target, err)
+	}
+	if _, _, err := parseTarget(c.Target); errors.Is(err, errTargetPlace) {
+		return field.Errorf("Target", "%q: %v", c.Target, err)
+	}
+	// The first field where each placeholder stands.
+	var consumerIn, jwtIn string
+	note := func(t template, f string) {
+		if consumerIn == "" && t.uses(consumerPlaceholder) {
+			consumerIn = f
+		}
+		if jwtIn == "" && t.uses(jwtPlaceholder) {
+			jwtIn = f
+		}
+	}
+	note(target, "Target")
+	counts := map[string]int{}
+	for _, name := range slices.Sorted(maps.Keys(c.Header)) {
+		counts[http.CanonicalHeaderKey(name)] += len(c.Header[name])
+		for _, v := range c.Header[name] {
+			t, err := parseTemplate(v)
+			if err != nil {
+				return field.Errorf("Header", "%s: %q: %v", name, v, err)
+			}
+			note(t, "Header")
+		}
+	}
+	if err := c.onceOnly(counts); err != nil {
+		return err
+	}
+	body, err := parseTemplate(string(c.Body))
+	if err != nil {
+		return field.Errorf("Body", ": %v", err)
+	}
+	note(body, "Body")
+	claimsName, err := c.checkClaims()
+	if err != nil {
+		return err
+	}
+	switch {
+	case jwtIn != "" && len(c.JWTSecret) == 0:
+		return field.Errorf("JWTSecret", "is needed to sign the {jwt} in {%s}", jwtIn)
+	case jwtIn == "" && len(c.JWTSecret) > 0:
+		return field.Errorf("JWTSecret", "signs the tokens sent where {jwt} stands, and none does: "+
+			"put it in {Header}, such as Authorization: Bearer {jwt}")
+	case len(c.JWTClaims) > 0 && len(c.JWTSecret) == 0:
+		return field.Errorf("JWTClaims", "need {JWTSecret}")
+	case jwtIn != "" && c.Consumers > 1 && !claimsName:
+		return field.Errorf("JWTClaims", "must hold {consumer}, such as sub={consumer}: else every consumer is sent the same token")
+	case jwtIn != "" && c.Consumers > MaxJWTConsumers:
+		return field.Errorf("Consumers", "must be at most %d with {jwt}: each token is minted before the run (got %d)", MaxJWTConsumers, c.Consumers)
+	}
+	if consumerIn == "" && jwtIn != "" && claimsName {
+		consumerIn = jwtIn
+	}
+	switch {
+	case c.Consumers > 0 && consumerIn == "" && c.ConsumerHeader == "":
+		return field.Errorf("Consumers", "needs {consumer} in {Target}, {Header} or {Body}, or a {ConsumerHeader}")
+	case c.Consumers == 0 && (consumerIn != "" || jwtIn != ""):
+		return field.Errorf("Consumers", "must be at least 1 for the {consumer} or {jwt} in {%s}", cmp.Or(consumerIn, jwtIn))
+	case consumerIn != "" && c.Consumers == 1 && c.Identities == nil:
+		return field.Errorf("Consumers", "is 1: {consumer} in {%s} would send one identity, consumer-0, to every request: "+
+			"give more, or {Identities}", consumerIn)
+	}
+	return c.checkIdentities()
+}
+
+// onceOnly refuses a second Authorization or Host, made by the headers
+// given (counted by canonical name) and the consumer header, and a
+// Content-Length, which is the body's.
+func (c HTTPConfig) onceOnly(counts map[string]int) error {
+	if counts["Content-Length"] > 0 {
+		return field.Errorf("Header", "Content-Length is set from {Body}: leave it out")
+	}
+	if c.ConsumerHeader != "" {
+		switch name := http.CanonicalHeaderKey(c.ConsumerHeader); name {
+		case "Content-Length", "Transfer-Encoding":
+			return field.Errorf("ConsumerHeader", "%s frames the body: it cannot carry an identity", name)
+		case "Authorization", "Host":
+			if counts[name] > 0 {
+				return field.Errorf("ConsumerHeader", "%s would send a second %s beside {Header}'s: "+
+					"write {consumer} into that one instead, such as %s: Bearer {consumer}", name, name, name)
+			}
+		}
+	}
+	for _, name := range []string{"Authorization", "Host"} {
+		if counts[name] > 1 {
+			return field.Errorf("Header", "%s is given %d times: a request carries one", name, counts[name])
+		}
+	}
+	return nil
+}
+
+// checkClaims checks the claims of the tokens, and says whether one names
+// the consumer.
+func (c HTTPConfig) checkClaims() (bool, error) {
+	names := map[string]bool{}
+	named := false
+	for _, cl := range c.JWTClaims {
+		if err := cl.check(); err != nil {
+			return false, field.Errorf("JWTClaims", ": %v", err)
+		}
+		if names[cl.Name] {
+			return false, field.Errorf("JWTClaims", ": %s is given twice", cl.Name)
+		}
+		names[cl.Name] = true
+		if !cl.JSON {
+			t, _ := parseTemplate(cl.Value) // checked
+			named = named || t.uses(consumerPlaceholder)
+		}
+	}
+	return named, nil
+}
+
+// checkIdentities checks Identities: Consumers of them, each sendable and
+// each once.
+func (c HTTPConfig) checkIdentities() error {
+	if c.Identities == nil {
+		return nil
+	}
+	if len(c.Identities) != c.Consumers {
+		return field.Errorf("Identities", "holds %d, and {Consumers} says %d", len(c.Identities), c.Consumers)
+	}
+	seen := make(map[string]int, len(c.Identities))
+	for i, id := range c.Identities {
+		if id == "" || !isFieldValue(id) || strings.TrimSpace(id) != id {
+			return field.Errorf("Identities", ": identity %d is empty, holds a control character, or has spaces around it", i+1)
+		}
+		if j, ok := seen[id]; ok {
+			return field.Errorf("Identities", ": identity %d repeats identity %d", i+1, j+1)
+		}
+		seen[id] = i
+	}
+	return nil
+}
+
+// identityIn says where the requests carry the identity (Settings'
+// IdentityIn).
+func (c HTTPConfig) identityIn() []string {
+	var in []string
+	add := func(where string, t template, err error) {
+		switch {
+		case err != nil:
+		case t.uses(consumerPlaceholder) && !slices.Contains(in, where):
+			in = append(in, where)
+		case t.uses(jwtPlaceholder) && !slices.Contains(in, where+" (JWT)"):
+			in = append(in, where+" (JWT)")
+		}
+	}
+	t, err := parseTemplate(c.Target)
+	add("URL", t, err)
+	h := c.header()
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[name] {
+			t, err := parseTemplate(v)
+			add(name, t, err)
+		}
+	}
+	t, err = parseTemplate(string(c.Body))
+	add("body", t, err)
+	return in
+}
