@@ -219,3 +219,44 @@ func TestIdentitiesSent(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeKeysByIdentity: two runs that share one identity, each with it
+// under another number, merge into three consumers named by identity, the
+// shared one's requests together.
+func TestMergeKeysByIdentity(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.URL.Query().Get("apikey")
+		if seen[key]++; seen[key] > 2 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	var runs []bench.Result
+	for _, ids := range [][]string{{"key-a", "key-b"}, {"key-b", "key-c"}} {
+		res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL + "/?apikey={consumer}", Consumers: 2,
+			Identities: ids, Connections: 1, Requests: 10, ExpectLimit: 2, ExpectWindow: time.Hour, NoProbes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, res)
+	}
+	m, err := bench.Merge(runs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Config.Consumers != 3 || !slices.Equal(m.Config.Identities, []string{"key-a", "key-b", "key-c"}) || m.Audit == nil {
+		t.Fatalf("merged %d consumers %q, audit %v", m.Config.Consumers, m.Config.Identities, m.Audit)
+	}
+	got := map[string]bench.ConsumerAudit{}
+	for _, w := range m.Audit.Limits[0].WorstConsumers {
+		got[w.Consumer] = w
+	}
+	if len(got) != 3 || got["key-b"].Admitted != 2 || got["key-b"].Denied != 8 || got["key-a"].Admitted != 2 || got["key-c"].Denied != 3 {
+		t.Fatalf("merged consumers %+v", m.Audit.Limits[0].WorstConsumers)
+	}
+}
