@@ -314,7 +314,7 @@ func (c HTTPConfig) validateRequest() error {
 		return field.Errorf("JWTSecret", "signs the tokens sent where {jwt} stands, and none does: "+
 			"put it in {Header}, such as Authorization: Bearer {jwt}")
 	case len(c.JWTClaims) > 0 && len(c.JWTSecret) == 0:
-		return field.Errorf("JWTClaims", "need {JWTSecret}")
+		return field.Errorf("JWTClaims", "needs {JWTSecret}")
 	case jwtIn != "" && c.Consumers > 1 && !claimsName:
 		return field.Errorf("JWTClaims", "must hold {consumer}, such as sub={consumer}: else every consumer is sent the same token")
 	case jwtIn != "" && c.Consumers > MaxJWTConsumers:
@@ -429,4 +429,13 @@ func (c HTTPConfig) identityIn() []string {
 	t, err = parseTemplate(string(c.Body))
 	add("body", t, err)
 	return in
+}
+
+// NamesConsumer says whether {consumer} or {jwt} stands in Target, a
+// Header's value or Body: whether the request names its consumer without
+// ConsumerHeader.
+func (c HTTPConfig) NamesConsumer() bool {
+	d := c
+	d.ConsumerHeader = ""
+	return len(d.identityIn()) > 0
 }

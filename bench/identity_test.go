@@ -138,7 +138,7 @@ func TestValidateIdentities(t *testing.T) {
 			"JWTSecret is needed to sign the {jwt} in Header"},
 		{"secret without jwt", ok(func(c *bench.HTTPConfig) { c.ConsumerHeader, c.JWTSecret = "X-Id", []byte("s") }),
 			"JWTSecret signs the tokens sent where {jwt} stands, and none does"},
-		{"claims without a secret", ok(func(c *bench.HTTPConfig) { c.ConsumerHeader, c.JWTClaims = "X-Id", sub }), "JWTClaims need JWTSecret"},
+		{"claims without a secret", ok(func(c *bench.HTTPConfig) { c.ConsumerHeader, c.JWTClaims = "X-Id", sub }), "JWTClaims needs JWTSecret"},
 		{"one token for all", ok(func(c *bench.HTTPConfig) {
 			c.Header, c.JWTSecret, c.JWTClaims = http.Header{"Authorization": {"Bearer {jwt}"}}, []byte("s"), []bench.JWTClaim{{Name: "sub", Value: "x"}}
 		}), "JWTClaims must hold {consumer}"},
