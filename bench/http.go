@@ -286,6 +286,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		elapsed = min(elapsed, cfg.Duration)
 	}
 	res := newResult(cfg, t, max(elapsed, 0))
+	res.Config.Identities = p.req.labels()
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
 	var samples []sample
 	horizon, warmUntil := time.Duration(-1), time.Duration(0)

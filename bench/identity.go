@@ -118,6 +118,10 @@ type identities struct {
 	n int
 	// names are the identities sent; nil for consumer-0 …
 	names []string
+	// subjects name the consumers when only a token names them, by its
+	// claim that holds {consumer} (sub first) when that is more than
+	// {consumer}: what the gateway reads; nil otherwise.
+	subjects []string
 	// path and query are names escaped for a URL's path and query, when a
 	// request needs them.
 	path, query []string
@@ -164,8 +168,46 @@ func newIdentities(cfg HTTPConfig, pieces pieceList, body template) (*identities
 		if ids.jwts, err = ids.mint(cfg.JWTSecret, cfg.JWTClaims); err != nil {
 			return nil, err
 		}
+		d := cfg
+		d.JWTClaims = nil
+		if in := d.identityIn(); !slices.ContainsFunc(in, func(s string) bool { return !strings.HasSuffix(s, " (JWT)") }) {
+			ids.subjects = ids.subjectsOf(cfg.JWTClaims)
+		}
 	}
 	return ids, nil
+}
+
+// subjectsOf renders, for each consumer, the claim that names it (sub
+// first), unless that is {consumer} alone.
+func (ids *identities) subjectsOf(claims []JWTClaim) []string {
+	var claim *template
+	for _, c := range claims {
+		if c.JSON {
+			continue
+		}
+		t, err := parseTemplate(c.Value)
+		if err != nil || !t.uses(consumerPlaceholder) || (claim != nil && c.Name != "sub") {
+			continue
+		}
+		claim = &t
+	}
+	if claim == nil || (len(claim.parts) == 1 && claim.parts[0].placeholder == consumerPlaceholder) {
+		return nil
+	}
+	subjects := make([]string, ids.n)
+	for c := range subjects {
+		subjects[c] = claim.render(func(placeholder) string { return ids.name(c) })
+	}
+	return subjects
+}
+
+// label is how the audit names consumer c: the identity sent, or the
+// subject of its token when only a token names it.
+func (ids *identities) label(c int) string {
+	if ids.subjects != nil {
+		return ids.subjects[c]
+	}
+	return ids.name(c)
 }
 
 // mint signs each consumer's token with HS256.

@@ -331,5 +331,17 @@ func (r *request) name(c int32) string {
 	if r.ids == nil {
 		return consumerName(c)
 	}
-	return r.ids.name(int(c))
+	return r.ids.label(int(c))
+}
+
+// labels are the names of the consumers, when they are not consumer-0 …
+// (Settings' Identities).
+func (r *request) labels() []string {
+	if r.ids == nil {
+		return nil
+	}
+	if r.ids.subjects != nil {
+		return r.ids.subjects
+	}
+	return r.ids.names
 }
