@@ -70,8 +70,11 @@ as the gateway's clients send theirs: {consumer} stands for the identity in the 
 query, in any --header's value and in --body; {jwt} for an HS256 token minted per consumer
 (--jwt-secret, --jwt-claim sub={consumer}); {{ is a literal {. --consumer-header NAME is short
 for -H 'NAME: {consumer}', and its default, X-Consumer-Id, is left out when {consumer} or {jwt}
-stands anywhere else. --expect-limit audits the consumers, named by the identities sent: admissions against the limit (by --expect-algorithm's own
-guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers.
+stands anywhere else.
+
+--expect-limit audits the consumers, named by the identities sent: admissions against the limit
+(by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
+the rate-limit headers.
 The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
