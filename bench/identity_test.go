@@ -260,3 +260,29 @@ func TestMergeKeysByIdentity(t *testing.T) {
 		t.Fatalf("merged consumers %+v", m.Audit.Limits[0].WorstConsumers)
 	}
 }
+
+// TestTokenSubjectsName: when only a token names the consumer, the result
+// and the audit name each by the claim that holds {consumer}, sub first.
+func TestTokenSubjectsName(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		claims []bench.JWTClaim
+		want   []string // nil: consumer-0 …
+	}{
+		{[]bench.JWTClaim{{Name: "iss", Value: "team-{consumer}"}, {Name: "sub", Value: "user-{consumer}"}}, []string{"user-consumer-0", "user-consumer-1"}},
+		{[]bench.JWTClaim{{Name: "iss", Value: "team-{consumer}"}}, []string{"team-consumer-0", "team-consumer-1"}},
+		{[]bench.JWTClaim{{Name: "sub", Value: "{consumer}"}}, nil},
+	} {
+		res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Header: http.Header{"Authorization": {"Bearer {jwt}"}},
+			JWTSecret: []byte("s"), JWTClaims: tc.claims, Consumers: 2, Connections: 1, Requests: 4, ExpectLimit: 10, ExpectWindow: time.Second,
+			NoProbes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.Config.Identities, tc.want) || (tc.want != nil && !slices.Contains(tc.want, res.Audit.Limits[0].WorstConsumer)) {
+			t.Fatalf("%+v: identities %q, worst %q; want %q", tc.claims, res.Config.Identities, res.Audit.Limits[0].WorstConsumer, tc.want)
+		}
+	}
+}
