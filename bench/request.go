@@ -60,7 +60,8 @@ const bodyInline = 4 << 10
 // maxRendered bounds the bytes of the requests rendered before the run.
 const maxRendered = 64 << 20
 
-// pieces builds a request's pieces.
+// pieceList builds a request's pieces: text joins the text before it, and
+// each value ends a piece.
 type pieceList []piece
 
 func (l *pieceList) text(s string) {
