@@ -15,6 +15,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 var srv *redisrun.Server
@@ -348,13 +349,9 @@ func TestCounterLimiters(t *testing.T) {
 // waitGone polls until key has expired, for at most limit.
 func waitGone(t *testing.T, c *redis.Client, key string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for c.Exists(context.Background(), key).Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still exists after %s", key, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, limit, func() (bool, string) {
+		return c.Exists(context.Background(), key).Val() == 0, key + " still exists"
+	})
 }
 
 // TestRedisClock: the Lua limiters read TIME inside the script when asked to.

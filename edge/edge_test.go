@@ -20,6 +20,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 var srv *redisrun.Server
@@ -173,17 +174,10 @@ func logMembers(t *testing.T, c redis.UniversalClient, consumer string) int64 {
 // waitForStatus asks url until it answers status, for at most 10 seconds.
 func waitForStatus(t *testing.T, url string, hdr map[string]string, status int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
 		resp, _ := get(t, url, hdr)
-		if resp.StatusCode == status {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still answers %d after 10 s, want %d", url, resp.StatusCode, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return resp.StatusCode == status, fmt.Sprintf("%s answers %d, want %d", url, resp.StatusCode, status)
+	})
 }
 
 // TestConcurrentBurst: 200 concurrent requests from one consumer with limit
