@@ -239,9 +239,11 @@ func TestConcurrentBurst(t *testing.T) {
 	}
 }
 
-// TestRedisDown: with Redis hung (SIGSTOP), fail-open passes every request
-// within the timeout plus a margin and fail-closed answers 503; once Redis
-// is back, limiting resumes without a restart.
+// TestRedisDown: with Redis hung (SIGSTOP), every decision times out, and
+// the fail mode answers: fail-open passes the request, fail-closed answers
+// 503, both without RateLimit fields; once Redis is back, limiting resumes
+// without a restart. The test counts what the gateway did, never how long
+// an answer took.
 func TestRedisDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
@@ -270,19 +272,16 @@ func TestRedisDown(t *testing.T) {
 			for range 10 {
 				resp, took := get(t, url, hdr)
 				slowest = max(slowest, took)
-				if resp.StatusCode != want {
-					t.Fatalf("with Redis hung: %d, want %d", resp.StatusCode, want)
+				// The consumer used its one request: only the fail mode admits it.
+				if resp.StatusCode != want || hasLimitFields(resp.Header) {
+					t.Fatalf("with Redis hung: %d with %v, want %d without RateLimit fields", resp.StatusCode, resp.Header, want)
 				}
 				if mode == edge.FailClosed && resp.Header.Get("Retry-After") == "" {
 					t.Fatalf("503 without Retry-After")
 				}
 			}
-			// The bound the operator chose, plus a margin for a loaded CI machine.
-			if slowest > timeout+time.Second {
-				t.Fatalf("slowest response %s with a %s timeout", slowest, timeout)
-			}
-			if g.Metrics().RedisErrors("timeout") < 10 {
-				t.Fatalf("%d Redis timeouts counted, want 10", g.Metrics().RedisErrors("timeout"))
+			if n := g.Metrics().RedisErrors(edge.RedisErrorTimeout); n < 10 {
+				t.Fatalf("%d Redis timeouts counted, want 10", n)
 			}
 			if err := r.Resume(); err != nil {
 				t.Fatal(err)
