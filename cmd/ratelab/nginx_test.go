@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // limitReq runs nginx with limit_req keyed by key (with the http block's
@@ -65,28 +65,31 @@ http {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{}) // closed once nginx has exited, with waitErr set
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			c.Close()
-			return "http://" + addr + "/ok"
-		}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
 		select {
-		case err := <-exited:
+		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx exited (%v): %s", err, log)
-		case <-ctx.Done():
-			t.Fatalf("nginx not accepting on %s", addr)
-		case <-time.After(20 * time.Millisecond):
+			t.Fatalf("nginx exited (%v): %s", waitErr, log)
+		default:
 		}
-	}
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return false, "nginx not accepting on " + addr + ": " + err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
+	return "http://" + addr + "/ok"
 }
 
 // TestNginxLimitReqAudited: nginx's limit_req at 10 per second with a
