@@ -125,6 +125,9 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 		}
 	}
 	began := time.Now()
+	if ls, ok := lim.(algorithms.LimitSet); ok {
+		res.Limits = limitsOf(ls, "")
+	}
 	res.WorstTrialAdmitted = -1
 	verified, checked := true, 0
 	var spreads []int64
@@ -147,6 +150,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 			res.LeakedTrials++
 		}
 		res.UnderAdmitted += max(t.Minimum-t.Admitted, 0)
+		addLimits(res.Limits, t)
 		if t.Admitted > res.WorstTrialAdmitted || (t.Admitted == res.WorstTrialAdmitted && t.Expected < res.WorstTrialExpected) {
 			res.WorstTrialAdmitted, res.WorstTrialExpected = t.Admitted, t.Expected
 		}
