@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,6 +128,11 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 	began := time.Now()
 	if ls, ok := lim.(algorithms.LimitSet); ok {
 		res.Limits = limitsOf(ls, "")
+		rules := make([]string, len(res.Limits))
+		for i, l := range res.Limits {
+			rules[i] = l.GuaranteeRule
+		}
+		res.GuaranteeRule = strings.Join(rules, " and ")
 	}
 	res.WorstTrialAdmitted = -1
 	verified, checked := true, 0
