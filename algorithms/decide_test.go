@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -43,36 +44,50 @@ var steps = []time.Duration{
 // TestDecideMatchesLimiter holds each algorithm's single-limit behaviour
 // under Decide identical to its Limiter's: on the same sequence of stamps,
 // each request gets the same answer, remaining and retry-after.
+// On redis-server and on the embedded server alike.
 func TestDecideMatchesLimiter(t *testing.T) {
-	c := redistest.Client(t, srv)
+	emb, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Stop()
+	for _, server := range []*redisrun.Server{srv, emb} {
+		if server == nil {
+			continue
+		}
+		c := redistest.Client(t, server)
+		for _, name := range algorithms.Algorithms() {
+			t.Run(string(server.Mode)+"/"+name, func(t *testing.T) { decideMatchesLimiter(t, c, name) })
+		}
+	}
+}
+
+func decideMatchesLimiter(t *testing.T, c redis.UniversalClient, name string) {
+	t.Helper()
 	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
-	for _, name := range algorithms.Algorithms() {
-		t.Run(name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
-			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
-			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
-			prefix := redistest.Prefix(t)
-			lkey, dkey := algorithms.Key(prefix, "limiter"), algorithms.Key(prefix, "decider")
-			denied := 0
-			for i, step := range steps {
-				clock.Add(step)
-				want := allow(t, l, lkey)
-				out := decide(t, d, algorithms.Check{Key: dkey, Algorithm: name, Policy: p, Cost: 1})
-				got := out.Checks[0]
-				if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || out.Allowed != want.Allowed {
-					t.Fatalf("request %d at %s: Decide %+v (allowed %t), Limiter %+v", i+1, clock.Now().Format("15:04:05.000"), got, out.Allowed, want)
-				}
-				if i > 0 && out.Calls != 1 {
-					t.Fatalf("request %d: %d calls, want 1", i+1, out.Calls)
-				}
-				if !want.Allowed {
-					denied++
-				}
-			}
-			if denied < 3 || denied > len(steps)-3 {
-				t.Fatalf("%d of %d requests denied: the sequence must hold admissions and denials", denied, len(steps))
-			}
-		})
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+	l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
+	prefix := redistest.Prefix(t)
+	lkey, dkey := algorithms.Key(prefix, "limiter"), algorithms.Key(prefix, "decider")
+	denied := 0
+	for i, step := range steps {
+		clock.Add(step)
+		want := allow(t, l, lkey)
+		out := decide(t, d, algorithms.Check{Key: dkey, Algorithm: name, Policy: p, Cost: 1})
+		got := out.Checks[0]
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || out.Allowed != want.Allowed {
+			t.Fatalf("request %d at %s: Decide %+v (allowed %t), Limiter %+v", i+1, clock.Now().Format("15:04:05.000"), got, out.Allowed, want)
+		}
+		if i > 0 && out.Calls != 1 {
+			t.Fatalf("request %d: %d calls, want 1", i+1, out.Calls)
+		}
+		if !want.Allowed {
+			denied++
+		}
+	}
+	if denied < 3 || denied > len(steps)-3 {
+		t.Fatalf("%d of %d requests denied: the sequence must hold admissions and denials", denied, len(steps))
 	}
 }
 
@@ -146,6 +161,19 @@ func TestDecideMixesAlgorithms(t *testing.T) {
 			if !got.Allowed || got.Remaining != 5-i-1 || got.Limit != 5 || got.Reset <= 0 {
 				t.Fatalf("request %d, %s: %+v, want admitted with remaining %d and a reset", i+1, checks[j].Algorithm, got, 5-i-1)
 			}
+		}
+	}
+	// Whole again once every request has left: the aligned window ends
+	// (fixed window), the log's newest request leaves it (sliding log), the
+	// next aligned window ends (sliding counter), five tokens refill at 2 s
+	// each (token bucket), the arrival time is reached (GCRA).
+	reset := map[string]time.Duration{
+		"fixed-window": 7 * time.Second, "sliding-log": 10 * time.Second, "sliding-counter": 17 * time.Second,
+		"token-bucket": 10 * time.Second, "gcra": 10 * time.Second,
+	}
+	for j, got := range decide(t, d, zeroCost(checks)...).Checks {
+		if got.Reset != reset[checks[j].Algorithm] {
+			t.Errorf("%s: reset %s, want %s", checks[j].Algorithm, got.Reset, reset[checks[j].Algorithm])
 		}
 	}
 	out := decide(t, d, checks...)
