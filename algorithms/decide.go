@@ -40,7 +40,9 @@ type Outcome struct {
 	// admitted, its Limit, Remaining (after this request when it was
 	// consumed, else now), RetryAfter (when it denied: until it admits
 	// again) and Reset (until it is whole again). Attempts is the round
-	// trips of the call that decided it.
+	// trips of the call that decided it; 0 for a check never asked, which
+	// on a Cluster is every check of a later call once an earlier one
+	// denied (it then holds only its Limit).
 	Checks []Decision
 	// Calls is the number of Redis round trips the decision took.
 	Calls int
@@ -148,6 +150,9 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		keys[c.Key] = i
 	}
 	out := Outcome{Allowed: true, Checks: make([]Decision, len(checks))}
+	for i, c := range checks {
+		out.Checks[i].Limit = c.Policy.Limit
+	}
 	if len(checks) == 0 {
 		return out, nil
 	}
