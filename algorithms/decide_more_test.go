@@ -17,10 +17,11 @@ import (
 )
 
 // TestDecideConcurrent: goroutines released together on two limits of one
-// key, 5/1s and 12/10s, admit in each round exactly what the same requests
-// decided one at a time admit: never more than either limit, never less. The
-// clock is the test's, moved only between rounds, so scheduling cannot
-// change an answer.
+// key, 5 per unit and 12 per ten units (as 5/1s and 12/10s), admit in each
+// round, a unit apart, exactly what the same requests decided one at a time
+// admit: never more than either limit, never less. The clock is the test's,
+// moved only between rounds, so scheduling cannot change an answer, and the
+// unit is the package's hour-long window, so no key expires meanwhile.
 func TestDecideConcurrent(t *testing.T) {
 	c := redistest.Client(t, srv)
 	const goroutines, rounds = 16, 25
@@ -29,13 +30,13 @@ func TestDecideConcurrent(t *testing.T) {
 		{"token-bucket", "token-bucket"}, {"gcra", "gcra"}, {"sliding-log", "gcra"}, {"token-bucket", "sliding-counter"},
 	} {
 		t.Run(pair[0]+"+"+pair[1], func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+			clock := &fakeClock{now: alignedStart(10 * window)}
 			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 			prefix := redistest.Prefix(t)
 			checks := func(who string) []algorithms.Check {
 				return []algorithms.Check{
-					{Key: algorithms.Key(prefix+who, "second"), Algorithm: pair[0], Policy: algorithms.Policy{Limit: 5, Window: time.Second}, Cost: 1},
-					{Key: algorithms.Key(prefix+who, "ten"), Algorithm: pair[1], Policy: algorithms.Policy{Limit: 12, Window: 10 * time.Second}, Cost: 1},
+					{Key: algorithms.Key(prefix+who, "one"), Algorithm: pair[0], Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1},
+					{Key: algorithms.Key(prefix+who, "ten"), Algorithm: pair[1], Policy: algorithms.Policy{Limit: 12, Window: 10 * window}, Cost: 1},
 				}
 			}
 			raced, alone := checks("raced"), checks("alone")
@@ -49,7 +50,7 @@ func TestDecideConcurrent(t *testing.T) {
 				}
 				want = append(want, n)
 				got = append(got, burst(t, d, raced, goroutines))
-				clock.Add(time.Second)
+				clock.Add(window)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("admitted per round, raced %v, one at a time %v", got, want)
@@ -113,7 +114,7 @@ func TestDecideOnCluster(t *testing.T) {
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	t.Cleanup(func() { c.Close() })
 
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
 	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 	if err := d.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestDecideOnCluster(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	consumer := everyAlgorithm("alice-" + prefix)
 	capped := append(consumer, algorithms.Check{Key: algorithms.Key("global-"+prefix, "cap"), Algorithm: "fixed-window",
-		Policy: algorithms.Policy{Limit: 3, Window: 10 * time.Second}, Cost: 1})
+		Policy: algorithms.Policy{Limit: 3, Window: window}, Cost: 1})
 	for i := range 3 {
 		out := decide(t, d, capped...)
 		if !out.Allowed || out.Calls != 2 {
@@ -174,9 +175,6 @@ func TestDecideRedisClock(t *testing.T) {
 	c := redistest.Client(t, srv)
 	d := algorithms.NewDecider(c, algorithms.DecideClock(algorithms.ClockRedis))
 	checks := everyAlgorithm(redistest.Prefix(t))
-	for j := range checks {
-		checks[j].Policy.Window = time.Hour
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	before := c.Time(ctx).Val()

@@ -11,17 +11,18 @@ import (
 )
 
 // TestMultiLimitPair races the pair on a frozen caller clock and windows
-// of minutes, so that every request of a trial arrives at one instant and
-// scheduling cannot change a count. Both limits, 10/10m and 5/1m, are
-// judged by their own guarantee. Both limiters admit exactly 5 in every
-// trial and never over-admit either limit; the atomic one leaves each
-// limit holding exactly the 5 admitted, while the sequential one leaves the
-// 10/10m limit holding 10: the 5 requests the 5/1m limit denied each took a
-// slot of it, which later requests will be denied for.
+// of hours, so that every request of a trial arrives at one instant,
+// scheduling cannot change a count, and no trial outlasts a window. Both
+// limits, 10/10h and 5/1h, are judged by their own guarantee. Both
+// limiters admit exactly 5 in every trial and never over-admit either
+// limit; the atomic one leaves each limit holding exactly the 5 admitted,
+// while the sequential one leaves the 10/10h limit holding 10: the 5
+// requests the 5/1h limit denied each took a slot of it, which later
+// requests will be denied for.
 func TestMultiLimitPair(t *testing.T) {
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "multi-limit-sequential", "multi-limit-atomic")
-	cfg.Policy = algorithms.Policy{Limit: 5, Window: time.Minute}
+	cfg.Policy = algorithms.Policy{Limit: 5, Window: time.Hour}
 	cfg.Concurrency, cfg.Trials = 40, 10
 	frozen := time.UnixMilli(1_700_000_000_000)
 	cfg.Now = func() time.Time { return frozen }
@@ -40,8 +41,8 @@ func TestMultiLimitPair(t *testing.T) {
 		{"multi-limit-atomic", [2]int64{5, 5}, true},
 	} {
 		r := res[tc.name]
-		if len(r.Limits) != 2 || r.Limits[0].Policy != "10/10m0s" || r.Limits[1].Policy != "5/1m0s" {
-			t.Fatalf("%s judged on %+v, want 10/10m and 5/1m", tc.name, r.Limits)
+		if len(r.Limits) != 2 || r.Limits[0].Policy != "10/10h0m0s" || r.Limits[1].Policy != "5/1h0m0s" {
+			t.Fatalf("%s judged on %+v, want 10/10h and 5/1h", tc.name, r.Limits)
 		}
 		for i, tr := range r.TrialResults {
 			if tr.Admitted != 5 || tr.Errors != 0 {
@@ -58,7 +59,7 @@ func TestMultiLimitPair(t *testing.T) {
 		}
 		wrong := (tc.held[0] - 5) * int64(r.Trials)
 		if l := r.Limits[0]; l.WronglyConsumed != wrong || l.LeakedTrials != 0 || (wrong > 0) != (l.TrialsWronglyConsumed == r.Trials) {
-			t.Errorf("%s: the 10/10m limit %+v; want %d wrongly consumed over %d trials", tc.name, l, wrong, r.Trials)
+			t.Errorf("%s: the 10/10h limit %+v; want %d wrongly consumed over %d trials", tc.name, l, wrong, r.Trials)
 		}
 	}
 }
