@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -137,7 +138,9 @@ func checkKeys(c Check) []string {
 
 // Decide decides checks as one request: Outcome.Allowed only if every check
 // not in shadow admits, and then every check that admitted is consumed;
-// otherwise nothing is. No checks is an admission without a call.
+// otherwise nothing is. No checks is an admission without a call. On an
+// error the Outcome is a denial holding what was decided before it; on a
+// Cluster, what earlier calls consumed is given back.
 func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 	keys := make(map[string]int, len(checks))
 	for i, c := range checks {
@@ -169,7 +172,10 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		cl, err := d.call(ctx, checks, g, now)
 		out.Calls += cl.trips
 		if err != nil {
-			return out, err
+			// Whether the failed call consumed is unknown; the calls before
+			// it are given back, as for a denial.
+			out.Allowed = false
+			return out, errors.Join(err, d.giveBack(ctx, &out, groups, done))
 		}
 		for j, i := range g {
 			out.Checks[i] = cl.decisions[j]

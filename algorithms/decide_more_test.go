@@ -144,6 +144,27 @@ func TestDecideOnCluster(t *testing.T) {
 	if n, err := c.ZCard(context.Background(), consumer[1].Key).Result(); err != nil || n != 3 {
 		t.Fatalf("sliding log holds %d members (%v), want the 3 admitted", n, err)
 	}
+	// A caller that gives up after the first call: the second fails, and
+	// the first call's consumption is given back all the same.
+	before = decide(t, d, zeroCost(consumer)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(cancelAfter{ctx: ctx, cancel: cancel}) })
+	c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+		n.AddHook(cancelAfter{ctx: ctx, cancel: cancel})
+		return nil
+	})
+	out, err = d.Decide(ctx, capped)
+	if !errors.Is(err, context.Canceled) || out.Allowed || out.Calls != 3 {
+		t.Fatalf("a request cancelled after its first call: %+v, %v; want the cancellation, in 3 calls", out, err)
+	}
+	after = decide(t, d, zeroCost(consumer)...)
+	for j := range consumer {
+		if after.Checks[j].Remaining != before.Checks[j].Remaining {
+			t.Errorf("%s: remaining %d before, %d after the cancelled request; want equal",
+				consumer[j].Algorithm, before.Checks[j].Remaining, after.Checks[j].Remaining)
+		}
+	}
 	// Denied by the consumer's own limits: the cap is never asked.
 	for range 2 {
 		decide(t, d, consumer...)
@@ -155,6 +176,29 @@ func TestDecideOnCluster(t *testing.T) {
 	if c := out.Checks[len(consumer)]; c.Attempts != 0 || c.Limit != 3 || c.Allowed {
 		t.Fatalf("the cap, never asked: %+v; want only its limit, and no attempts", c)
 	}
+}
+
+// cancelAfter is a hook that cancels a context once a command sent with
+// it has run: the next command sent with it fails.
+type cancelAfter struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (h cancelAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if ctx == h.ctx {
+			h.cancel()
+		}
+		return err
+	}
+}
+
+func (h cancelAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func zeroCost(checks []algorithms.Check) []algorithms.Check {
