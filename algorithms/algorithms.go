@@ -70,6 +70,10 @@ type Decision struct {
 	// admitted; zero when allowed, and when a limiter gave up without knowing
 	// (ErrRetriesExhausted).
 	RetryAfter time.Duration
+	// Reset is how long until the limit is whole again: every request it
+	// counts has left it (draft-ietf-httpapi-ratelimit-headers' t). Only a
+	// Decider sets it.
+	Reset time.Duration
 	// Attempts is the number of Redis round trips the decision took (WATCH
 	// retries and the NOSCRIPT fallback show here).
 	Attempts int
