@@ -278,7 +278,7 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if !o.Off && cfg.Limit.Rules != nil {
 		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
 		defer client.Close()
-		d := algorithms.NewDecider(client, algorithms.WithDeciderClock(o.Clock))
+		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.Load(lctx)
 		cancel()
