@@ -103,7 +103,7 @@ func (l *Handler) serveRules(w http.ResponseWriter, r *http.Request) {
 			continue // a limit on trial is not the clients' business
 		}
 		states = append(states, limitState{Name: lim.ID, Policy: lim.Policy, Allowed: d.Allowed,
-			Remaining: d.Remaining, RetryAfter: d.RetryAfter})
+			Remaining: d.Remaining, RetryAfter: d.RetryAfter, Reset: d.Reset})
 	}
 	retry := setLimitHeaders(w.Header(), l.cfg.Headers, states)
 	switch {
