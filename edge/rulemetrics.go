@@ -19,12 +19,14 @@ const (
 // by the files loaded; past this many, further IDs count as "(other)".
 const maxLimitLabels = 1000
 
-// limitCounts counts decisions per limit ID and outcome.
+// limitCounts counts decisions per limit ID and outcome. Its children are
+// looked up without a lock: every request counts each of its limits.
 type limitCounts struct {
-	vec *prometheus.CounterVec
+	vec      *prometheus.CounterVec
+	children sync.Map // [2]string{id, outcome} -> prometheus.Counter
 
-	mu       sync.Mutex
-	children map[[2]string]prometheus.Counter
+	mu sync.Mutex // adding a child
+	n  int
 }
 
 func newLimitCounts() *limitCounts {
@@ -33,25 +35,25 @@ func newLimitCounts() *limitCounts {
 			Name: "ratelab_edge_limit_decisions_total",
 			Help: "Decisions per limit of the rules (its ID) and outcome: allowed, denied, shadow_denied.",
 		}, []string{"limit", "outcome"}),
-		children: map[[2]string]prometheus.Counter{},
 	}
 }
 
 func (c *limitCounts) counter(id, outcome string) prometheus.Counter {
+	k := [2]string{id, outcome}
+	if ch, ok := c.children.Load(k); ok {
+		return ch.(prometheus.Counter)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := [2]string{id, outcome}
-	if ch, ok := c.children[k]; ok {
-		return ch
+	if ch, ok := c.children.Load(k); ok {
+		return ch.(prometheus.Counter)
 	}
-	if len(c.children) >= maxLimitLabels*3 {
-		k[0] = "(other)"
-		if ch, ok := c.children[k]; ok {
-			return ch
-		}
+	if c.n >= maxLimitLabels*3 {
+		return c.vec.WithLabelValues("(other)", outcome) // not kept: the map stays bounded too
 	}
-	ch := c.vec.WithLabelValues(k[0], k[1])
-	c.children[k] = ch
+	ch := c.vec.WithLabelValues(id, outcome)
+	c.children.Store(k, ch)
+	c.n++
 	return ch
 }
 
