@@ -34,6 +34,7 @@ type Rules struct {
 	cur     atomic.Pointer[Loaded]
 	mu      sync.Mutex // one reload at a time
 	check   func(*rules.Set) error
+	apply   func(*rules.Set) error
 }
 
 // RulesConfig configures Rules.
@@ -45,6 +46,9 @@ type RulesConfig struct {
 	Options []rules.Option
 	// Check refuses a set the engine cannot serve; nil accepts every set.
 	Check func(*rules.Set) error
+	// Apply, when set, hands a new set to the engine before it serves (the
+	// nginx engine writes it and reloads nginx); an error refuses the set.
+	Apply func(*rules.Set) error
 	// Log receives a line per reload, applied or refused; none when nil.
 	Log io.Writer
 	// Metrics show the version serving and count reloads; none when nil.
@@ -53,7 +57,7 @@ type RulesConfig struct {
 
 // NewRules serves set, and reloads from cfg.File.
 func NewRules(set *rules.Set, cfg RulesConfig) *Rules {
-	r := &Rules{file: cfg.File, opts: cfg.Options, log: cfg.Log, metrics: cfg.Metrics, check: cfg.Check}
+	r := &Rules{file: cfg.File, opts: cfg.Options, log: cfg.Log, metrics: cfg.Metrics, check: cfg.Check, apply: cfg.Apply}
 	r.store(set)
 	return r
 }
@@ -102,6 +106,9 @@ func (r *Rules) Reload() error {
 		err = r.check(set)
 	}
 	old := r.cur.Load()
+	if err == nil && set.Version != old.Set.Version && r.apply != nil {
+		err = r.apply(set)
+	}
 	if err != nil {
 		if r.metrics != nil {
 			r.metrics.rulesReload("refused")

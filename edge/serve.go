@@ -94,11 +94,7 @@ func (o Options) Validate() error {
 	switch {
 	case o.Off:
 		return nil
-	case set != nil && o.RulesFile != "":
-		return field.Errorf("RulesFile", "is not in the openresty engine yet: use --engine go")
-	case set != nil:
-		return field.Errorf("Limits", "is given %d times: the openresty engine runs one limit (use --engine go for several)", len(o.Limits))
-	case o.Algorithm != "sliding-log":
+	case set == nil && o.Algorithm != "sliding-log":
 		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
 	case o.Shadow:
 		return field.Errorf("Shadow", "is not in the openresty engine")
@@ -106,6 +102,10 @@ func (o Options) Validate() error {
 		return field.Errorf("OnError", "local is not in the openresty engine: its workers keep no limiter of their own")
 	case len(o.TrustedProxies) > 0:
 		return field.Errorf("TrustedProxies", "is not in the openresty engine: use nginx's realip module (set_real_ip_from)")
+	case set != nil:
+		if _, err := RenderRules(set); err != nil {
+			return field.Errorf(rulesField(o), ": %v", err)
+		}
 	}
 	return nil
 }
@@ -162,6 +162,14 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 		return o, nil, field.Errorf("Limits", ": %v", err)
 	}
 	return o, set, nil
+}
+
+// rulesField is the field that gave o's rules: RulesFile or Limits.
+func rulesField(o Options) string {
+	if o.RulesFile != "" {
+		return "RulesFile"
+	}
+	return "Limits"
 }
 
 // ruleOptions are Parse's options for a rules file of o.
@@ -329,7 +337,8 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 // serveOpenResty renders edge/openresty/nginx.conf for o and runs nginx
 // with the module until ctx is done.
 func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.UniversalOptions, addr string) error {
-	if _, _, err := FindNginx(); err != nil {
+	_, _, err := FindNginx()
+	if err != nil {
 		return err
 	}
 	nc := NginxConfig{
@@ -340,6 +349,12 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	if o.Admin != "" {
 		nc.Admin = hostPort(o.Admin)
+	}
+	rs := cfg.Limit.Rules
+	if rs != nil {
+		if nc.Rules, err = RenderRules(rs.Current().Set); err != nil {
+			return err
+		}
 	}
 	if !o.Off {
 		host, portText, err := net.SplitHostPort(r.Addrs[0])
@@ -359,7 +374,11 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	// What it will serve is said first: clients may reach nginx a moment
 	// before StartNginx sees it accept.
-	if o.Log != nil && !o.Off {
+	if o.Log != nil && !o.Off && rs != nil {
+		set := rs.Current().Set
+		fmt.Fprintf(o.Log, "ratelab edge: rules %s (domain %s, version %s): %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
+			set.File, set.Domain, set.Version, limitsText(set), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+	} else if o.Log != nil && !o.Off {
 		fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
 			o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
 	}
@@ -374,6 +393,34 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
 			nc.Listen, o.Upstream, orNone(nc.Admin), n.Dir())
+	}
+	if rs != nil && o.RulesFile != "" {
+		// A new version is rendered and nginx reloaded: its new workers
+		// decide by it, the old ones finish their requests.
+		watched := NewRules(rs.Current().Set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Log: o.Log,
+			Check: func(set *rules.Set) error {
+				if err := o.checkRules(set); err != nil {
+					return err
+				}
+				_, err := RenderRules(set)
+				return err
+			},
+			Apply: func(set *rules.Set) error {
+				text, err := RenderRules(set)
+				if err != nil {
+					return err
+				}
+				return n.ReloadRules(text)
+			}})
+		wctx, stop := context.WithCancel(ctx)
+		watching := make(chan struct{})
+		go func() {
+			defer close(watching)
+			if err := watched.Watch(wctx); err != nil && o.Log != nil {
+				fmt.Fprintf(o.Log, "ratelab edge: rules do not reload when the file changes: %v\n", err)
+			}
+		}()
+		defer func() { stop(); <-watching }()
 	}
 	select {
 	case <-ctx.Done():

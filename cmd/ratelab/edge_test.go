@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -59,7 +61,7 @@ func TestEdgeLimitsRefused(t *testing.T) {
 		{[]string{"--limit", "5/1s", "--limit", "12/10s:leaky"}, `--limit "12/10s:leaky": "leaky" is not an algorithm`},
 		{[]string{"--limit", "5/1s", "--limit", "off"}, "--limit off serves with no limiter: give it alone"},
 		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--on-redis-error", "local", "--nodes", "6"}, "--nodes must be at most every limit"},
-		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--engine", "openresty"}, "the openresty engine"},
+		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--engine", "openresty", "--trusted-proxies", "10.0.0.0/8"}, "--trusted-proxies is not in the openresty engine"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
@@ -118,4 +120,96 @@ func TestEdgeSeveralLimits(t *testing.T) {
 	if !strings.Contains(stderr.String(), "2 limits: per-1m 3 per 1m0s (sliding-log), per-1h 2 per 1h0m0s (gcra)") {
 		t.Fatalf("the start-up log does not name the limits: %s", stderr.String())
 	}
+}
+
+// TestEdgeRulesReload: with either engine, ratelab edge --rules serves the
+// file and, once it is rewritten, the new version: the policy the
+// responses name changes without a restart.
+func TestEdgeRulesReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	for _, engine := range []string{"go", "openresty"} {
+		t.Run(engine, func(t *testing.T) {
+			if _, _, err := edge.FindNginx(); engine == "openresty" && err != nil {
+				if redistest.InCI() {
+					t.Fatalf("under CI: %v", err)
+				}
+				t.Skip(err)
+			}
+			file := filepath.Join(t.TempDir(), "rules.yaml")
+			version := func(n int) string {
+				return fmt.Sprintf("domain: %s\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {name: per-consumer, unit: minute, requests_per_unit: %d}\n",
+					redistest.Prefix(t), n)
+			}
+			if err := os.WriteFile(file, []byte(version(100)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			addr := freeAddr(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			var stderr syncWriter
+			go func() {
+				done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+					"--redis-timeout", "5s", "--engine", engine, "--rules", file}, io.Discard, &stderr)
+			}()
+			policy := func() string {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+				req.Header.Set("X-Consumer-Id", "alice")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return ""
+				}
+				resp.Body.Close()
+				return resp.Header.Get("RateLimit-Policy")
+			}
+			waitPolicy := func(want string, rewrite func()) {
+				t.Helper()
+				for deadline := time.Now().Add(15 * time.Second); policy() != want; time.Sleep(50 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						cancel()
+						<-done
+						t.Fatalf("the policy is still %q after 15 s, want %q\n%s", policy(), want, stderr.String())
+					}
+					if rewrite != nil {
+						rewrite()
+					}
+				}
+			}
+			waitPolicy(`"per-consumer";q=100;w=60`, nil)
+			// Rewritten until seen: the watch starts a moment after the gateway serves.
+			waitPolicy(`"per-consumer";q=200;w=60`, func() {
+				if err := os.WriteFile(file, []byte(version(200)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			})
+			cancel()
+			if code := <-done; code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "reloaded: version") {
+				t.Fatalf("the reload is not logged:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// syncWriter is a buffer written by a command's goroutines and read by the test.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
