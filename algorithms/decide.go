@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -40,7 +41,9 @@ type Outcome struct {
 	// admitted, its Limit, Remaining (after this request when it was
 	// consumed, else now), RetryAfter (when it denied: until it admits
 	// again) and Reset (until it is whole again). Attempts is the round
-	// trips of the call that decided it.
+	// trips of the call that decided it; 0 for a check never asked, which
+	// on a Cluster is every check of a later call once an earlier one
+	// denied (it then holds only its Limit).
 	Checks []Decision
 	// Calls is the number of Redis round trips the decision took.
 	Calls int
@@ -135,7 +138,9 @@ func checkKeys(c Check) []string {
 
 // Decide decides checks as one request: Outcome.Allowed only if every check
 // not in shadow admits, and then every check that admitted is consumed;
-// otherwise nothing is. No checks is an admission without a call.
+// otherwise nothing is. No checks is an admission without a call. On an
+// error the Outcome is a denial holding what was decided before it; on a
+// Cluster, what earlier calls consumed is given back.
 func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 	keys := make(map[string]int, len(checks))
 	for i, c := range checks {
@@ -148,6 +153,9 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		keys[c.Key] = i
 	}
 	out := Outcome{Allowed: true, Checks: make([]Decision, len(checks))}
+	for i, c := range checks {
+		out.Checks[i].Limit = c.Policy.Limit
+	}
 	if len(checks) == 0 {
 		return out, nil
 	}
@@ -164,7 +172,10 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		cl, err := d.call(ctx, checks, g, now)
 		out.Calls += cl.trips
 		if err != nil {
-			return out, err
+			// Whether the failed call consumed is unknown; the calls before
+			// it are given back, as for a denial.
+			out.Allowed = false
+			return out, errors.Join(err, d.giveBack(ctx, &out, groups, done))
 		}
 		for j, i := range g {
 			out.Checks[i] = cl.decisions[j]

@@ -17,10 +17,11 @@ import (
 )
 
 // TestDecideConcurrent: goroutines released together on two limits of one
-// key, 5/1s and 12/10s, admit in each round exactly what the same requests
-// decided one at a time admit: never more than either limit, never less. The
-// clock is the test's, moved only between rounds, so scheduling cannot
-// change an answer.
+// key, 5 per unit and 12 per ten units (as 5/1s and 12/10s), admit in each
+// round, a unit apart, exactly what the same requests decided one at a time
+// admit: never more than either limit, never less. The clock is the test's,
+// moved only between rounds, so scheduling cannot change an answer, and the
+// unit is the package's hour-long window, so no key expires meanwhile.
 func TestDecideConcurrent(t *testing.T) {
 	c := redistest.Client(t, srv)
 	const goroutines, rounds = 16, 25
@@ -29,13 +30,13 @@ func TestDecideConcurrent(t *testing.T) {
 		{"token-bucket", "token-bucket"}, {"gcra", "gcra"}, {"sliding-log", "gcra"}, {"token-bucket", "sliding-counter"},
 	} {
 		t.Run(pair[0]+"+"+pair[1], func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+			clock := &fakeClock{now: alignedStart(10 * window)}
 			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 			prefix := redistest.Prefix(t)
 			checks := func(who string) []algorithms.Check {
 				return []algorithms.Check{
-					{Key: algorithms.Key(prefix+who, "second"), Algorithm: pair[0], Policy: algorithms.Policy{Limit: 5, Window: time.Second}, Cost: 1},
-					{Key: algorithms.Key(prefix+who, "ten"), Algorithm: pair[1], Policy: algorithms.Policy{Limit: 12, Window: 10 * time.Second}, Cost: 1},
+					{Key: algorithms.Key(prefix+who, "one"), Algorithm: pair[0], Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1},
+					{Key: algorithms.Key(prefix+who, "ten"), Algorithm: pair[1], Policy: algorithms.Policy{Limit: 12, Window: 10 * window}, Cost: 1},
 				}
 			}
 			raced, alone := checks("raced"), checks("alone")
@@ -49,7 +50,7 @@ func TestDecideConcurrent(t *testing.T) {
 				}
 				want = append(want, n)
 				got = append(got, burst(t, d, raced, goroutines))
-				clock.Add(time.Second)
+				clock.Add(window)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("admitted per round, raced %v, one at a time %v", got, want)
@@ -113,7 +114,7 @@ func TestDecideOnCluster(t *testing.T) {
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	t.Cleanup(func() { c.Close() })
 
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
 	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 	if err := d.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestDecideOnCluster(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	consumer := everyAlgorithm("alice-" + prefix)
 	capped := append(consumer, algorithms.Check{Key: algorithms.Key("global-"+prefix, "cap"), Algorithm: "fixed-window",
-		Policy: algorithms.Policy{Limit: 3, Window: 10 * time.Second}, Cost: 1})
+		Policy: algorithms.Policy{Limit: 3, Window: window}, Cost: 1})
 	for i := range 3 {
 		out := decide(t, d, capped...)
 		if !out.Allowed || out.Calls != 2 {
@@ -143,6 +144,27 @@ func TestDecideOnCluster(t *testing.T) {
 	if n, err := c.ZCard(context.Background(), consumer[1].Key).Result(); err != nil || n != 3 {
 		t.Fatalf("sliding log holds %d members (%v), want the 3 admitted", n, err)
 	}
+	// A caller that gives up after the first call: the second fails, and
+	// the first call's consumption is given back all the same.
+	before = decide(t, d, zeroCost(consumer)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(cancelAfter{ctx: ctx, cancel: cancel}) })
+	c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+		n.AddHook(cancelAfter{ctx: ctx, cancel: cancel})
+		return nil
+	})
+	out, err = d.Decide(ctx, capped)
+	if !errors.Is(err, context.Canceled) || out.Allowed || out.Calls != 3 {
+		t.Fatalf("a request cancelled after its first call: %+v, %v; want the cancellation, in 3 calls", out, err)
+	}
+	after = decide(t, d, zeroCost(consumer)...)
+	for j := range consumer {
+		if after.Checks[j].Remaining != before.Checks[j].Remaining {
+			t.Errorf("%s: remaining %d before, %d after the cancelled request; want equal",
+				consumer[j].Algorithm, before.Checks[j].Remaining, after.Checks[j].Remaining)
+		}
+	}
 	// Denied by the consumer's own limits: the cap is never asked.
 	for range 2 {
 		decide(t, d, consumer...)
@@ -151,6 +173,32 @@ func TestDecideOnCluster(t *testing.T) {
 	if out.Allowed || out.Calls != 1 {
 		t.Fatalf("request over the consumer's limits: %+v; want denied in 1 call", out)
 	}
+	if c := out.Checks[len(consumer)]; c.Attempts != 0 || c.Limit != 3 || c.Allowed {
+		t.Fatalf("the cap, never asked: %+v; want only its limit, and no attempts", c)
+	}
+}
+
+// cancelAfter is a hook that cancels a context once a command sent with
+// it has run: the next command sent with it fails.
+type cancelAfter struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (h cancelAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if ctx == h.ctx {
+			h.cancel()
+		}
+		return err
+	}
+}
+
+func (h cancelAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func zeroCost(checks []algorithms.Check) []algorithms.Check {
@@ -162,19 +210,31 @@ func zeroCost(checks []algorithms.Check) []algorithms.Check {
 	return zero
 }
 
-// TestDecideRedisClock decides on Redis's clock: a burst over the limit
-// is denied with a retry-after no longer than the window.
+// TestDecideRedisClock decides on Redis's clock, with hour-long windows: a
+// burst of six has its sixth denied by every algorithm, with a retry-after
+// no longer than the algorithm's guarantee lets a denied client wait;
+// unless the burst straddled an aligned hour, where the aligned windows
+// may rightly admit it, which Redis's TIME before and after tells.
 func TestDecideRedisClock(t *testing.T) {
 	c := redistest.Client(t, srv)
 	d := algorithms.NewDecider(c, algorithms.DecideClock(algorithms.ClockRedis))
 	checks := everyAlgorithm(redistest.Prefix(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	before := c.Time(ctx).Val()
 	for range 5 {
 		decide(t, d, checks...)
 	}
 	out := decide(t, d, checks...)
+	straddled := before.Truncate(time.Hour) != c.Time(ctx).Val().Truncate(time.Hour)
 	for j, got := range out.Checks {
-		if got.Allowed || got.RetryAfter <= 0 || got.RetryAfter > 10*time.Second {
-			t.Errorf("%s: %+v, want denied with a retry-after within the window", checks[j].Algorithm, got)
+		info, _ := algorithms.Lookup(checks[j].Algorithm)
+		slot := info.Guarantee.SlotWithin(checks[j].Policy)
+		if got.Allowed && straddled {
+			continue
+		}
+		if got.Allowed || got.RetryAfter <= 0 || got.RetryAfter > slot {
+			t.Errorf("%s: %+v, want denied with a retry-after within %s", checks[j].Algorithm, got, slot)
 		}
 	}
 }

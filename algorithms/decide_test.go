@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -28,8 +29,9 @@ func decide(t *testing.T, d *algorithms.Decider, checks ...algorithms.Check) alg
 }
 
 // steps are the gaps between the stamps of TestDecideMatchesLimiter's
-// requests: bursts at one instant, gaps shorter and longer than a window,
-// and a step back (a caller whose clock is behind).
+// requests, for a window of 10 s (the test stretches them to its window):
+// bursts at one instant, gaps shorter and longer than a window, and a step
+// back (a caller whose clock is behind).
 var steps = []time.Duration{
 	0, 0, 0, 0, 0, 0, 0, // a burst over the limit
 	300 * time.Millisecond, 1 * time.Second, 1700 * time.Millisecond, 0, 2 * time.Second,
@@ -43,36 +45,51 @@ var steps = []time.Duration{
 // TestDecideMatchesLimiter holds each algorithm's single-limit behaviour
 // under Decide identical to its Limiter's: on the same sequence of stamps,
 // each request gets the same answer, remaining and retry-after.
+// On redis-server and on the embedded server alike.
 func TestDecideMatchesLimiter(t *testing.T) {
-	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
-	for _, name := range algorithms.Algorithms() {
-		t.Run(name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
-			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
-			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
-			prefix := redistest.Prefix(t)
-			lkey, dkey := algorithms.Key(prefix, "limiter"), algorithms.Key(prefix, "decider")
-			denied := 0
-			for i, step := range steps {
-				clock.Add(step)
-				want := allow(t, l, lkey)
-				out := decide(t, d, algorithms.Check{Key: dkey, Algorithm: name, Policy: p, Cost: 1})
-				got := out.Checks[0]
-				if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || out.Allowed != want.Allowed {
-					t.Fatalf("request %d at %s: Decide %+v (allowed %t), Limiter %+v", i+1, clock.Now().Format("15:04:05.000"), got, out.Allowed, want)
-				}
-				if i > 0 && out.Calls != 1 {
-					t.Fatalf("request %d: %d calls, want 1", i+1, out.Calls)
-				}
-				if !want.Allowed {
-					denied++
-				}
-			}
-			if denied < 3 || denied > len(steps)-3 {
-				t.Fatalf("%d of %d requests denied: the sequence must hold admissions and denials", denied, len(steps))
-			}
-		})
+	emb, err := redisrun.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Stop()
+	for _, server := range []*redisrun.Server{srv, emb} {
+		if server == nil {
+			continue
+		}
+		c := redistest.Client(t, server)
+		for _, name := range algorithms.Algorithms() {
+			t.Run(string(server.Mode)+"/"+name, func(t *testing.T) { decideMatchesLimiter(t, c, name) })
+		}
+	}
+}
+
+func decideMatchesLimiter(t *testing.T, c redis.UniversalClient, name string) {
+	t.Helper()
+	p := algorithms.Policy{Limit: 5, Window: window}
+	stretch := time.Duration(window / (10 * time.Second))
+	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
+	l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
+	prefix := redistest.Prefix(t)
+	lkey, dkey := algorithms.Key(prefix, "limiter"), algorithms.Key(prefix, "decider")
+	denied := 0
+	for i, step := range steps {
+		clock.Add(step * stretch)
+		want := allow(t, l, lkey)
+		out := decide(t, d, algorithms.Check{Key: dkey, Algorithm: name, Policy: p, Cost: 1})
+		got := out.Checks[0]
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || out.Allowed != want.Allowed {
+			t.Fatalf("request %d at %s: Decide %+v (allowed %t), Limiter %+v", i+1, clock.Now().Format("15:04:05.000"), got, out.Allowed, want)
+		}
+		if i > 0 && out.Calls != 1 {
+			t.Fatalf("request %d: %d calls, want 1", i+1, out.Calls)
+		}
+		if !want.Allowed {
+			denied++
+		}
+	}
+	if denied < 3 || denied > len(steps)-3 {
+		t.Fatalf("%d of %d requests denied: the sequence must hold admissions and denials", denied, len(steps))
 	}
 }
 
@@ -116,12 +133,13 @@ func checkKeys(checks []algorithms.Check) []string {
 	return keys
 }
 
-// everyAlgorithm is one check per algorithm on keys under prefix, limit 5 per 10s.
+// everyAlgorithm is one check per algorithm on keys under prefix, limit 5
+// per window.
 func everyAlgorithm(prefix string) []algorithms.Check {
 	var checks []algorithms.Check
 	for _, name := range algorithms.Algorithms() {
 		checks = append(checks, algorithms.Check{Key: algorithms.Key(prefix, name), Algorithm: name,
-			Policy: algorithms.Policy{Limit: 5, Window: 10 * time.Second}, Cost: 1})
+			Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1})
 	}
 	return checks
 }
@@ -131,7 +149,8 @@ func everyAlgorithm(prefix string) []algorithms.Check {
 // and the sixth is denied by all, each with its own retry-after.
 func TestDecideMixesAlgorithms(t *testing.T) {
 	c := redistest.Client(t, srv)
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)} // 3 s into an aligned window
+	tenth := window / 10
+	clock := &fakeClock{now: alignedStart(window).Add(3 * tenth)} // 3 tenths into an aligned window
 	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 	if err := d.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -148,10 +167,23 @@ func TestDecideMixesAlgorithms(t *testing.T) {
 			}
 		}
 	}
+	// Whole again once every request has left: the aligned window ends
+	// (fixed window), the log's newest request leaves it (sliding log), the
+	// next aligned window ends (sliding counter), five tokens refill at two
+	// tenths each (token bucket), the arrival time is reached (GCRA).
+	reset := map[string]time.Duration{
+		"fixed-window": 7 * tenth, "sliding-log": 10 * tenth, "sliding-counter": 17 * tenth,
+		"token-bucket": 10 * tenth, "gcra": 10 * tenth,
+	}
+	for j, got := range decide(t, d, zeroCost(checks)...).Checks {
+		if got.Reset != reset[checks[j].Algorithm] {
+			t.Errorf("%s: reset %s, want %s", checks[j].Algorithm, got.Reset, reset[checks[j].Algorithm])
+		}
+	}
 	out := decide(t, d, checks...)
 	want := map[string]time.Duration{ // as TestAlgorithmsUnderFixedClock's
-		"fixed-window": 7 * time.Second, "sliding-log": 10 * time.Second, "sliding-counter": 9 * time.Second,
-		"token-bucket": 2 * time.Second, "gcra": 2 * time.Second,
+		"fixed-window": 7 * tenth, "sliding-log": 10 * tenth, "sliding-counter": 9 * tenth,
+		"token-bucket": 2 * tenth, "gcra": 2 * tenth,
 	}
 	if out.Allowed {
 		t.Fatalf("sixth request admitted: %+v", out)
@@ -170,7 +202,7 @@ func TestDecideDeniedConsumesNothing(t *testing.T) {
 	c := redistest.Client(t, srv)
 	for _, denier := range algorithms.Algorithms() {
 		t.Run(denier, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+			clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
 			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 			checks := everyAlgorithm(redistest.Prefix(t))
 			var tight algorithms.Check
@@ -182,7 +214,7 @@ func TestDecideDeniedConsumesNothing(t *testing.T) {
 			}
 			decide(t, d, checks...) // every limit holds one request
 			decide(t, d, tight)     // and the denier two
-			clock.Add(time.Second)
+			clock.Add(window / 10)  // refills a token bucket or GCRA of 2 by a fifth of a request
 			before := state(t, c, checkKeys(checks)...)
 			out := decide(t, d, checks...)
 			if out.Allowed {
@@ -207,21 +239,22 @@ func TestDecideDeniedConsumesNothing(t *testing.T) {
 // and says it would have; while it admits, the requests are counted in it.
 func TestDecideShadow(t *testing.T) {
 	c := redistest.Client(t, srv)
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+	tenth := window / 10
+	clock := &fakeClock{now: alignedStart(window).Add(3 * tenth)}
 	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 	prefix := redistest.Prefix(t)
 	enforced := algorithms.Check{Key: algorithms.Key(prefix, "enforced"), Algorithm: "sliding-log",
-		Policy: algorithms.Policy{Limit: 5, Window: 10 * time.Second}, Cost: 1}
+		Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1}
 	shadow := algorithms.Check{Key: algorithms.Key(prefix, "shadow"), Algorithm: "fixed-window",
-		Policy: algorithms.Policy{Limit: 2, Window: 10 * time.Second}, Cost: 1, Shadow: true}
+		Policy: algorithms.Policy{Limit: 2, Window: window}, Cost: 1, Shadow: true}
 	for i := range 6 {
 		out := decide(t, d, enforced, shadow)
 		wantShadow := i < 2
 		if out.Allowed != (i < 5) || out.Checks[1].Allowed != wantShadow {
 			t.Fatalf("request %d: allowed %t, shadow %+v; want allowed %t, shadow admitting %t", i+1, out.Allowed, out.Checks[1], i < 5, wantShadow)
 		}
-		if !wantShadow && out.Checks[1].RetryAfter != 7*time.Second {
-			t.Fatalf("request %d: the shadow limit's retry-after is %s, want 7s", i+1, out.Checks[1].RetryAfter)
+		if !wantShadow && out.Checks[1].RetryAfter != 7*tenth {
+			t.Fatalf("request %d: the shadow limit's retry-after is %s, want %s", i+1, out.Checks[1].RetryAfter, 7*tenth)
 		}
 	}
 	if n, err := c.HGet(context.Background(), shadow.Key, "n").Int64(); err != nil || n != 2 {
@@ -236,10 +269,10 @@ func TestDecideCost(t *testing.T) {
 	c := redistest.Client(t, srv)
 	for _, name := range algorithms.Algorithms() {
 		t.Run(name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_003_000)}
+			clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
 			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
 			ch := algorithms.Check{Key: algorithms.Key(redistest.Prefix(t), name), Algorithm: name,
-				Policy: algorithms.Policy{Limit: 5, Window: 10 * time.Second}}
+				Policy: algorithms.Policy{Limit: 5, Window: window}}
 			cost := func(n int64) algorithms.Decision {
 				t.Helper()
 				ch.Cost = n
