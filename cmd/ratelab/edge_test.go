@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // TestEdgeOpenRestyWithoutNginx: with no nginx on PATH, ratelab edge
@@ -165,18 +166,17 @@ func TestEdgeRulesReload(t *testing.T) {
 				resp.Body.Close()
 				return resp.Header.Get("RateLimit-Policy")
 			}
+			stop := sync.OnceValue(func() int { cancel(); return <-done })
+			defer stop()
 			waitPolicy := func(want string, rewrite func()) {
 				t.Helper()
-				for deadline := time.Now().Add(15 * time.Second); policy() != want; time.Sleep(50 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						cancel()
-						<-done
-						t.Fatalf("the policy is still %q after 15 s, want %q\n%s", policy(), want, stderr.String())
-					}
-					if rewrite != nil {
+				testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+					got := policy()
+					if got != want && rewrite != nil {
 						rewrite()
 					}
-				}
+					return got == want, fmt.Sprintf("the policy is %q, want %q\n%s", got, want, stderr.String())
+				})
 			}
 			waitPolicy(`"per-consumer";q=100;w=60`, nil)
 			// Rewritten until seen: the watch starts a moment after the gateway serves.
@@ -185,8 +185,7 @@ func TestEdgeRulesReload(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			cancel()
-			if code := <-done; code != exitOK {
+			if code := stop(); code != exitOK {
 				t.Fatalf("exit %d: %s", code, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), "reloaded: version") {
