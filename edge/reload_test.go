@@ -227,6 +227,13 @@ func TestRulesReloadOnSIGHUP(t *testing.T) {
 	if !strings.Contains(healthText(t, g), "loaded ") {
 		t.Fatal("/healthz does not say when the rules were loaded")
 	}
+	_, metrics := body(t, "http://"+g.AdminAddr()+"/metrics", nil)
+	info := fmt.Sprintf(`ratelab_edge_rules_info{version=%q} 1`, version(t, v3))
+	if !strings.Contains(metrics, info) || strings.Count(metrics, "ratelab_edge_rules_info{") != 1 ||
+		!strings.Contains(metrics, `ratelab_edge_rules_reloads_total{result="applied"} 2`) ||
+		!strings.Contains(metrics, "ratelab_edge_rules_loaded_timestamp_seconds ") {
+		t.Fatalf("/metrics does not show version %s alone, two reloads and when:\n%s", version(t, v3), metrics)
+	}
 }
 
 func healthText(t *testing.T, g *edge.Gateway) string {
