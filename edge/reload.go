@@ -145,19 +145,33 @@ func (r *Rules) Watch(ctx context.Context) error {
 	if r.file == "" {
 		return nil
 	}
+	name := filepath.Clean(r.file)
+	return WatchDir(ctx, filepath.Dir(r.file), func(path string) bool { return filepath.Clean(path) == name },
+		func(hup bool) {
+			if hup {
+				r.line("SIGHUP: reloading %s", r.file)
+			}
+			_ = r.Reload()
+		}, r.line)
+}
+
+// WatchDir calls reload on SIGHUP (hup true) and once the files of dir
+// that match have settled after a write, a new file, a rename or a
+// removal, until ctx is done; line receives what goes wrong watching. It
+// is the reload of the gateway's rules file and of the rate limit
+// service's directory.
+func WatchDir(ctx context.Context, dir string, match func(path string) bool, reload func(hup bool), line func(format string, a ...any)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", r.file, err)
+		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	defer w.Close()
-	dir := filepath.Dir(r.file)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	name := filepath.Clean(r.file)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -166,22 +180,21 @@ func (r *Rules) Watch(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
-			r.line("SIGHUP: reloading %s", r.file)
-			_ = r.Reload()
+			reload(true)
 		case ev, ok := <-w.Events:
 			if !ok {
 				return nil
 			}
-			if filepath.Clean(ev.Name) == name && ev.Op&(fsnotify.Write|fsnotify.Create) != 0 {
+			if match(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
 				timer.Reset(settle)
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
-			r.line("watching %s: %v", r.file, err)
+			line("watching %s: %v", dir, err)
 		case <-timer.C:
-			_ = r.Reload()
+			reload(false)
 		}
 	}
 }

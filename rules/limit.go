@@ -183,10 +183,14 @@ func (p *parser) requests(l *Limit, fields map[string]field, n *yaml.Node) {
 	if !ok {
 		return
 	}
+	if r == 0 && p.o.service {
+		l.Blocks = true
+		return
+	}
 	if r < 1 {
 		hint := ""
 		if r == 0 {
-			hint = ": a limit that refuses every request (Envoy's 0) is not supported"
+			hint = ": a limit that refuses every request (Envoy's 0) is served by ratelab rls only"
 		}
 		p.errorf(f.val, path, "must be at least 1 (got %d)%s", r, hint)
 		return

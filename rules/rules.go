@@ -140,6 +140,10 @@ type Limit struct {
 	Shadow bool
 	// Unlimited limits are answered without Redis: always admitted.
 	Unlimited bool
+	// Blocks is a limit of requests_per_unit 0 (ForService only): answered
+	// without Redis, over the limit for every request that adds a hit.
+	// Its Policy holds the window and a Limit of 0.
+	Blocks bool
 	// Replaces names the limits this one replaces when a request meets both.
 	Replaces []string
 	// Descriptor is the node the limit is on.
@@ -269,8 +273,14 @@ type Option func(*options)
 
 type options struct {
 	gateway   bool
+	service   bool
 	algorithm string
 }
+
+// ForService checks the file for Envoy's rate limit service (ratelab rls):
+// requests_per_unit 0 is accepted, as envoyproxy/ratelimit accepts it: a
+// limit that refuses every request that adds a hit (Limit.Blocks).
+func ForService() Option { return func(o *options) { o.service = true } }
 
 // ForGateway checks the file for ratelab's HTTP gateway: every key must be
 // one the gateway reads from a request (remote_address, method, path, host,

@@ -89,7 +89,7 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newDrillCmd(io), newBenchCmd(io),
+	root.AddCommand(newRaceCmd(io), newCompareCmd(io), newSkewCmd(io), newEdgeCmd(io), newRLSCmd(io), newDrillCmd(io), newBenchCmd(io),
 		newReportCmd(io), newRulesCmd(io), newVersionCmd(io), newDocsCmd())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)

@@ -1,0 +1,215 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+)
+
+// RLSOptions are the settings of ratelab rls.
+type RLSOptions struct {
+	// GRPC is the address of the gRPC service (RateLimitService and
+	// grpc.health.v1), such as ":8081".
+	GRPC string
+	// HTTP is the address of /json (envoyproxy/ratelimit's), /healthz and
+	// /metrics, such as ":8080"; none when empty.
+	HTTP string
+	// ConfigDir is the directory of envoyproxy/ratelimit YAML files, one
+	// domain each.
+	ConfigDir string
+	// Timeout bounds one decision in Redis.
+	Timeout time.Duration
+	// Pool is the most Redis connections.
+	Pool int
+	// OnError is FailOpen or FailClosed.
+	OnError OnError
+	// BreakerFailures is the Redis failures in a row that open the circuit.
+	BreakerFailures int
+	// ResponseHeaders adds the draft-10 RateLimit fields to the response.
+	ResponseHeaders bool
+	// Clock is where the limiter takes the time from.
+	Clock algorithms.Clock
+	// Log receives the start-up, reload and failure lines.
+	Log io.Writer
+	// Ready, when set, receives the addresses served once they listen.
+	Ready func(grpcAddr, httpAddr string)
+}
+
+// Validate checks the options; errors are *field.Error.
+func (o RLSOptions) Validate() error {
+	switch {
+	case o.GRPC == "":
+		return field.Errorf("GRPC", "must not be empty")
+	case o.ConfigDir == "":
+		return field.Errorf("ConfigDir", "must name a directory of envoyproxy/ratelimit YAML files")
+	case o.Timeout <= 0:
+		return field.Errorf("Timeout", "must be positive (got %s)", o.Timeout)
+	case o.Pool < 1:
+		return field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
+	case o.OnError != FailOpen && o.OnError != FailClosed:
+		return field.Errorf("OnError", "%q is not open or closed", o.OnError)
+	case o.BreakerFailures < 0:
+		return field.Errorf("BreakerFailures", "must be 0 or more (got %d)", o.BreakerFailures)
+	}
+	return nil
+}
+
+// ServeRLS serves the rate limit service until ctx is done, on the Redis
+// of r (addr names it in the log). The configuration is read before
+// anything listens: a file that does not parse is an error naming its line
+// and field.
+func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr string) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	domains, err := LoadDomains(o.ConfigDir)
+	if err != nil {
+		return err
+	}
+	client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+	defer client.Close()
+	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
+	reloader := NewDomainsReloader(domains, o.Log)
+	metrics := NewMetrics()
+	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
+		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, Metrics: metrics, Log: o.Log})
+	defer svc.Close()
+	lctx, cancel := context.WithTimeout(ctx, o.Timeout*5)
+	if err := decider.Load(lctx); err != nil && o.Log != nil {
+		fmt.Fprintf(o.Log, "ratelab rls: loading the script into Redis at %s: %v (decisions fail %s until it answers)\n", addr, err, o.OnError)
+	}
+	cancel()
+
+	gl, err := net.Listen("tcp", o.GRPC)
+	if err != nil {
+		return fmt.Errorf("grpc listen: %w", err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, svc)
+	hs := grpchealth.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+
+	var hl net.Listener
+	var hsrv *http.Server
+	if o.HTTP != "" {
+		if hl, err = net.Listen("tcp", o.HTTP); err != nil {
+			gl.Close()
+			return fmt.Errorf("http listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/json", JSONHandler(svc))
+		mux.Handle("/metrics", metrics.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { svc.health.report(w, o.OnError) })
+		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	if o.Log != nil {
+		d := reloader.Current()
+		fmt.Fprintf(o.Log, "ratelab rls: gRPC on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
+			gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), addr, clockOwner(o.Clock), o.Timeout, o.OnError)
+	}
+	if o.Ready != nil {
+		o.Ready(gl.Addr().String(), listenerAddr(hl))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return reloader.Watch(gctx) })
+	g.Go(func() error {
+		if err := gs.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("grpc: %w", err)
+		}
+		return nil
+	})
+	if hsrv != nil {
+		g.Go(func() error {
+			if err := hsrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		hs.Shutdown()
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			gs.Stop()
+			<-stopped
+		}
+		if hsrv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hsrv.Shutdown(sctx)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func listenerAddr(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// maxJSONBody bounds a /json request.
+const maxJSONBody = 1 << 20
+
+// JSONHandler is envoyproxy/ratelimit's /json endpoint: a RateLimitRequest
+// in protobuf's JSON, POSTed; the RateLimitResponse in JSON, with 429 when
+// over the limit and 400 for a request that does not decode or is
+// malformed.
+func JSONHandler(svc pb.RateLimitServiceServer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req pb.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := svc.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			code := http.StatusInternalServerError
+			if status.Code(err) == codes.InvalidArgument {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, status.Convert(err).Message(), code)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, "encoding the response: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+}
