@@ -91,8 +91,8 @@ type rlsLimit struct {
 	check  algorithms.Check
 	limit  *rules.Limit // nil for the descriptor's own limit override
 	proto  *pb.RateLimitResponse_RateLimit
-	blocks bool // requests_per_unit 0: over the limit for any hit, without Redis
-	over   bool // more hits than the limit: over it, whatever Redis holds
+	blocks bool // requests_per_unit 0: decided without Redis
+	over   bool // more hits than the limit (any hit, for a limit of 0): over it, whatever Redis holds
 	name   string
 }
 
@@ -134,7 +134,7 @@ var unitWindow = map[typev3.RateLimitUnit]time.Duration{
 	typev3.RateLimitUnit_SECOND: time.Second, typev3.RateLimitUnit_MINUTE: time.Minute,
 	typev3.RateLimitUnit_HOUR: time.Hour, typev3.RateLimitUnit_DAY: 24 * time.Hour,
 	typev3.RateLimitUnit_MONTH: 30 * 24 * time.Hour,
-	typev3.RateLimitUnit_YEAR: 365 * 24 * time.Hour,
+	typev3.RateLimitUnit_YEAR:  365 * 24 * time.Hour,
 }
 
 // protoUnit is a rules unit as the response names it.
@@ -184,7 +184,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 	var asked []int // met's index of each check
 	overAny := false
 	for i, m := range met {
-		if (m.blocks || m.over) && !m.check.Shadow {
+		if m.over && !m.check.Shadow {
 			overAny = true
 		}
 		if !m.blocks {
@@ -254,7 +254,7 @@ func (s *RLS) limits(req *pb.RateLimitRequest, set *rules.Set, resp *pb.RateLimi
 			}
 			m := rlsLimit{desc: i, limit: l, proto: currentLimit(l), blocks: l.Blocks, name: l.ID,
 				check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: addend, Shadow: l.Shadow}}
-			if !l.Blocks && addend > l.Policy.Limit {
+			if addend > l.Policy.Limit {
 				m.over, m.check.Cost = true, 0
 			}
 			met = append(met, m)
@@ -282,7 +282,7 @@ func overrideLimit(domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.Ra
 	m := rlsLimit{desc: i, proto: proto, blocks: o.GetRequestsPerUnit() == 0, name: "override",
 		check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(window.Milliseconds(), 10)),
 			Algorithm: "fixed-window", Policy: algorithms.Policy{Limit: int64(o.GetRequestsPerUnit()), Window: window}, Cost: addend}}
-	if !m.blocks && addend > m.check.Policy.Limit {
+	if addend > m.check.Policy.Limit {
 		m.over, m.check.Cost = true, 0
 	}
 	return m
@@ -346,7 +346,7 @@ func (s *RLS) statuses(resp *pb.RateLimitResponse, met []rlsLimit, decisions []a
 	var states []limitState
 	for i, m := range met {
 		d := decisions[i]
-		over := m.blocks || m.over || !d.Allowed
+		over := m.over || (!m.blocks && !d.Allowed)
 		remaining := max(d.Remaining, 0)
 		if over {
 			remaining = 0

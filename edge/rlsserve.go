@@ -50,6 +50,8 @@ type RLSOptions struct {
 	Log io.Writer
 	// Ready, when set, receives the addresses served once they listen.
 	Ready func(grpcAddr, httpAddr string)
+
+	redisAddr string // named in the start-up line
 }
 
 // Validate checks the options; errors are *field.Error.
@@ -91,12 +93,20 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
 		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, Metrics: metrics, Log: o.Log})
 	defer svc.Close()
+	o.redisAddr = addr
 	lctx, cancel := context.WithTimeout(ctx, o.Timeout*5)
 	if err := decider.Load(lctx); err != nil && o.Log != nil {
 		fmt.Fprintf(o.Log, "ratelab rls: loading the script into Redis at %s: %v (decisions fail %s until it answers)\n", addr, err, o.OnError)
 	}
 	cancel()
 
+	return svc.Serve(ctx, o)
+}
+
+// Serve serves the service on o's addresses (GRPC, HTTP; Log, Ready)
+// until ctx is done, and reloads its configuration meanwhile.
+func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
+	reloader, metrics := svc.cfg.Domains, svc.cfg.Metrics
 	gl, err := net.Listen("tcp", o.GRPC)
 	if err != nil {
 		return fmt.Errorf("grpc listen: %w", err)
@@ -124,7 +134,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	if o.Log != nil {
 		d := reloader.Current()
 		fmt.Fprintf(o.Log, "ratelab rls: gRPC on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
-			gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), addr, clockOwner(o.Clock), o.Timeout, o.OnError)
+			gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
 	}
 	if o.Ready != nil {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))

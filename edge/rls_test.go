@@ -1,0 +1,425 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
+)
+
+// rlsFixed is the caller's time the service's tests decide at: the middle
+// of a day, so that no window of theirs (a second to a day) ends while
+// they run.
+var rlsFixed = time.Date(2026, 3, 4, 12, 0, 0, 500_000_000, time.UTC)
+
+// rlsServer is a served rate limit service and a gRPC client of it.
+type rlsServer struct {
+	client pb.RateLimitServiceClient
+	conn   *grpc.ClientConn
+	http   string
+	dir    string
+	log    *lockedBuffer
+	domain func(string) string
+}
+
+// lockedBuffer is a log written by the service and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// testDomain begins each domain of a test's files: startRLS replaces it
+// with a prefix of the test's own, so that tests sharing Redis never share a
+// counter.
+const testDomain = "@test@-"
+
+// envoyReadme reads one of envoyproxy/ratelimit's README files, unchanged
+// but for its domain, which the test's prefix makes its own.
+func envoyReadme(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "rules", "testdata", "envoy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(string(b), "domain: ", "domain: "+testDomain, 1)
+}
+
+// startRLS serves files (name → content) from a directory of their own
+// on the test Redis, deciding at rlsFixed, and dials it over gRPC.
+func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsServer {
+	t.Helper()
+	dir := t.TempDir()
+	prefix := redistest.Prefix(t)
+	for name, src := range files {
+		src = strings.ReplaceAll(src, testDomain, prefix+"-")
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	domains, err := edge.LoadDomains(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &lockedBuffer{}
+	client := redistest.Client(t, srv)
+	cfg.Domains = edge.NewDomainsReloader(domains, log)
+	if cfg.Decider == nil {
+		cfg.Decider = algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockCaller),
+			algorithms.DecideNow(func() time.Time { return rlsFixed }))
+	}
+	cfg.Now = func() time.Time { return rlsFixed }
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.OnError == "" {
+		cfg.OnError = edge.FailOpen
+	}
+	cfg.Metrics, cfg.Log = edge.NewMetrics(), log
+	svc := edge.NewRLS(cfg)
+	ready := make(chan [2]string, 1)
+	o := edge.RLSOptions{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 8, OnError: cfg.OnError,
+		Log: log, Ready: func(g, h string) { ready <- [2]string{g, h} }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Serve(ctx, o) }()
+	var addrs [2]string
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	}
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		svc.Close()
+	})
+	return &rlsServer{client: pb.NewRateLimitServiceClient(conn), conn: conn, http: addrs[1], dir: dir, log: log,
+		domain: func(d string) string { return prefix + "-" + d }}
+}
+
+// desc is a descriptor of key, value pairs.
+func desc(kv ...string) *rlpb.RateLimitDescriptor {
+	d := &rlpb.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlpb.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// addend sets a descriptor's own hits_addend.
+func addend(d *rlpb.RateLimitDescriptor, n uint64) *rlpb.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func (s *rlsServer) call(t *testing.T, domain string, hits uint32, descs ...*rlpb.RateLimitDescriptor) *pb.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: s.domain(domain), Descriptors: descs, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+// st is a descriptor status as the tests expect it: its code, its limit
+// (0: none), its remaining.
+type st struct {
+	over      bool
+	limit     uint32
+	unit      pb.RateLimitResponse_RateLimit_Unit
+	remaining uint32
+}
+
+func checkResp(t *testing.T, resp *pb.RateLimitResponse, over bool, want ...st) {
+	t.Helper()
+	if got := resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT; got != over || resp.GetOverallCode() == pb.RateLimitResponse_UNKNOWN {
+		t.Errorf("overall %v, want over limit %v", resp.GetOverallCode(), over)
+	}
+	if len(resp.GetStatuses()) != len(want) {
+		t.Fatalf("%d statuses, want %d: %v", len(resp.GetStatuses()), len(want), resp)
+	}
+	for i, w := range want {
+		s := resp.GetStatuses()[i]
+		got := st{over: s.GetCode() == pb.RateLimitResponse_OVER_LIMIT, limit: s.GetCurrentLimit().GetRequestsPerUnit(),
+			unit: s.GetCurrentLimit().GetUnit(), remaining: s.GetLimitRemaining()}
+		if w.limit > 0 && w.unit == 0 {
+			w.unit = pb.RateLimitResponse_RateLimit_SECOND
+		}
+		if got != w {
+			t.Errorf("status %d: %+v, want %+v", i, got, w)
+		}
+		if w.limit > 0 && s.GetDurationUntilReset() == nil {
+			t.Errorf("status %d: no duration_until_reset", i)
+		}
+	}
+}
+
+// TestRLSReadmeExamples: the configuration examples of envoyproxy/ratelimit's
+// README decide, through a gRPC client on real Redis, as that README says.
+func TestRLSReadmeExamples(t *testing.T) {
+	const (
+		minute = pb.RateLimitResponse_RateLimit_MINUTE
+		day    = pb.RateLimitResponse_RateLimit_DAY
+	)
+	unlimited := st{remaining: math.MaxUint32}
+	t.Run("1: descriptors", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-1.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "mongo_cps", 500, desc("database", "users")), false, st{limit: 500})
+		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "users")), true, st{over: true, limit: 500})
+		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "default")), false, st{limit: 500, remaining: 499})
+		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "orders")), false, st{})
+	})
+	t.Run("2: nested", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-2.yaml")}, edge.RLSConfig{})
+		mk := func(n string) *rlpb.RateLimitDescriptor { return desc("message_type", "marketing", "to_number", n) }
+		checkResp(t, s.call(t, "messaging", 5, mk("2061111111")), false, st{limit: 5, unit: day})
+		checkResp(t, s.call(t, "messaging", 0, mk("2061111111")), true, st{over: true, limit: 5, unit: day})
+		// Each number gets its own 5 a day, and its own 100 a day.
+		checkResp(t, s.call(t, "messaging", 0, mk("2062222222")), false, st{limit: 5, unit: day, remaining: 4})
+		checkResp(t, s.call(t, "messaging", 0, desc("to_number", "2061111111")), false, st{limit: 100, unit: day, remaining: 99})
+		checkResp(t, s.call(t, "messaging", 0, desc("message_type", "marketing")), false, st{})
+	})
+	t.Run("3: blocked address, requests_per_unit 0", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-3.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.5")), true, st{over: true, unit: pb.RateLimitResponse_RateLimit_SECOND})
+		checkResp(t, s.call(t, "edge_proxy_per_ip", 10, desc("remote_address", "50.0.0.1")), false, st{limit: 10})
+		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.1")), true, st{over: true, limit: 10})
+		// hits_addend 0 on the blocked address checks it: nothing is added, OK.
+		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, addend(desc("remote_address", "50.0.0.5"), 0)), false, st{unit: pb.RateLimitResponse_RateLimit_SECOND})
+	})
+	t.Run("4: depth", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"a.yaml": envoyReadme(t, "readme-example-4a.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "example4", 0, desc("key", "value", "subkey", "subvalue")), false, st{})
+		s = startRLS(t, map[string]string{"b.yaml": envoyReadme(t, "readme-example-4b.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "example4", 0, desc("key", "value", "subkey", "subvalue")), false, st{limit: 300, remaining: 299})
+	})
+	t.Run("5: unlimited", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-5.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "internal", 1000, desc("ldap", "x")), false, unlimited)
+		checkResp(t, s.call(t, "internal", 0, desc("azure", "x")), false, st{limit: 100, unit: minute, remaining: 99})
+	})
+	t.Run("6: shadow mode", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-6.yaml")}, edge.RLSConfig{})
+		a := func() *rlpb.RateLimitDescriptor { return desc("service", "auth", "user", "user-a") }
+		b := func() *rlpb.RateLimitDescriptor { return desc("service", "auth", "user", "user-b") }
+		checkResp(t, s.call(t, "example6", 10, a()), false, st{limit: 10})
+		// Over user-a's limit, in shadow mode: OK, with nothing remaining.
+		checkResp(t, s.call(t, "example6", 0, a()), false, st{limit: 10})
+		checkResp(t, s.call(t, "example6", 20, b()), false, st{limit: 20})
+		checkResp(t, s.call(t, "example6", 0, b()), true, st{over: true, limit: 20})
+	})
+	t.Run("7: replaces", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-7.yaml")}, edge.RLSConfig{})
+		one := func() *rlpb.RateLimitDescriptor { return desc("key_1", "value_1", "user", "bkthomps") }
+		two := func() *rlpb.RateLimitDescriptor { return desc("key_2", "value_2", "user", "bkthomps") }
+		checkResp(t, s.call(t, "example7", 5, one()), false, st{limit: 5})
+		// Met with the limit that replaces it, specific_limit no longer applies.
+		checkResp(t, s.call(t, "example7", 0, one(), two()), false, st{}, st{limit: 10, remaining: 9})
+		checkResp(t, s.call(t, "example7", 0, one()), true, st{over: true, limit: 5})
+	})
+	t.Run("8: key and key+value", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-8.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "example8", 0, desc("key1", "value1")), false, st{limit: 20, unit: minute, remaining: 19})
+		checkResp(t, s.call(t, "example8", 0, desc("key1", "other")), false, st{limit: 10, unit: minute, remaining: 9})
+	})
+	t.Run("9: wildcards", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-9.yaml")}, edge.RLSConfig{})
+		checkResp(t, s.call(t, "example9", 0, desc("key1", "value_1")), false, st{limit: 20, unit: minute, remaining: 19})
+		checkResp(t, s.call(t, "example9", 0, desc("key1", "value_2")), false, st{limit: 20, unit: minute, remaining: 19})
+		checkResp(t, s.call(t, "example9", 0, desc("key1", "other")), false, st{})
+	})
+}
+
+// TestRLSCall: a call's descriptors are decided together (OVER_LIMIT if
+// any is, and then nothing is consumed), hits_addend 0 checks without
+// consuming, a descriptor's limit overrides the configuration's, and the
+// draft-10 fields are added when asked for.
+func TestRLSCall(t *testing.T) {
+	file := "domain: " + testDomain + "d\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n" +
+		"  - key: org\n    rate_limit: {unit: hour, requests_per_unit: 10}\n" +
+		"  - key: slow\n    rate_limit: {window: 30s, requests_per_unit: 2, algorithm: sliding-log}\n"
+	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true})
+	const (
+		minute = pb.RateLimitResponse_RateLimit_MINUTE
+		hour   = pb.RateLimitResponse_RateLimit_HOUR
+	)
+	checkResp(t, s.call(t, "d", 0, desc("user", "u1"), desc("org", "o1")), false, st{limit: 3, unit: minute, remaining: 2}, st{limit: 10, unit: hour, remaining: 9})
+	checkResp(t, s.call(t, "d", 2, desc("user", "u1"), desc("org", "o1")), false, st{limit: 3, unit: minute}, st{limit: 10, unit: hour, remaining: 7})
+	// Over user's limit: nothing consumed from org's.
+	checkResp(t, s.call(t, "d", 0, desc("user", "u1"), desc("org", "o1")), true, st{over: true, limit: 3, unit: minute}, st{limit: 10, unit: hour, remaining: 7})
+	// hits_addend 0 checks: twice, and nothing is taken.
+	for range 2 {
+		checkResp(t, s.call(t, "d", 0, addend(desc("org", "o1"), 0)), false, st{limit: 10, unit: hour, remaining: 7})
+	}
+	// More hits than the limit: over it, whatever is left.
+	checkResp(t, s.call(t, "d", 11, desc("org", "o2")), true, st{over: true, limit: 10, unit: hour})
+	// The descriptor's own limit instead of the configuration's.
+	o := desc("user", "u2")
+	o.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_DAY}
+	checkResp(t, s.call(t, "d", 0, o), false, st{limit: 1, unit: pb.RateLimitResponse_RateLimit_DAY})
+	checkResp(t, s.call(t, "d", 0, o), true, st{over: true, limit: 1, unit: pb.RateLimitResponse_RateLimit_DAY})
+	// ratelab's extension: sliding-log on a 30 s window, reported as 30 seconds.
+	resp := s.call(t, "d", 0, desc("slow", "x"))
+	checkResp(t, resp, false, st{limit: 2, remaining: 1})
+	if m := resp.GetStatuses()[0].GetCurrentLimit().GetUnitMultiplier().GetValue(); m != 30 {
+		t.Errorf("unit_multiplier %d, want 30", m)
+	}
+	h := map[string]string{}
+	for _, hv := range resp.GetResponseHeadersToAdd() {
+		h[hv.GetKey()] = hv.GetValue()
+	}
+	if h["RateLimit-Policy"] != `"slow";q=2;w=30` || h["RateLimit"] != `"slow";r=1;t=30` {
+		t.Errorf("response_headers_to_add %v", h)
+	}
+	// An unknown domain limits nothing.
+	checkResp(t, s.call(t, "nowhere", 0, desc("user", "u1")), false, st{})
+}
+
+// TestRLSBadRequests: a malformed call gets InvalidArgument, from gRPC and
+// from /json (400), never an admission.
+func TestRLSBadRequests(t *testing.T) {
+	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{})
+	good := []*rlpb.RateLimitDescriptor{desc("user", "u")}
+	for _, tc := range []struct {
+		name string
+		req  *pb.RateLimitRequest
+	}{
+		{"no domain", &pb.RateLimitRequest{Descriptors: good}},
+		{"no descriptors", &pb.RateLimitRequest{Domain: s.domain("d")}},
+		{"a descriptor without entries", &pb.RateLimitRequest{Domain: s.domain("d"), Descriptors: []*rlpb.RateLimitDescriptor{{}}}},
+		{"an empty key", &pb.RateLimitRequest{Domain: s.domain("d"), Descriptors: []*rlpb.RateLimitDescriptor{desc("", "u")}}},
+		{"an override without a unit", &pb.RateLimitRequest{Domain: s.domain("d"), Descriptors: []*rlpb.RateLimitDescriptor{
+			{Entries: good[0].Entries, Limit: &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}}}}},
+		{"nil entry", &pb.RateLimitRequest{Domain: s.domain("d"), Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{nil}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := s.client.ShouldRateLimit(ctx, tc.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("got %v, %v; want InvalidArgument", resp, err)
+			}
+		})
+	}
+	for _, body := range []string{`{"domain":"","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, `{"domain":`, `{"nope":1}`} {
+		resp, err := http.Post("http://"+s.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("/json %s: %d, want 400", body, resp.StatusCode)
+		}
+	}
+	// Nothing was counted: the user still has the whole limit.
+	checkResp(t, s.call(t, "d", 0, desc("user", "u")), false, st{limit: 3, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 2})
+}
+
+// TestRLSJSONAndHealth: /json answers as envoyproxy/ratelimit's (429 when
+// over the limit), and grpc.health.v1 says the service is serving.
+func TestRLSJSONAndHealth(t *testing.T) {
+	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{})
+	body := `{"domain":"` + s.domain("d") + `","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`
+	var codes []int
+	var last string
+	for range 2 {
+		resp, err := http.Post("http://"+s.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		last = b.String()
+	}
+	if codes[0] != 200 || codes[1] != 429 || !strings.Contains(last, `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("/json: %v, last %s", codes, last)
+	}
+	for _, service := range []string{"", pb.RateLimitService_ServiceDesc.ServiceName} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		cancel()
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v, %v", service, resp, err)
+		}
+	}
+}
+
+// TestRLSReload: a rewritten file is served without a restart; a file that
+// does not parse is refused, naming its file, line and field, and the
+// configuration serving keeps serving.
+func TestRLSReload(t *testing.T) {
+	version := func(n string) string {
+		return "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: " + n + "}\n"
+	}
+	s := startRLS(t, map[string]string{"d.yaml": version("5")}, edge.RLSConfig{})
+	limit := func() uint32 {
+		return s.call(t, "d", 0, addend(desc("user", "r"), 0)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	file := filepath.Join(s.dir, "d.yaml")
+	write := func(src string) {
+		src = strings.ReplaceAll(src, testDomain, s.domain(""))
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		write(version("7")) // until seen: the watch starts a moment after the service serves
+		return limit() == 7, "the new version is not served:\n" + s.log.String()
+	})
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		write(version("fortnight"))
+		return strings.Contains(s.log.String(), "d.yaml:4: descriptors[0].rate_limit.requests_per_unit"),
+			"the bad file is not refused naming its line and field:\n" + s.log.String()
+	})
+	if got := limit(); got != 7 {
+		t.Errorf("after the bad file the limit is %d, want 7 still", got)
+	}
+}
