@@ -92,8 +92,11 @@ type rlsLimit struct {
 	limit  *rules.Limit // nil for the descriptor's own limit override
 	proto  *pb.RateLimitResponse_RateLimit
 	blocks bool // requests_per_unit 0: decided without Redis
-	over   bool // more hits than the limit (any hit, for a limit of 0): over it, whatever Redis holds
-	name   string
+	// over is a call over the limit whatever Redis holds: more hits than
+	// the limit, or a limit of 0 (even for hits_addend 0, which asks whether
+	// one more would be admitted, as it does of every limit)
+	over bool
+	name string
 }
 
 // badRequest is a malformed call: InvalidArgument, nothing decided.
@@ -254,7 +257,7 @@ func (s *RLS) limits(req *pb.RateLimitRequest, set *rules.Set, resp *pb.RateLimi
 			}
 			m := rlsLimit{desc: i, limit: l, proto: currentLimit(l), blocks: l.Blocks, name: l.ID,
 				check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: addend, Shadow: l.Shadow}}
-			if addend > l.Policy.Limit {
+			if l.Blocks || addend > l.Policy.Limit {
 				m.over, m.check.Cost = true, 0
 			}
 			met = append(met, m)
@@ -282,7 +285,7 @@ func overrideLimit(domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.Ra
 	m := rlsLimit{desc: i, proto: proto, blocks: o.GetRequestsPerUnit() == 0, name: "override",
 		check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(window.Milliseconds(), 10)),
 			Algorithm: "fixed-window", Policy: algorithms.Policy{Limit: int64(o.GetRequestsPerUnit()), Window: window}, Cost: addend}}
-	if addend > m.check.Policy.Limit {
+	if m.blocks || addend > m.check.Policy.Limit {
 		m.over, m.check.Cost = true, 0
 	}
 	return m

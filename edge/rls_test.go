@@ -227,8 +227,8 @@ func TestRLSReadmeExamples(t *testing.T) {
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.5")), true, st{over: true, unit: pb.RateLimitResponse_RateLimit_SECOND})
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 10, desc("remote_address", "50.0.0.1")), false, st{limit: 10})
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.1")), true, st{over: true, limit: 10})
-		// hits_addend 0 on the blocked address checks it: nothing is added, OK.
-		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, addend(desc("remote_address", "50.0.0.5"), 0)), false, st{unit: pb.RateLimitResponse_RateLimit_SECOND})
+		// hits_addend 0 asks whether one more would be admitted: never.
+		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, addend(desc("remote_address", "50.0.0.5"), 0)), true, st{over: true, unit: pb.RateLimitResponse_RateLimit_SECOND})
 	})
 	t.Run("4: depth", func(t *testing.T) {
 		s := startRLS(t, map[string]string{"a.yaml": envoyReadme(t, "readme-example-4a.yaml")}, edge.RLSConfig{})
