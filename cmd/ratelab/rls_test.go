@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+// TestRLSRefused: mistakes in ratelab rls's flags and configuration exit 2
+// naming the flag (and for a file, its line and field), and send nothing to
+// Redis.
+func TestRLSRefused(t *testing.T) {
+	c := redistest.Client(t, srv)
+	good, bad, twice, empty := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	for path, src := range map[string]string{
+		filepath.Join(good, "a.yaml"):  "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		filepath.Join(bad, "a.yaml"):   "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n",
+		filepath.Join(twice, "a.yaml"): "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		filepath.Join(twice, "b.yaml"): "domain: a\ndescriptors:\n  - key: org\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+	} {
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--config must name a directory"},
+		{[]string{"--config", bad}, `a.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not a unit`},
+		{[]string{"--config", twice}, `domain "a" is also the domain of`},
+		{[]string{"--config", empty}, "no .yaml file"},
+		{[]string{"--config", filepath.Join(good, "none")}, "--config: config directory"},
+		{[]string{"--config", good, "--on-redis-error", "local"}, `--on-redis-error "local" is not open or closed`},
+		{[]string{"--config", good, "--redis-timeout", "0s"}, "--redis-timeout must be positive"},
+		{[]string{"--config", good, "--clock", "sundial"}, "--clock"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, _, stderr := ratelab(t, append([]string{"rls", "--redis", srv.URL(), "--grpc", "127.0.0.1:0", "--http", ""}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections: something was sent")
+			}
+		})
+	}
+}
