@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,12 +37,13 @@ var rlsFixed = time.Date(2026, 3, 4, 12, 0, 0, 500_000_000, time.UTC)
 
 // rlsServer is a served rate limit service and a gRPC client of it.
 type rlsServer struct {
-	client pb.RateLimitServiceClient
-	conn   *grpc.ClientConn
-	http   string
-	dir    string
-	log    *lockedBuffer
-	domain func(string) string
+	client  pb.RateLimitServiceClient
+	conn    *grpc.ClientConn
+	http    string
+	dir     string
+	log     *lockedBuffer
+	metrics *edge.Metrics
+	domain  func(string) string
 }
 
 // lockedBuffer is a log written by the service and read by the test.
@@ -134,7 +137,7 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 		}
 		svc.Close()
 	})
-	return &rlsServer{client: pb.NewRateLimitServiceClient(conn), conn: conn, http: addrs[1], dir: dir, log: log,
+	return &rlsServer{client: pb.NewRateLimitServiceClient(conn), conn: conn, http: addrs[1], dir: dir, log: log, metrics: cfg.Metrics,
 		domain: func(d string) string { return prefix + "-" + d }}
 }
 
@@ -421,5 +424,38 @@ func TestRLSReload(t *testing.T) {
 	})
 	if got := limit(); got != 7 {
 		t.Errorf("after the bad file the limit is %d, want 7 still", got)
+	}
+}
+
+// TestRLSRedisFails: when Redis does not answer, a call is answered by the
+// fail mode, open (OK) or closed (OVER_LIMIT), and /metrics counts it.
+func TestRLSRedisFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // nothing listens there: every call is refused
+	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	for _, tc := range []struct {
+		mode    edge.OnError
+		over    bool
+		outcome string
+	}{
+		{edge.FailOpen, false, edge.OutcomeErrorOpen},
+		{edge.FailClosed, true, edge.OutcomeErrorClosed},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
+			t.Cleanup(func() { client.Close() })
+			s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{OnError: tc.mode, Decider: algorithms.NewDecider(client)})
+			resp := s.call(t, "d", 0, desc("user", "u"))
+			if got := resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT; got != tc.over {
+				t.Errorf("overall %v, want over limit %v", resp.GetOverallCode(), tc.over)
+			}
+			if n := s.metrics.Decisions(tc.outcome); n != 1 {
+				t.Errorf("%d decisions %s, want 1", n, tc.outcome)
+			}
+		})
 	}
 }

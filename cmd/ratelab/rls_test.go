@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // TestRLSRefused: mistakes in ratelab rls's flags and configuration exit 2
@@ -48,5 +55,49 @@ func TestRLSRefused(t *testing.T) {
 				t.Errorf("the server accepted connections: something was sent")
 			}
 		})
+	}
+}
+
+// TestRLSServes: ratelab rls serves /json from its directory, answers 429
+// over the limit, and exits 0 when stopped.
+func TestRLSServes(t *testing.T) {
+	redistest.Client(t, srv)
+	dir := t.TempDir()
+	domain := redistest.Prefix(t)
+	src := "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"rls", "--redis", srv.URL(), "--config", dir, "--grpc", "127.0.0.1:0", "--http", addr,
+			"--redis-timeout", "5s"}, io.Discard, &stderr)
+	}()
+	stop := sync.OnceValue(func() int { cancel(); return <-done })
+	defer stop()
+	body := `{"domain":"` + domain + `","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`
+	post := func() (int, error) {
+		resp, err := http.Post("http://"+addr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	var first int
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		code, err := post()
+		first = code
+		return err == nil, fmt.Sprintf("rls not serving: %v\n%s", err, stderr.String())
+	})
+	second, err := post()
+	if err != nil || first != http.StatusOK || second != http.StatusTooManyRequests {
+		t.Errorf("/json answered %d then %d (%v), want 200 then 429", first, second, err)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
