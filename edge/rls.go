@@ -183,38 +183,81 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 		resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 	}
 	met := s.limits(req, set, resp)
-	var checks []algorithms.Check
-	var asked []int // met's index of each check
-	overAny := false
-	for i, m := range met {
-		if m.over && !m.check.Shadow {
-			overAny = true
-		}
-		if !m.blocks {
-			checks = append(checks, m.check)
-			asked = append(asked, i)
-		}
-	}
-	if overAny {
-		// The call is over a limit whatever Redis holds: it consumes nothing,
-		// and asks only for the statuses.
-		for i := range checks {
-			checks[i].Cost = 0
-		}
-	}
+	checks, asked := callChecks(met)
 	decisions := make([]algorithms.Decision, len(met))
 	if len(checks) > 0 {
 		out, err := s.decide(ctx, checks)
 		if err != nil {
 			return s.failed(ctx, resp, err)
 		}
-		for j, i := range asked {
+		// A counter shared by several descriptors reports to each what
+		// remained after its own hits, as envoyproxy/ratelimit's counter,
+		// which adds them one after another.
+		later := make([]int64, len(checks))
+		for i := len(met) - 1; i >= 0; i-- {
+			j := asked[i]
+			if j < 0 {
+				continue
+			}
 			decisions[i] = out.Checks[j]
+			if out.Allowed && checks[j].Cost > 0 {
+				decisions[i].Remaining += later[j]
+				later[j] += met[i].check.Cost
+			}
 		}
 	}
 	s.statuses(resp, met, decisions)
 	s.count(resp)
 	return resp, nil
+}
+
+// callChecks are what the Decider is asked for the limits met, and for
+// each limit the index of its check (-1 for a limit decided without
+// Redis). Descriptors of one call that meet one counter (Envoy sends the
+// same descriptor twice when two actions build it) share one check, their
+// hits added, as envoyproxy/ratelimit adds them to one counter. A call over
+// a limit whatever Redis holds consumes nothing: its checks only ask.
+func callChecks(met []rlsLimit) ([]algorithms.Check, []int) {
+	var checks []algorithms.Check
+	asked := make([]int, len(met))
+	byKey := map[string]int{}
+	overAny := false
+	for i, m := range met {
+		asked[i] = -1
+		if m.over && !m.check.Shadow {
+			overAny = true
+		}
+		if m.blocks {
+			continue
+		}
+		if j, ok := byKey[m.check.Key]; ok {
+			checks[j].Cost += m.check.Cost
+			asked[i] = j
+			continue
+		}
+		byKey[m.check.Key] = len(checks)
+		asked[i] = len(checks)
+		checks = append(checks, m.check)
+	}
+	for j := range checks {
+		if checks[j].Cost <= checks[j].Policy.Limit {
+			continue
+		}
+		// Together over the limit: the call is over it, and only asks.
+		checks[j].Cost = 0
+		for i := range met {
+			if asked[i] == j {
+				met[i].over = true
+			}
+		}
+		overAny = overAny || !checks[j].Shadow
+	}
+	if overAny {
+		for j := range checks {
+			checks[j].Cost = 0
+		}
+	}
+	return checks, asked
 }
 
 // limits looks up every descriptor's limits, and sets the statuses of the

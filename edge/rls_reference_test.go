@@ -185,6 +185,8 @@ func TestRLSSameAnswersAsReference(t *testing.T) {
 		{"multi", 0, descs(override(2, "user", "z"))},
 		{"multi", 0, descs(override(2, "user", "z"))},
 		{"multi", 0, descs(override(0, "user", "y"))},
+		{"multi", 0, descs(desc("user", "twice"), desc("user", "twice"))},
+		{"multi", 0, descs(desc("user", "twice"), desc("user", "twice"))},
 		{"nowhere", 0, descs(desc("user", "a"))},
 	}
 	hour := time.Now().Truncate(time.Hour)

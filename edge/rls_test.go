@@ -318,6 +318,9 @@ func TestRLSCall(t *testing.T) {
 	if h["RateLimit-Policy"] != `"slow";q=2;w=30` || h["RateLimit"] != `"slow";r=1;t=30` {
 		t.Errorf("response_headers_to_add %v", h)
 	}
+	// One descriptor twice in a call: one counter, both hits on it.
+	checkResp(t, s.call(t, "d", 0, desc("user", "u3"), desc("user", "u3")), false, st{limit: 3, unit: minute, remaining: 2}, st{limit: 3, unit: minute, remaining: 1})
+	checkResp(t, s.call(t, "d", 0, desc("user", "u3"), desc("user", "u3")), true, st{over: true, limit: 3, unit: minute}, st{over: true, limit: 3, unit: minute})
 	// An unknown domain limits nothing.
 	checkResp(t, s.call(t, "nowhere", 0, desc("user", "u1")), false, st{})
 }
