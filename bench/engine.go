@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -48,6 +49,7 @@ type plan struct {
 	keepResponses bool // KeepResponses
 	sampleCap     int  // samples (and responses) one connection keeps
 	addr          string
+	sources       []netip.Addr // consumer i's connections are sent from sources[i]; nil: any address
 	tls           *tls.Config
 	tally         *tally
 	// probes is when the Retry-After probes will be over (Unix ns), while
@@ -106,6 +108,7 @@ type conn struct {
 	nc        net.Conn
 	cancelled bool
 	deadline  time.Time // nc's deadline
+	from      int       // with sources, the consumer whose address nc is sent from
 
 	br      *bufio.Reader
 	buf     []byte
@@ -223,8 +226,11 @@ func (c *conn) run(ctx context.Context) {
 func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) error {
 	p := c.p
 	deadline := sentAt.Add(p.timeout)
+	if c.nc != nil && p.sources != nil && c.from != consumer {
+		c.hangUp() // sent from another consumer's address
+	}
 	if c.nc == nil {
-		if err := c.dial(ctx, deadline); err != nil {
+		if err := c.dial(ctx, deadline, consumer); err != nil {
 			return err
 		}
 	}
@@ -260,10 +266,12 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	return readResponse(c.br, p.head, p.audit || p.keepResponses, &c.resp)
 }
 
-// dial opens the connection, with TLS for https.
-func (c *conn) dial(ctx context.Context, deadline time.Time) error {
+// dial opens the connection for consumer, from its source address when
+// it has one, with TLS for https.
+func (c *conn) dial(ctx context.Context, deadline time.Time, consumer int) error {
 	p := c.p
-	d := net.Dialer{Deadline: deadline}
+	d := net.Dialer{Deadline: deadline, LocalAddr: p.localAddr(consumer)}
+	c.from = consumer
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return err
@@ -471,6 +479,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		audit:           cfg.ExpectLimit > 0,
 		keepResponses:   cfg.KeepResponses,
 		addr:            u.Host,
+		sources:         cfg.SourceIPs,
 		tally:           t,
 	}
 	if u.Port() == "" {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"slices"
@@ -48,6 +49,11 @@ type HTTPConfig struct {
 	// ConsumerHeader as consumer-0 … consumer-K-1; none when 0.
 	Consumers      int
 	ConsumerHeader string
+	// SourceIPs, when set, sends each consumer's connections from an
+	// address of its own, consumer i's from SourceIPs[i] (one per
+	// consumer), for gateways that key by client address; the audit then
+	// names each consumer by its address. ConsumerHeader may then be empty.
+	SourceIPs []netip.Addr
 	// Timeout bounds one request, connecting included: 1ms to 1h; 10s
 	// when 0.
 	Timeout time.Duration
@@ -66,6 +72,10 @@ type HTTPConfig struct {
 	// StartAt, when set, is the wall-clock time the run begins at (every
 	// shard of a run gets the same); the run waits for it.
 	StartAt time.Time
+	// RunID names the run every shard of it is part of, for report merge;
+	// when empty, a hash of the settings every shard is given alike (see
+	// Result.RunID).
+	RunID string
 	// ExpectLimit and ExpectWindow, when set, audit the endpoint: no
 	// consumer may get more than ExpectLimit successes in any ExpectWindow.
 	ExpectLimit  int64
@@ -131,7 +141,7 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
 	case c.Consumers < 0 || c.Consumers > MaxConsumers:
 		return field.Errorf("Consumers", "must be between 0 and %d (got %d)", MaxConsumers, c.Consumers)
-	case c.Consumers > 0 && c.ConsumerHeader == "":
+	case c.Consumers > 0 && c.ConsumerHeader == "" && len(c.SourceIPs) == 0:
 		return field.Errorf("Consumers", "needs {ConsumerHeader}")
 	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
 		return field.Errorf("ConsumerHeader", "%q is not a header name", c.ConsumerHeader)
@@ -158,6 +168,11 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("SharedConsumers", "needs {Shard}")
 	case !c.StartAt.IsZero() && (time.Until(c.StartAt) < -time.Second || time.Until(c.StartAt) > 24*time.Hour):
 		return field.Errorf("StartAt", "must be within the next 24 hours (got %s)", c.StartAt.Format(time.RFC3339))
+	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
+		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
+	}
+	if err := c.validateSourceIPs(); err != nil {
+		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Header)) {
 		if !isToken(name) {
@@ -222,6 +237,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	runID := cfg.runID() // before the defaults make cfg this shard's share
 	cfg.defaults()
 	t := newTally(cfg.Interval)
 	t.timeline.end = cfg.Duration
@@ -276,6 +292,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	}
 	res := newResult(cfg, t, max(elapsed, 0))
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
+	res.RunID = runID
 	var samples []sample
 	horizon, warmUntil := time.Duration(-1), time.Duration(0)
 	for _, c := range conns {
@@ -306,7 +323,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
 		}
-		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, consumerName)
+		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, res.consumerNamer())
 		for i := range a.Limits {
 			l := &a.Limits[i]
 			switch {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,11 +16,14 @@ import (
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
-// Merge combines runs of one test from several load machines into one
-// result: counts add up, and the percentiles come from the merged
-// histograms, so they are exact, not averages of percentiles. Throughput is
-// the sum of the runs' (they ran at the same time); the duration is the
-// longest. Timelines are lined up by the wall-clock time each run began.
+// Merge combines shards of one run (results with the same run id) from
+// several load machines into one result: counts add up, and the
+// percentiles come from the merged histograms, so they are exact, not
+// averages of percentiles. Throughput is the sum of the runs' (they ran at
+// the same time); the duration is the longest. Timelines are lined up by
+// the wall-clock time each run began. Results of different runs, or
+// without a run id when there are several, are refused with a *RunsError;
+// MergeWith merges them with AsOneRun.
 //
 // When every run was audited against the same limit and kept its samples,
 // the merged result carries one audit over all of them, as if one machine
@@ -28,9 +32,42 @@ import (
 // clocks that disagree by up to that much cannot make an honest limiter
 // look leaky. Otherwise AuditNote says why there is no audit.
 func Merge(runs []Result, tolerance time.Duration) (Result, error) {
+	return MergeWith(runs, MergeOptions{Tolerance: tolerance})
+}
+
+// MergeOptions say how MergeWith merges.
+type MergeOptions struct {
+	// Tolerance is how far the load machines' clocks may disagree: every
+	// flight is widened by it on both sides.
+	Tolerance time.Duration
+	// AsOneRun merges results of different runs (or without a run id) as
+	// if they were one: each run's consumers are consumers of their own,
+	// named as the run named them, or, when two runs name a consumer
+	// alike, followed by the run's label ("consumer-0 (a.json)"). The
+	// runs must have measured one endpoint (their targets may differ in
+	// the query), and may hold 1,000,000 consumers in all.
+	AsOneRun bool
+	// Labels name the runs, in order (their files), in consumers' names
+	// and in a *RunsError's text; "run N" without.
+	Labels []string
+}
+
+// MergeWith is Merge with options.
+func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if len(runs) == 0 {
 		return Result{}, errors.New("nothing to merge")
 	}
+	for i, r := range runs {
+		if r.Command != "bench_http" {
+			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http", i+1, r.Command)
+		}
+	}
+	if !opts.AsOneRun {
+		if err := oneRun(runs); err != nil {
+			return Result{}, err
+		}
+	}
+	tolerance := opts.Tolerance
 	hists := map[string]*hdrhistogram.Histogram{}
 	for _, name := range []string{"all", "2xx", "429", "other", "errors", "send_lag"} {
 		hists[name] = hdr.New()
@@ -41,10 +78,7 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	var longest float64
 	var rps float64
 	for i, r := range runs {
-		if r.Command != "bench_http" {
-			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http", i+1, r.Command)
-		}
-		if r.Target != runs[0].Target {
+		if !sameEndpoint(r.Target, runs[0].Target, opts.AsOneRun) {
 			return Result{}, fmt.Errorf("run %d measured %s, run 1 %s: merge runs of one target", i+1, r.Target, runs[0].Target)
 		}
 		if err := r.mergeable(runs[0].StartedUnixMillis); err != nil {
@@ -88,13 +122,19 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		rps += r.ThroughputRPS
 	}
 	t.all, t.ok, t.limited, t.other, t.failed, t.lag = hists["all"], hists["2xx"], hists["429"], hists["other"], hists["errors"], hists["send_lag"]
-	cfg := HTTPConfig{Target: runs[0].Target, Method: runs[0].Config.Method}
+	lay, err := oneRunLayout(runs)
+	if opts.AsOneRun {
+		lay, err = apartLayout(runs, opts.Labels)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	cfg := HTTPConfig{Target: mergedTarget(runs), Method: runs[0].Config.Method, Consumers: lay.total}
 	startAt := runs[0].Config.StartAt
 	for _, r := range runs {
 		c := r.Config
 		cfg.Rate += c.RatePerSec
 		cfg.Connections += c.Connections
-		cfg.Consumers = max(cfg.Consumers, c.Consumers)
 		cfg.Timeout = max(cfg.Timeout, time.Duration(c.TimeoutMillis)*time.Millisecond)
 		cfg.Warmup = max(cfg.Warmup, time.Duration(c.WarmupMillis)*time.Millisecond)
 		cfg.SharedConsumers = cfg.SharedConsumers || c.SharedConsumers
@@ -120,14 +160,22 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = began
+	res.RunID = runs[0].RunID
+	if opts.AsOneRun && len(runs) > 1 {
+		res.RunID = mergedRunID(runs)
+	}
+	res.ConsumerNames = lay.names
+	res.Config.SourceIPs = runs[0].Config.SourceIPs
+	if lay.apart {
+		res.Config.SourceIPs = "" // the names say each consumer's
+	}
 	res.Config.StartAt = startAt
 	res.Config.Threads = 0
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
 	}
-	var err error
 	var samples []sample
-	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, began, tolerance)
+	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, lay, began, tolerance)
 	if err != nil {
 		return Result{}, err
 	}
@@ -177,6 +225,9 @@ func (r Result) mergeable(first int64) error {
 		return fmt.Errorf("%d consumers: want 0 to %d", r.Config.Consumers, MaxConsumers)
 	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
+	}
+	if err := r.checkNames(); err != nil {
+		return err
 	}
 	if r.Audit != nil {
 		for i := range r.Audit.Limits {
@@ -246,7 +297,7 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 
 // mergeAudits audits the runs' samples as one run, or says why it cannot;
 // it returns the samples it audited.
-func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
+func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -267,10 +318,6 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	}
 	var all []sample
 	cov := coverage{horizon: -1}
-	consumers := 0
-	for _, r := range runs {
-		consumers = max(consumers, r.Config.Consumers)
-	}
 	probes := make([]RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))
 	for k := range honest {
@@ -285,11 +332,16 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		ss, err := r.AuditSamples.decode(offset, consumers)
+		bound := lay.total
+		if lay.apart {
+			bound = r.Config.Consumers
+		}
+		ss, err := r.AuditSamples.decode(offset, bound)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		for k := range ss {
+			ss[k].consumer += int32(lay.base[i])
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
 		}
@@ -325,7 +377,7 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 		}
 		exps[k] = exp
 	}
-	a := audit(all, exps, consumers, cov, consumerName)
+	a := audit(all, exps, lay.total, cov, lay.namer())
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {
@@ -360,4 +412,32 @@ func orRule(algorithm string) string {
 		return "the sliding-window rule"
 	}
 	return algorithm
+}
+
+// sameEndpoint says whether two runs' targets can be merged: the same
+// URL, or with anyQuery the same but for the query (which may carry the
+// identity).
+func sameEndpoint(a, b string, anyQuery bool) bool {
+	if a == b {
+		return true
+	}
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	return anyQuery && errA == nil && errB == nil &&
+		ua.Scheme == ub.Scheme && ua.Host == ub.Host && ua.Path == ub.Path
+}
+
+// mergedTarget is the runs' target, or without its query when their
+// queries differ.
+func mergedTarget(runs []Result) string {
+	t := runs[0].Target
+	for _, r := range runs {
+		if r.Target != t {
+			if u, err := url.Parse(t); err == nil {
+				u.RawQuery = ""
+				return u.String()
+			}
+		}
+	}
+	return t
 }

@@ -64,6 +64,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		return nil, err
 	}
 	allowed := exp.guarantee.MaxIn(exp.policy, span)
+	name := r.consumerNamer()
 	per := map[int32][]sample{}
 	for _, s := range samples {
 		if s.ok() {
@@ -75,7 +76,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool {
-		x, y := consumerName(ids[i]) == a.WorstConsumer, consumerName(ids[j]) == a.WorstConsumer
+		x, y := name(ids[i]) == a.WorstConsumer, name(ids[j]) == a.WorstConsumer
 		if x != y {
 			return x
 		}
@@ -88,7 +89,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 	for _, id := range ids[:min(n, len(ids))] {
 		ok := per[id]
 		slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
-		cw := ConsumerWindows{Consumer: consumerName(id), Allowed: allowed}
+		cw := ConsumerWindows{Consumer: name(id), Allowed: allowed}
 		step := (len(ok) + maxWindowPoints - 1) / maxWindowPoints // windows are counted from at most so many starts
 		for i := 0; i < len(ok); i += step {
 			s := ok[i]

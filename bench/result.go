@@ -24,6 +24,10 @@ type Settings struct {
 	WarmupMillis   int64   `json:"warmup_ms"`
 	Consumers      int     `json:"consumers"`
 	ConsumerHeader string  `json:"consumer_header"`
+	// SourceIPs are the addresses the consumers were sent from, one each,
+	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
+	// they were not bound to addresses.
+	SourceIPs string `json:"source_ips,omitempty"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
@@ -50,9 +54,18 @@ type ErrorKind struct {
 
 // Result is one run, measured after the warm-up.
 type Result struct {
-	Command string   `json:"command"` // "bench_http"
-	Target  string   `json:"target"`
-	Config  Settings `json:"config"`
+	Command string `json:"command"` // "bench_http"
+	Target  string `json:"target"`
+	// RunID is the run this result is part of: every shard of one run has
+	// the same (HTTPConfig.RunID, or a hash of the settings they share),
+	// and report merge merges only results of one run. Empty in results
+	// written before results carried one.
+	RunID  string   `json:"run_id"`
+	Config Settings `json:"config"`
+	// ConsumerNames are the identities of the consumers, by index, when
+	// they are not consumer-0 … consumer-K-1: their source addresses, or
+	// a merge's names of the consumers of several runs.
+	ConsumerNames []string `json:"consumer_names,omitempty"`
 	// StartedUnixMillis is the wall-clock time at which the measured run
 	// began, so that runs from several machines can be lined up.
 	StartedUnixMillis int64 `json:"started_unix_ms"`
@@ -227,7 +240,8 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
-			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},
+			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs)},
+		ConsumerNames:      addrNames(cfg.SourceIPs),
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},

@@ -69,7 +69,7 @@ func newRequest(cfg HTTPConfig, u *url.URL) *request {
 	} else {
 		r.body = cfg.Body
 	}
-	if cfg.Consumers > 0 {
+	if cfg.Consumers > 0 && cfg.ConsumerHeader != "" { // none with SourceIPs alone
 		r.head = append(b.Bytes(), cfg.ConsumerHeader+": consumer-"...)
 		r.tail = append([]byte("\r\n"), tail.Bytes()...)
 		return r
@@ -80,7 +80,7 @@ func newRequest(cfg HTTPConfig, u *url.URL) *request {
 
 // render returns the request of consumer (-1 for none), reusing buf.
 func (r *request) render(buf []byte, consumer int) []byte {
-	if consumer < 0 {
+	if consumer < 0 || r.head == nil {
 		return r.whole
 	}
 	buf = append(buf[:0], r.head...)

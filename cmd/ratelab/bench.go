@@ -41,7 +41,8 @@ var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
-	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method"}
+	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
+	"RunID": "--run-id", "SourceIPs": "--source-ips"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load-test a live endpoint"}
@@ -106,6 +107,7 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
 	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
+	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
 	cmd.AddCommand(http)

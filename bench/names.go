@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/ratelab/ratelab/internal/plural"
+)
+
+// maxNameBytes bounds a consumer's name in a result file.
+const maxNameBytes = 256
+
+// consumerNamer is how the result names its consumers: by
+// ConsumerNames, or consumer-N.
+func (r Result) consumerNamer() func(int32) string {
+	names := r.ConsumerNames
+	if len(names) == 0 {
+		return consumerName
+	}
+	return func(c int32) string {
+		if c >= 0 && int(c) < len(names) {
+			return names[c]
+		}
+		return consumerName(c)
+	}
+}
+
+// checkNames checks the names a result file gives its consumers: one per
+// consumer, each printable text of at most maxNameBytes bytes, since
+// reports print them.
+func (r Result) checkNames() error {
+	if len(r.ConsumerNames) == 0 {
+		return nil
+	}
+	if len(r.ConsumerNames) != r.Config.Consumers {
+		return fmt.Errorf("%d consumer names for %s", len(r.ConsumerNames), plural.Count(r.Config.Consumers, "consumer"))
+	}
+	for i, n := range r.ConsumerNames {
+		if n == "" || len(n) > maxNameBytes || !utf8.ValidString(n) || !isFieldValue(n) {
+			return fmt.Errorf("consumer %d: %q is not a name: want printable text of 1 to %d bytes", i, n, maxNameBytes)
+		}
+	}
+	return nil
+}
+
+// maxOneRunConsumers bounds the consumers a merge of several runs as one
+// names, in all.
+const maxOneRunConsumers = 1_000_000
+
+// layout is where each run's consumers are in a merge, and their names.
+type layout struct {
+	// base is the merged index of each run's consumer 0; total the
+	// merged consumers.
+	base  []int
+	total int
+	// names are the merged consumers' names; nil for consumer-N.
+	names []string
+	// apart is set when each run's consumers are its own (apartLayout).
+	apart bool
+}
+
+// oneRunLayout lays the runs' consumers over each other, as shards of one
+// run send them: consumer i of every run is consumer i of the merge.
+func oneRunLayout(runs []Result) (layout, error) {
+	l := layout{base: make([]int, len(runs)), names: runs[0].ConsumerNames}
+	for i, r := range runs {
+		l.total = max(l.total, r.Config.Consumers)
+		if !slices.Equal(r.ConsumerNames, runs[0].ConsumerNames) {
+			return l, fmt.Errorf("run %d names its consumers otherwise than run 1 (consumer_names)", i+1)
+		}
+	}
+	if len(l.names) != 0 && len(l.names) != l.total {
+		return l, errors.New("the runs name fewer consumers than they send")
+	}
+	return l, nil
+}
+
+// apartLayout lays the runs' consumers side by side: each run's are
+// consumers of their own. They keep their names, unless two runs name a
+// consumer alike, when each name is followed by its run's label:
+// "consumer-0 (a.json)".
+func apartLayout(runs []Result, labels []string) (layout, error) {
+	l := layout{base: make([]int, len(runs)), apart: true}
+	for i, r := range runs {
+		l.base[i] = l.total
+		l.total += r.Config.Consumers
+		if l.total > maxOneRunConsumers {
+			return l, fmt.Errorf("more than %d consumers in all: too many to merge as one run", maxOneRunConsumers)
+		}
+	}
+	l.names = make([]string, 0, l.total)
+	seen := make(map[string]bool, l.total)
+	clash := false
+	for _, r := range runs {
+		name := r.consumerNamer()
+		for c := range r.Config.Consumers {
+			n := name(int32(c))
+			clash = clash || seen[n]
+			seen[n] = true
+			l.names = append(l.names, n)
+		}
+	}
+	if clash {
+		for i, r := range runs {
+			for c := range r.Config.Consumers {
+				n := &l.names[l.base[i]+c]
+				*n = labelled(*n, runLabel(labels, i, maxNameBytes-len(*n)-3))
+			}
+		}
+	}
+	if len(l.names) == 0 {
+		l.names = nil
+	}
+	return l, nil
+}
+
+// namer names the merged consumers.
+func (l layout) namer() func(int32) string {
+	return Result{ConsumerNames: l.names}.consumerNamer()
+}
+
+// runLabel names run i by its label (its file) when it has one that is
+// printable and at most room bytes long, else as "run N" (from 1).
+func runLabel(labels []string, i, room int) string {
+	if i < len(labels) {
+		if l := labels[i]; l != "" && len(l) <= room && utf8.ValidString(l) && isFieldValue(l) {
+			return l
+		}
+	}
+	return fmt.Sprintf("run %d", i+1)
+}
+
+// labelled is name followed by its run's label, "consumer-0 (a.json)",
+// the name cut short (at a character's end) so that it fits in
+// maxNameBytes.
+func labelled(name, label string) string {
+	suffix := " (" + label + ")"
+	for len(name)+len(suffix) > maxNameBytes && name != "" {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	return name + suffix
+}
