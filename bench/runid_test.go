@@ -28,7 +28,7 @@ func TestRunIDNamesOneRun(t *testing.T) {
 		same   bool
 	}{
 		{"another shard", func(c *HTTPConfig) { c.Shard = 2 }, true},
-		{"another timeout or interval", func(c *HTTPConfig) { c.Timeout, c.Interval = time.Second, 2 * time.Second }, true},
+		{"another timeout or interval", func(c *HTTPConfig) { c.Timeout, c.Interval = time.Second, 2*time.Second }, true},
 		{"probes off", func(c *HTTPConfig) { c.NoProbes = true }, true},
 		{"another query", func(c *HTTPConfig) { c.Target = "http://127.0.0.1:8080/?apikey=k2" }, false},
 		{"another header value", func(c *HTTPConfig) { c.Header = http.Header{"X-Api-Key": {"k2"}} }, false},

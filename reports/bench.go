@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // BenchHTTP renders an HTTP load run in the given format.
@@ -37,7 +38,10 @@ func benchSummary(r bench.Result) string {
 		load += fmt.Sprintf(", %d threads", c.Threads)
 	}
 	consumers := ""
-	if c.Consumers > 0 {
+	switch {
+	case c.SourceIPs != "":
+		consumers = fmt.Sprintf(" · %s from %s", plural.Count(c.Consumers, "consumer"), c.SourceIPs)
+	case c.Consumers > 0:
 		consumers = fmt.Sprintf(" · %d consumers in %s", c.Consumers, c.ConsumerHeader)
 	}
 	return fmt.Sprintf("%s %s · %s%s · %d requests in %.2fs (%.0f/s) · warm-up %s (%d requests, not counted)",

@@ -30,8 +30,11 @@ type benchOptions struct {
 	threads     int
 	shard       string
 	startAt     string
-	hgrm        string
-	output      outputFlag
+	sourceIPs   string
+	// consumersSet is set when --consumers was given.
+	consumersSet bool
+	hgrm         string
+	output       outputFlag
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
@@ -76,7 +79,10 @@ Ctrl-C stops the run and still reports what was measured.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runBench(cmd.Context(), io, args[0], opts) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.consumersSet = cmd.Flags().Changed("consumers")
+			return runBench(cmd.Context(), io, args[0], opts)
+		},
 	}
 	f := http.Flags()
 	f.Float64Var(&opts.Rate, "rate", 100, "requests per second in total (open model); 0 for the closed model")
@@ -107,6 +113,8 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
 	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
+	f.StringVar(&opts.sourceIPs, "source-ips", "", "send each consumer from an address of its own, for gateways that key by client IP: "+
+		"FROM-TO or a comma-separated list, one address per consumer (127.0.0.2-127.0.0.60: Linux routes all of 127/8 to lo)")
 	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
@@ -140,6 +148,9 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 		cfg.Consumers = 0
 	} else if cfg.Consumers < 1 {
 		return cfg, "", usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)
+	}
+	if err := sourceIPs(&cfg, opts); err != nil {
+		return cfg, "", err
 	}
 	if opts.expectLimit != "" {
 		p, err := algorithms.ParsePolicy(opts.expectLimit)
@@ -210,6 +221,27 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 		return err // nothing was measured: a failed run, not a threshold
 	}
 	return crossed(opts.Thresholds.Crossed(res))
+}
+
+// sourceIPs reads --source-ips into cfg: one address per consumer, whose
+// number it sets, or must match when --consumers is given.
+func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
+	if opts.sourceIPs == "" {
+		return nil
+	}
+	addrs, err := bench.ParseSourceIPs(opts.sourceIPs)
+	if err != nil {
+		return flagError(err, benchNames)
+	}
+	if opts.consumersSet && opts.Consumers != len(addrs) {
+		n := fmt.Sprintf("%d addresses", len(addrs))
+		if len(addrs) == 1 {
+			n = "1 address"
+		}
+		return usagef("--source-ips gives %s for --consumers %d: one address per consumer (or leave --consumers out)", n, opts.Consumers)
+	}
+	cfg.Consumers, cfg.SourceIPs = len(addrs), addrs
+	return nil
 }
 
 // optionalFloat is a float flag that sets *p when given and leaves it nil

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+// TestSourceIPsAuditTheEdgeKeyedByIP: ratelab edge --key-by ip over a real
+// redis-server passes the audit when each consumer is sent from its own
+// loopback address, Retry-After probes included, and the report names the
+// addresses. Sent from one address with the identities in a header it
+// ignores, the same gateway is found to share one limit across them.
+func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		// A Redis timeout of seconds: a loaded machine must not fail a
+		// decision open, an admission the limiter never made.
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+			"--redis-timeout", "5s", "--limit", "5/1s", "--key-by", "ip"}, io.Discard, io.Discard)
+	}()
+	defer func() { cancel(); <-done }()
+	waitListening(t, addr)
+	args := []string{"bench", "http", "http://" + addr + "/", "--rate", "45", "--duration", "2500ms", "--expect-limit", "5/1s", "--fail-on-leak"}
+
+	code, stdout, stderr := ratelab(t, append(args, "--source-ips", "127.0.0.2-127.0.0.4", "--connections", "3")...)
+	if code != exitOK || !strings.Contains(stdout, ": HELD: the worst consumer, 127.0.0.") || !strings.Contains(stdout, "Retry-After: honest") ||
+		!strings.Contains(stdout, "3 consumers from 127.0.0.2-127.0.0.4") {
+		t.Fatalf("from three addresses: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	code, stdout, stderr = ratelab(t, append(args, "--consumers", "3", "--no-probes")...)
+	if code != exitThreshold || !strings.Contains(stderr, "share one limit across the identities sent") {
+		t.Fatalf("from one address: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+}
+
+// waitListening returns once addr accepts connections, and fails t after
+// 10 seconds.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listening on %s", addr)
+		}
+	}
+}
+
+// TestSourceIPsAuditNginxKeyedByAddress: nginx's limit_req keyed by
+// $binary_remote_addr, audited with each consumer sent from its own
+// loopback address. rate=10r/s burst=9 nodelay admits a burst of 10, then
+// one each 100 ms: at most 19 in any second, which the claim of 20/1s
+// leaves an emission interval above (nginx decides on a millisecond clock
+// it reads once per turn of its event loop, late under load). It passes;
+// the same limit at 20r/s, twice the claim, exits 3 naming an address.
+func TestSourceIPsAuditNginxKeyedByAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no nginx")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		rate, burst int
+		code        int
+		want        string
+	}{
+		{"holds the claim", 10, 9, exitOK, ": HELD: the worst consumer, 127.0.0."},
+		{"allows twice the claim", 20, 19, exitThreshold, "--fail-on-leak: 127.0.0."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := limitReqNginx(t, tc.rate, tc.burst)
+			code, stdout, stderr := ratelab(t, "bench", "http", "http://"+addr+"/", "--source-ips", "127.0.0.2-127.0.0.5", "--connections", "4",
+				"--rate", "120", "--duration", "2s", "--expect-limit", "20/1s", "--fail-on-leak")
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q\n%s\nwant exit %d and %q", code, stderr, stdout, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// limitReqNginx runs nginx with limit_req keyed by the client's address
+// at rate per second with burst (nodelay, 429 when over), in front of a
+// 200, and returns where it listens. It skips t without nginx (and fails
+// it under CI).
+func limitReqNginx(t *testing.T, rate, burst int) string {
+	t.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	// A port found free may be taken before nginx binds it: try others,
+	// twice at most.
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		conf := fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/client_body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    limit_req_zone $binary_remote_addr zone=by_address:1m rate=%[3]dr/s;
+    server {
+        listen %[2]s;
+        location / {
+            limit_req zone=by_address burst=%[4]d nodelay;
+            limit_req_status 429;
+            empty_gif;
+        }
+    }
+}
+`, dir, addr, rate, burst)
+		if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		if listening(addr, exited) {
+			t.Cleanup(func() {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+			})
+			return addr
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		if attempt == 3 || !strings.Contains(string(log)+out.String(), "Address already in use") {
+			_ = cmd.Process.Kill()
+			t.Fatalf("nginx did not start: %s %s", out.String(), log)
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// listening reports whether addr accepts connections before nginx exits,
+// within 10 seconds.
+func listening(addr string, exited <-chan error) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return true
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
+}
