@@ -68,7 +68,12 @@ The verdict is held, leaked, or no verdict when the audit saw nothing it could j
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
 A run in which no request got a response exits 1.
-Ctrl-C stops the run and still reports what was measured.`,
+Ctrl-C stops the run and still reports what was measured.
+
+For gateways keyed by client IP, --source-ips sends each consumer from an address of its own
+(127.0.0.2-127.0.0.60: one per consumer), and the audit names each consumer by its address.
+Every result carries a run id (--run-id, or a hash of the target, the load and --start-at that
+every shard of one run shares): report merge merges only one run's shards.`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/v1/ping --rate 2000 --duration 60s --consumers 50
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --expect-limit 100/1m --expect-algorithm gcra --fail-on-leak
