@@ -106,6 +106,10 @@ func TestSourceIPsBindEachConsumer(t *testing.T) {
 			if res.Config.SourceIPs != "127.0.0.2-127.0.0.4" || len(res.ConsumerNames) != 3 || res.ConsumerNames[1] != "127.0.0.3" {
 				t.Fatalf("source_ips %q, names %q", res.Config.SourceIPs, res.ConsumerNames)
 			}
+			// The HTML page's chart names them alike.
+			if cw, err := res.RollingAdmissions(3); err != nil || len(cw) != 3 || !strings.HasPrefix(cw[0].Consumer, "127.0.0.") {
+				t.Fatalf("rolling admissions %+v, %v", cw, err)
+			}
 		})
 	}
 }
@@ -126,6 +130,60 @@ func TestSourceIPsRefused(t *testing.T) {
 		var fe *field.Error
 		if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "SourceIPs" || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want SourceIPs and %q", tc.addrs, err, tc.want)
+		}
+	}
+}
+
+// Two shards of one run, each sending its own consumers from their own
+// addresses, merge into one audit of every consumer, named by address.
+func TestSourceIPsShardsMerge(t *testing.T) {
+	t.Parallel()
+	addrs, err := bench.ParseSourceIPs("127.0.0.2,127.0.0.3,127.0.0.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	count := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		defer mu.Unlock()
+		count[host]++
+		if count[host] > 3 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	start := time.Now().Add(200 * time.Millisecond)
+	runs := make([]bench.Result, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() {
+			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 200, Requests: 30, Connections: 2,
+				Consumers: 3, ConsumerHeader: "X-Consumer-Id", SourceIPs: addrs, ExpectLimit: 3, ExpectWindow: time.Minute, NoProbes: true,
+				Shard: i, Shards: 2, StartAt: start})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].RunID != runs[1].RunID {
+		t.Fatalf("shards of one run with run ids %q and %q", runs[0].RunID, runs[1].RunID)
+	}
+	m, err := bench.Merge(runs, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Audit
+	if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || m.RunID != runs[0].RunID || len(m.ConsumerNames) != 3 ||
+		m.Config.SourceIPs != "127.0.0.2-127.0.0.4" {
+		t.Fatalf("merged: run id %q, names %q, audit %+v", m.RunID, m.ConsumerNames, a)
+	}
+	for _, c := range a.Limits[0].WorstConsumers {
+		if !strings.HasPrefix(c.Consumer, "127.0.0.") || c.Admitted != 3 {
+			t.Fatalf("merged consumer %+v: want one named by its address, admitted 3", c)
 		}
 	}
 }
