@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -188,4 +191,36 @@ func listening(addr string, exited <-chan error) bool {
 		}
 	}
 	return false
+}
+
+// TestSourceIPsBadInput: source addresses that are not one per consumer,
+// and run ids that are not words, are refused with exit 2 naming the
+// flag, and nothing is sent.
+func TestSourceIPsBadInput(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n.Add(1) }))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--source-ips", "127.0.0.2-127.0.0.4", "--consumers", "2"}, "--source-ips gives 3 addresses for --consumers 2: one address per consumer"},
+		{[]string{"--source-ips", "127.0.0.4-127.0.0.2"}, `--source-ips "127.0.0.4-127.0.0.2": the range 127.0.0.4-127.0.0.2 must ascend`},
+		{[]string{"--source-ips", "127.0.0.2,127.0.0.3,127.0.0.2"}, "--source-ips gives 127.0.0.2 twice"},
+		{[]string{"--source-ips", "localhost"}, `--source-ips "localhost": "localhost" is not an IP address`},
+		{[]string{"--source-ips", "10.0.0.0-10.1.0.0"}, "--source-ips \"10.0.0.0-10.1.0.0\": more than 65536 addresses"},
+		{[]string{"--source-ips", "0.0.0.0"}, "--source-ips 0.0.0.0 is not an address a connection can be sent from"},
+		{[]string{"--run-id", "two words"}, `--run-id "two words": want up to 64 letters`},
+		{[]string{"--run-id", strings.Repeat("x", 65)}, "--run-id"},
+	} {
+		before := n.Load()
+		code, _, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--rate", "50", "--duration", "200ms"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+		if n.Load() != before {
+			t.Errorf("%v: requests were sent", tc.args)
+		}
+	}
 }
