@@ -31,10 +31,11 @@ type benchOptions struct {
 	shard       string
 	startAt     string
 	sourceIPs   string
-	// consumersSet is set when --consumers was given.
-	consumersSet bool
-	hgrm         string
-	output       outputFlag
+	// consumersSet and connectionsSet are set when --consumers and
+	// --connections were given.
+	consumersSet, connectionsSet bool
+	hgrm                         string
+	output                       outputFlag
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
@@ -85,7 +86,7 @@ every shard of one run shares): report merge merges only one run's shards.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.consumersSet = cmd.Flags().Changed("consumers")
+			opts.consumersSet, opts.connectionsSet = cmd.Flags().Changed("consumers"), cmd.Flags().Changed("connections")
 			return runBench(cmd.Context(), io, args[0], opts)
 		},
 	}
@@ -119,7 +120,8 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(&opts.sourceIPs, "source-ips", "", "send each consumer from an address of its own, for gateways that key by client IP: "+
-		"FROM-TO or a comma-separated list, one address per consumer (127.0.0.2-127.0.0.60: Linux routes all of 127/8 to lo)")
+		"FROM-TO or a comma-separated list, one address per consumer (127.0.0.2-127.0.0.60: Linux routes all of 127/8 to lo); "+
+		"--connections then defaults to a multiple of the addresses, up to 1000")
 	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
@@ -246,8 +248,19 @@ func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
 		return usagef("--source-ips gives %s for --consumers %d: one address per consumer (or leave --consumers out)", n, opts.Consumers)
 	}
 	cfg.Consumers, cfg.SourceIPs = len(addrs), addrs
+	if !opts.connectionsSet {
+		// A connection reopens whenever it sends for another consumer than
+		// its last: a multiple of the addresses (at least the default),
+		// keeps each on one, up to maxSourceConnections.
+		k := len(addrs)
+		cfg.Connections = min(k*((opts.Connections+k-1)/k), max(maxSourceConnections, opts.Connections))
+	}
 	return nil
 }
+
+// maxSourceConnections bounds the connections --source-ips opens by
+// default, one per address.
+const maxSourceConnections = 1000
 
 // optionalFloat is a float flag that sets *p when given and leaves it nil
 // when not, for a threshold that is off unless asked for.

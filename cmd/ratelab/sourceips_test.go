@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -221,6 +222,33 @@ func TestSourceIPsBadInput(t *testing.T) {
 		}
 		if n.Load() != before {
 			t.Errorf("%v: requests were sent", tc.args)
+		}
+	}
+}
+
+// TestSourceIPsDefaultConnections: with --source-ips and no --connections,
+// the connections are a multiple of the addresses, at least the default
+// 10, so that each keeps to one address; --connections given is kept.
+func TestSourceIPsDefaultConnections(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--source-ips", "127.0.0.2-127.0.0.4"}, 12},
+		{[]string{"--source-ips", "127.0.0.2-127.0.0.14"}, 13},
+		{[]string{"--source-ips", "127.0.0.2-127.0.0.4", "--connections", "2"}, 2},
+	} {
+		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--rate", "400", "--requests", "26", "-o", "json"}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d, %s", tc.args, code, stderr)
+		}
+		var res bench.Result
+		decodeJSON(t, stdout, &res)
+		if res.Config.Connections != tc.want || res.Requests != 26 || res.Errors != 0 {
+			t.Errorf("%v: %d connections, %d requests, %d errors; want %d connections", tc.args, res.Config.Connections, res.Requests, res.Errors, tc.want)
 		}
 	}
 }
