@@ -164,7 +164,7 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if opts.AsOneRun && len(runs) > 1 {
 		res.RunID = mergedRunID(runs)
 	}
-	res.ConsumerNames = lay.names
+	res.Config.Identities = lay.names
 	res.Config.SourceIPs = runs[0].Config.SourceIPs
 	if lay.apart {
 		res.Config.SourceIPs = "" // the names say each consumer's

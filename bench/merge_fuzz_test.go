@@ -62,9 +62,9 @@ func FuzzMerge(f *testing.F) {
 		func(r *Result) { r.Audit.CompleteFromMillis = math.MinInt64 },
 		func(r *Result) { r.RunID = "another-run" },
 		func(r *Result) { r.RunID = "" },
-		func(r *Result) { r.ConsumerNames = []string{"10.0.0.1", "10.0.0.2"} },
-		func(r *Result) { r.ConsumerNames = []string{"consumer-0", "\x1b[2J"} },
-		func(r *Result) { r.ConsumerNames = []string{"only one"} },
+		func(r *Result) { r.Config.Identities = []string{"10.0.0.1", "10.0.0.2"} },
+		func(r *Result) { r.Config.Identities = []string{"consumer-0", "\x1b[2J"} },
+		func(r *Result) { r.Config.Identities = []string{"only one"} },
 	} {
 		var r Result
 		_ = json.Unmarshal(b, &r)

@@ -24,6 +24,11 @@ type Settings struct {
 	WarmupMillis   int64   `json:"warmup_ms"`
 	Consumers      int     `json:"consumers"`
 	ConsumerHeader string  `json:"consumer_header"`
+	// Identities are the identities sent, by consumer number, when they
+	// are not consumer-0 … (their source addresses with SourceIPs; for a
+	// merge of runs apart, each run's, named by run when two clash);
+	// omitted then.
+	Identities []string `json:"identities,omitempty"`
 	// SourceIPs are the addresses the consumers were sent from, one each,
 	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
 	// they were not bound to addresses.
@@ -62,10 +67,6 @@ type Result struct {
 	// written before results carried one.
 	RunID  string   `json:"run_id"`
 	Config Settings `json:"config"`
-	// ConsumerNames are the identities of the consumers, by index, when
-	// they are not consumer-0 … consumer-K-1: their source addresses, or
-	// a merge's names of the consumers of several runs.
-	ConsumerNames []string `json:"consumer_names,omitempty"`
 	// StartedUnixMillis is the wall-clock time at which the measured run
 	// began, so that runs from several machines can be lined up.
 	StartedUnixMillis int64 `json:"started_unix_ms"`
@@ -240,8 +241,8 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
-			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs)},
-		ConsumerNames:      addrNames(cfg.SourceIPs),
+			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs),
+			Identities: addrNames(cfg.SourceIPs)},
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},

@@ -130,8 +130,8 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 	if a == nil || a.Verdict != Held || a.Limits[0].Consumers != 5 || m.Config.Consumers != 5 || a.Samples != 100 {
 		t.Fatalf("as one run: %d consumers, audit %+v; want five held", m.Config.Consumers, a)
 	}
-	if len(m.ConsumerNames) != 5 || m.ConsumerNames[2] != "consumer-0 (k3.json)" {
-		t.Fatalf("names %q: want each consumer-0 named by its file", m.ConsumerNames)
+	if len(m.Config.Identities) != 5 || m.Config.Identities[2] != "consumer-0 (k3.json)" {
+		t.Fatalf("names %q: want each consumer-0 named by its file", m.Config.Identities)
 	}
 	if m.Target != "http://127.0.0.1:8080/v1" || m.RunID == "" || m.RunID == runs[0].RunID {
 		t.Fatalf("target %q, run id %q: want the endpoint and a run id of its own", m.Target, m.RunID)
@@ -169,25 +169,25 @@ func TestMergeOfResultsWithoutRunID(t *testing.T) {
 		t.Fatalf("two old results: %v", err)
 	}
 	if m, err := MergeWith([]Result{a, b}, MergeOptions{AsOneRun: true}); err != nil || m.Config.Consumers != 2 ||
-		m.ConsumerNames[1] != "consumer-0 (run 2)" {
-		t.Fatalf("two old results as one run: %v, names %q", err, m.ConsumerNames)
+		m.Config.Identities[1] != "consumer-0 (run 2)" {
+		t.Fatalf("two old results as one run: %v, names %q", err, m.Config.Identities)
 	}
 }
 
-// A result file's consumer names are refused when they are not one
-// printable name per consumer: reports print them.
-func TestMergeRefusesBadConsumerNames(t *testing.T) {
+// A result file's identities are refused when they are not one printable
+// name per consumer: reports print them.
+func TestMergeRefusesBadIdentities(t *testing.T) {
 	for _, tc := range []struct {
 		names []string
 		want  string
 	}{
-		{[]string{"a", "b"}, "2 consumer names for 1 consumer"},
+		{[]string{"a", "b"}, "2 identities for 1 consumer"},
 		{[]string{"\x1b[2J"}, "is not a name"},
 		{[]string{""}, "is not a name"},
 		{[]string{strings.Repeat("x", maxNameBytes+1)}, "is not a name"},
 	} {
 		r := keyRun(t, "http://127.0.0.1:8080/", 1767225600000, 10)
-		r.ConsumerNames = tc.names
+		r.Config.Identities = tc.names
 		if _, err := Merge([]Result{r}, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("names %q: %v; want %q", tc.names, err, tc.want)
 		}

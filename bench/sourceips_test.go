@@ -103,8 +103,8 @@ func TestSourceIPsBindEachConsumer(t *testing.T) {
 			if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || !strings.HasPrefix(a.Limits[0].WorstConsumer, "127.0.0.") {
 				t.Fatalf("audit %+v: want three held consumers named by address", a)
 			}
-			if res.Config.SourceIPs != "127.0.0.2-127.0.0.4" || len(res.ConsumerNames) != 3 || res.ConsumerNames[1] != "127.0.0.3" {
-				t.Fatalf("source_ips %q, names %q", res.Config.SourceIPs, res.ConsumerNames)
+			if res.Config.SourceIPs != "127.0.0.2-127.0.0.4" || len(res.Config.Identities) != 3 || res.Config.Identities[1] != "127.0.0.3" {
+				t.Fatalf("source_ips %q, names %q", res.Config.SourceIPs, res.Config.Identities)
 			}
 			// The HTML page's chart names them alike.
 			if cw, err := res.RollingAdmissions(3); err != nil || len(cw) != 3 || !strings.HasPrefix(cw[0].Consumer, "127.0.0.") {
@@ -177,9 +177,9 @@ func TestSourceIPsShardsMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := m.Audit
-	if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || m.RunID != runs[0].RunID || len(m.ConsumerNames) != 3 ||
+	if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || m.RunID != runs[0].RunID || len(m.Config.Identities) != 3 ||
 		m.Config.SourceIPs != "127.0.0.2-127.0.0.4" {
-		t.Fatalf("merged: run id %q, names %q, audit %+v", m.RunID, m.ConsumerNames, a)
+		t.Fatalf("merged: run id %q, names %q, audit %+v", m.RunID, m.Config.Identities, a)
 	}
 	for _, c := range a.Limits[0].WorstConsumers {
 		if !strings.HasPrefix(c.Consumer, "127.0.0.") || c.Admitted != 3 {

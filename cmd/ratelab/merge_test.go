@@ -70,8 +70,8 @@ func TestReportMergeOnlyMergesOneRun(t *testing.T) {
 	if m.Config.Consumers != 5 || m.Audit == nil || m.Audit.Verdict != bench.Held || m.Audit.Limits[0].Consumers != 5 || m.Audit.Limits[0].OverAdmitted != 0 {
 		t.Fatalf("--as-one-run: %d consumers, audit %+v; want five, held", m.Config.Consumers, m.Audit)
 	}
-	if len(m.ConsumerNames) != 5 || m.ConsumerNames[3] != "consumer-0 ("+files[3]+")" {
-		t.Fatalf("consumer names %q: want each named by its file", m.ConsumerNames)
+	if len(m.Config.Identities) != 5 || m.Config.Identities[3] != "consumer-0 ("+files[3]+")" {
+		t.Fatalf("consumer names %q: want each named by its file", m.Config.Identities)
 	}
 	merged := filepath.Join(dir, "merged.json")
 	if err := os.WriteFile(merged, []byte(stdout), 0o644); err != nil {

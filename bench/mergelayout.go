@@ -12,10 +12,10 @@ import (
 // maxNameBytes bounds a consumer's name in a result file.
 const maxNameBytes = 256
 
-// consumerNamer is how the result names its consumers: by
-// ConsumerNames, or consumer-N.
+// consumerNamer is how the result names its consumers: by their
+// identities, or consumer-N.
 func (r Result) consumerNamer() func(int32) string {
-	names := r.ConsumerNames
+	names := r.Config.Identities
 	if len(names) == 0 {
 		return consumerName
 	}
@@ -27,17 +27,17 @@ func (r Result) consumerNamer() func(int32) string {
 	}
 }
 
-// checkNames checks the names a result file gives its consumers: one per
-// consumer, each printable text of at most maxNameBytes bytes, since
-// reports print them.
+// checkNames checks the identities a result file gives its consumers:
+// one per consumer, each printable text of at most maxNameBytes bytes,
+// since reports print them.
 func (r Result) checkNames() error {
-	if len(r.ConsumerNames) == 0 {
+	if len(r.Config.Identities) == 0 {
 		return nil
 	}
-	if len(r.ConsumerNames) != r.Config.Consumers {
-		return fmt.Errorf("%d consumer names for %s", len(r.ConsumerNames), plural.Count(r.Config.Consumers, "consumer"))
+	if len(r.Config.Identities) != r.Config.Consumers {
+		return fmt.Errorf("%d identities for %s", len(r.Config.Identities), plural.Count(r.Config.Consumers, "consumer"))
 	}
-	for i, n := range r.ConsumerNames {
+	for i, n := range r.Config.Identities {
 		if n == "" || len(n) > maxNameBytes || !utf8.ValidString(n) || !isFieldValue(n) {
 			return fmt.Errorf("consumer %d: %q is not a name: want printable text of 1 to %d bytes", i, n, maxNameBytes)
 		}
@@ -64,11 +64,11 @@ type layout struct {
 // oneRunLayout lays the runs' consumers over each other, as shards of one
 // run send them: consumer i of every run is consumer i of the merge.
 func oneRunLayout(runs []Result) (layout, error) {
-	l := layout{base: make([]int, len(runs)), names: runs[0].ConsumerNames}
+	l := layout{base: make([]int, len(runs)), names: runs[0].Config.Identities}
 	for i, r := range runs {
 		l.total = max(l.total, r.Config.Consumers)
-		if !slices.Equal(r.ConsumerNames, runs[0].ConsumerNames) {
-			return l, fmt.Errorf("run %d names its consumers otherwise than run 1 (consumer_names)", i+1)
+		if !slices.Equal(r.Config.Identities, runs[0].Config.Identities) {
+			return l, fmt.Errorf("run %d names its consumers otherwise than run 1 (config.identities)", i+1)
 		}
 	}
 	if len(l.names) != 0 && len(l.names) != l.total {
@@ -118,7 +118,7 @@ func apartLayout(runs []Result, labels []string) (layout, error) {
 
 // namer names the merged consumers.
 func (l layout) namer() func(int32) string {
-	return Result{ConsumerNames: l.names}.consumerNamer()
+	return Result{Config: Settings{Identities: l.names}}.consumerNamer()
 }
 
 // runLabel names run i by its label (its file) when it has one that is
