@@ -44,7 +44,7 @@ func TestReportMergeOnlyMergesOneRun(t *testing.T) {
 	var files []string
 	for i := range 5 {
 		file := filepath.Join(dir, fmt.Sprintf("key%d.json", i))
-		code, stdout, stderr := ratelab(t, "bench", "http", fmt.Sprintf("%s/?apikey=k%d", srv.URL, i), "--rate", "60", "--duration", "500ms",
+		code, stdout, stderr := ratelab(t, "bench", "http", fmt.Sprintf("%s/?apikey=k%d", srv.URL, i), "--rate", "60", "--requests", "30", "--duration", "0s",
 			"--consumers", "1", "--expect-limit", "10/1s", "--no-probes", "--fail-on-leak", "-o", "json", "--out", file)
 		if code != exitOK {
 			t.Fatalf("key %d alone: exit %d (%s) %s", i, code, stderr, stdout)

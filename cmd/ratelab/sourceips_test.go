@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // TestSourceIPsAuditTheEdgeKeyedByIP: ratelab edge --key-by ip over a real
@@ -52,21 +53,6 @@ func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
 	code, stdout, stderr = ratelab(t, append(args, "--consumers", "3", "--no-probes")...)
 	if code != exitThreshold || !strings.Contains(stderr, "share one limit across the identities sent") {
 		t.Fatalf("from one address: exit %d, stderr %q\n%s", code, stderr, stdout)
-	}
-}
-
-// waitListening returns once addr accepts connections, and fails t after
-// 10 seconds.
-func waitListening(t *testing.T, addr string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listening on %s", addr)
-		}
 	}
 }
 
@@ -153,45 +139,40 @@ http {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		if listening(addr, exited) {
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(5 * time.Second):
-					_ = cmd.Process.Kill()
-					<-exited
-				}
-			})
+		exited := make(chan struct{}) // closed when nginx has exited
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+		up := false
+		testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+			select {
+			case <-exited:
+				return true, "" // it could not start: see why below
+			default:
+			}
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return false, fmt.Sprintf("nginx does not listen on %s: %v", addr, err)
+			}
+			c.Close()
+			up = true
+			return true, ""
+		})
+		if up {
 			return addr
 		}
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		if attempt == 3 || !strings.Contains(string(log)+out.String(), "Address already in use") {
-			_ = cmd.Process.Kill()
 			t.Fatalf("nginx did not start: %s %s", out.String(), log)
 		}
-		_ = cmd.Process.Kill()
-		<-exited
 	}
-}
-
-// listening reports whether addr accepts connections before nginx exits,
-// within 10 seconds.
-func listening(addr string, exited <-chan error) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			c.Close()
-			return true
-		}
-		select {
-		case <-exited:
-			return false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return false
 }
 
 // TestSourceIPsBadInput: source addresses that are not one per consumer,
