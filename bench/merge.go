@@ -41,11 +41,12 @@ type MergeOptions struct {
 	// flight is widened by it on both sides.
 	Tolerance time.Duration
 	// AsOneRun merges results of different runs (or without a run id) as
-	// if they were one: each run's consumers are consumers of their own,
-	// named as the run named them, or, when two runs name a consumer
-	// alike, followed by the run's label ("consumer-0 (a.json)"). The
-	// runs must have measured one endpoint (their targets may differ in
-	// the query), and may hold 1,000,000 consumers in all.
+	// if they were one. A consumer with an identity of its own
+	// (Settings.Identities) is one consumer whichever runs sent it; those
+	// named consumer-N are each run's own, followed by the run's label
+	// ("consumer-0 (a.json)") when two runs' names clash. The runs must
+	// have measured one endpoint (their targets may differ in the query),
+	// and may hold 1,000,000 consumers in all.
 	AsOneRun bool
 	// Labels name the runs, in order (their files), in consumers' names
 	// and in a *RunsError's text; "run N" without.
@@ -341,7 +342,9 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		for k := range ss {
-			ss[k].consumer += int32(lay.base[i])
+			if of := lay.of[i]; of != nil {
+				ss[k].consumer = of[ss[k].consumer]
+			}
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
 		}

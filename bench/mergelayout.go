@@ -51,20 +51,21 @@ const maxOneRunConsumers = 1_000_000
 
 // layout is where each run's consumers are in a merge, and their names.
 type layout struct {
-	// base is the merged index of each run's consumer 0; total the
-	// merged consumers.
-	base  []int
+	// of[i][c] is the merged number of run i's consumer c; with of[i]
+	// nil, c itself.
+	of [][]int32
+	// total is the number of merged consumers.
 	total int
 	// names are the merged consumers' names; nil for consumer-N.
 	names []string
-	// apart is set when each run's consumers are its own (apartLayout).
+	// apart is set when the runs are not shards of one (apartLayout).
 	apart bool
 }
 
 // oneRunLayout lays the runs' consumers over each other, as shards of one
 // run send them: consumer i of every run is consumer i of the merge.
 func oneRunLayout(runs []Result) (layout, error) {
-	l := layout{base: make([]int, len(runs)), names: runs[0].Config.Identities}
+	l := layout{of: make([][]int32, len(runs)), names: runs[0].Config.Identities}
 	for i, r := range runs {
 		l.total = max(l.total, r.Config.Consumers)
 		if !slices.Equal(r.Config.Identities, runs[0].Config.Identities) {
@@ -77,40 +78,68 @@ func oneRunLayout(runs []Result) (layout, error) {
 	return l, nil
 }
 
-// apartLayout lays the runs' consumers side by side: each run's are
-// consumers of their own. They keep their names, unless two runs name a
-// consumer alike, when each name is followed by its run's label:
-// "consumer-0 (a.json)".
+// apartLayout lays out the consumers of runs that are not shards of one.
+// A consumer with an identity of its own (config.identities: an API key
+// of --consumers-from, a source address) is one consumer whichever runs
+// sent it, as the gateway saw it. The consumers named consumer-N, which
+// a gateway may never have seen (it read the identity elsewhere), are
+// each run's own, and when two runs' names clash, each such name is
+// followed by its run's label: "consumer-0 (a.json)".
 func apartLayout(runs []Result, labels []string) (layout, error) {
-	l := layout{base: make([]int, len(runs)), apart: true}
-	for i, r := range runs {
-		l.base[i] = l.total
-		l.total += r.Config.Consumers
-		if l.total > maxOneRunConsumers {
+	l := layout{of: make([][]int32, len(runs)), apart: true}
+	sum := 0
+	for _, r := range runs {
+		sum += r.Config.Consumers
+		if sum > maxOneRunConsumers {
 			return l, fmt.Errorf("more than %d consumers in all: too many to merge as one run", maxOneRunConsumers)
 		}
 	}
-	l.names = make([]string, 0, l.total)
-	seen := make(map[string]bool, l.total)
-	clash := false
-	for _, r := range runs {
-		name := r.consumerNamer()
-		for c := range r.Config.Consumers {
-			n := name(int32(c))
-			clash = clash || seen[n]
-			seen[n] = true
-			l.names = append(l.names, n)
+	add := func(name string) int32 {
+		l.names = append(l.names, name)
+		return int32(len(l.names) - 1)
+	}
+	byName := map[string]int32{}
+	for i, r := range runs {
+		if len(r.Config.Identities) == 0 {
+			continue
+		}
+		l.of[i] = make([]int32, r.Config.Consumers)
+		for c, id := range r.Config.Identities {
+			n, ok := byName[id]
+			if !ok {
+				n = add(id)
+				byName[id] = n
+			}
+			l.of[i][c] = n
 		}
 	}
-	if clash {
-		for i, r := range runs {
+	seen := map[string]bool{}
+	clash := false
+	for _, r := range runs {
+		if len(r.Config.Identities) == 0 {
 			for c := range r.Config.Consumers {
-				n := &l.names[l.base[i]+c]
-				*n = labelled(*n, runLabel(labels, i, maxNameBytes-len(*n)-3))
+				n := consumerName(int32(c))
+				_, taken := byName[n]
+				clash = clash || seen[n] || taken
+				seen[n] = true
 			}
 		}
 	}
-	if len(l.names) == 0 {
+	for i, r := range runs {
+		if len(r.Config.Identities) > 0 {
+			continue
+		}
+		l.of[i] = make([]int32, r.Config.Consumers)
+		for c := range r.Config.Consumers {
+			n := consumerName(int32(c))
+			if clash {
+				n = labelled(n, runLabel(labels, i, maxNameBytes-len(n)-3))
+			}
+			l.of[i][c] = add(n)
+		}
+	}
+	l.total = len(l.names)
+	if l.total == 0 {
 		l.names = nil
 	}
 	return l, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,44 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 	}
 	if m, err := Merge(runs, 0); err != nil || m.Audit.Verdict != Leaked {
 		t.Fatalf("one run: %v, %v; want the leak", m.Audit, err)
+	}
+}
+
+// Merged as one run, a consumer with an identity of its own (an API key,
+// a source address) is one consumer whichever runs sent it: two runs that
+// each got key-b 10 through at the same time got it 20 through, a leak.
+// Consumers named consumer-N stay each run's own, named by file only when
+// they clash.
+func TestMergeAsOneRunKeysByIdentity(t *testing.T) {
+	start := int64(1767225600000)
+	var runs []Result
+	for _, id := range []string{"key-a", "key-b", "key-b", ""} {
+		r := keyRun(t, "http://127.0.0.1:8080/", start, 10)
+		if id != "" {
+			r.Config.Identities = []string{id}
+		}
+		runs = append(runs, r)
+	}
+	labels := []string{"a.json", "b1.json", "b2.json", "plain.json"}
+	m, err := MergeWith(runs, MergeOptions{AsOneRun: true, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"key-a", "key-b", "consumer-0"}
+	if !slices.Equal(m.Config.Identities, want) || m.Config.Consumers != 3 {
+		t.Fatalf("identities %q (%d consumers), want %q", m.Config.Identities, m.Config.Consumers, want)
+	}
+	l := m.Audit.Limits[0]
+	if m.Audit.Verdict != Leaked || l.WorstConsumer != "key-b" || l.WorstWindowAdmitted != 20 {
+		t.Fatalf("audit %+v: want key-b's 20 in one window", m.Audit)
+	}
+	// Without identities, the first three too are each run's own.
+	for i := range runs {
+		runs[i].Config.Identities = nil
+	}
+	m, err = MergeWith(runs, MergeOptions{AsOneRun: true, Labels: labels})
+	if err != nil || m.Config.Consumers != 4 || m.Config.Identities[2] != "consumer-0 (b2.json)" || m.Audit.Verdict != Held {
+		t.Fatalf("identities %q, audit %+v, %v", m.Config.Identities, m.Audit, err)
 	}
 }
 
