@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"runtime"
 	"sync"
@@ -245,10 +244,7 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	req := p.req.render(c.buf, consumer)
-	if consumer >= 0 {
-		c.buf = req
-	}
+	req := p.req.render(&c.buf, consumer)
 	var err error
 	if p.req.body != nil {
 		bufs := net.Buffers{req, p.req.body}
@@ -459,7 +455,7 @@ func classify(err error) errKind {
 
 // newPlan builds what the connections share, from a validated cfg.
 func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
-	u, err := url.Parse(cfg.Target)
+	req, u, err := newRequest(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -474,7 +470,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		open:            cfg.Rate > 0,
 		requests:        cfg.Requests,
 		consumers:       cfg.Consumers,
-		req:             newRequest(cfg, u),
+		req:             req,
 		head:            cfg.Method == http.MethodHead,
 		audit:           cfg.ExpectLimit > 0,
 		keepResponses:   cfg.KeepResponses,

@@ -171,6 +171,7 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 		res.Config.SourceIPs = "" // the names say each consumer's
 	}
 	res.Config.StartAt = startAt
+	res.Config.IdentityIn = runs[0].Config.IdentityIn
 	res.Config.Threads = 0
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
@@ -224,6 +225,8 @@ func (r Result) mergeable(first int64) error {
 		return errors.New("a count below zero")
 	case r.Config.Consumers < 0 || r.Config.Consumers > MaxConsumers:
 		return fmt.Errorf("%d consumers: want 0 to %d", r.Config.Consumers, MaxConsumers)
+	case r.Config.checkIdentities() != nil:
+		return r.Config.checkIdentities()
 	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}

@@ -14,18 +14,7 @@ const maxNameBytes = 256
 
 // consumerNamer is how the result names its consumers: by their
 // identities, or consumer-N.
-func (r Result) consumerNamer() func(int32) string {
-	names := r.Config.Identities
-	if len(names) == 0 {
-		return consumerName
-	}
-	return func(c int32) string {
-		if c >= 0 && int(c) < len(names) {
-			return names[c]
-		}
-		return consumerName(c)
-	}
-}
+func (r Result) consumerNamer() func(int32) string { return r.Config.identity }
 
 // checkNames checks the identities a result file gives its consumers:
 // one per consumer, each printable text of at most maxNameBytes bytes,

@@ -64,7 +64,6 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		return nil, err
 	}
 	allowed := exp.guarantee.MaxIn(exp.policy, span)
-	name := r.consumerNamer()
 	per := map[int32][]sample{}
 	for _, s := range samples {
 		if s.ok() {
@@ -76,7 +75,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool {
-		x, y := name(ids[i]) == a.WorstConsumer, name(ids[j]) == a.WorstConsumer
+		x, y := r.Config.identity(ids[i]) == a.WorstConsumer, r.Config.identity(ids[j]) == a.WorstConsumer
 		if x != y {
 			return x
 		}
@@ -89,7 +88,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 	for _, id := range ids[:min(n, len(ids))] {
 		ok := per[id]
 		slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
-		cw := ConsumerWindows{Consumer: name(id), Allowed: allowed}
+		cw := ConsumerWindows{Consumer: r.Config.identity(id), Allowed: allowed}
 		step := (len(ok) + maxWindowPoints - 1) / maxWindowPoints // windows are counted from at most so many starts
 		for i := 0; i < len(ok); i += step {
 			s := ok[i]

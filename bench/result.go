@@ -25,10 +25,15 @@ type Settings struct {
 	Consumers      int     `json:"consumers"`
 	ConsumerHeader string  `json:"consumer_header"`
 	// Identities are the identities sent, by consumer number, when they
-	// are not consumer-0 … (their source addresses with SourceIPs; for a
-	// merge of runs apart, each run's, named by run when two clash);
+	// are not consumer-0 … (--consumers-from, or their source addresses
+	// with SourceIPs; for a merge --as-one-run, every identity its runs
+	// sent, then each run's consumer-N, named by run when two clash);
 	// omitted then.
 	Identities []string `json:"identities,omitempty"`
+	// IdentityIn says where the requests carry the identity: "URL",
+	// "body", a header's name, each followed by " (JWT)" when a token
+	// minted for the consumer carries it.
+	IdentityIn []string `json:"identity_in,omitempty"`
 	// SourceIPs are the addresses the consumers were sent from, one each,
 	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
 	// they were not bound to addresses.
@@ -240,9 +245,9 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: rate, Connections: cfg.Connections,
 			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
+			Identities: cfg.Identities, IdentityIn: cfg.identityIn(),
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
-			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs),
-			Identities: addrNames(cfg.SourceIPs)},
+			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs)},
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},
@@ -307,4 +312,12 @@ func (t *timeline) result() Timeline {
 		tl.Intervals = append(tl.Intervals, iv)
 	}
 	return tl
+}
+
+// identity is consumer c's identity as the run sent it.
+func (s Settings) identity(c int32) string {
+	if int(c) < len(s.Identities) {
+		return s.Identities[c]
+	}
+	return consumerName(c)
 }

@@ -19,8 +19,9 @@ var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 // defaults make it this shard's share) is part of: cfg.RunID when given,
 // else a hash of what every shard of one run is given alike and what
 // decides the identities sent: the target, the request, --start-at, the
-// load and the audit, but not the shard's index nor what only shapes the
-// report. Two runs with the same id sent the same identities to the same
+// load, the identities and the claims of their tokens (not the secret
+// that signs them) and the audit, but not the shard's index nor what
+// only shapes the report. Two runs with the same id sent the same identities to the same
 // target, so their requests can be judged as one run's.
 func (c HTTPConfig) runID() string {
 	if c.RunID != "" {
@@ -42,9 +43,12 @@ func (c HTTPConfig) runID() string {
 		Requests, ExpectLimit                                               int64
 		Connections, Consumers, Shards                                      int
 		SharedConsumers                                                     bool
+		Identities                                                          []string
+		JWTClaims                                                           []JWTClaim
 	}{c.Target, c.Method, c.ConsumerHeader, startAt, c.ExpectAlgorithm, addrsText(c.SourceIPs),
 		c.Header, hex.EncodeToString(body[:]), c.Rate, c.Duration, c.Warmup, c.ExpectWindow,
-		c.Requests, c.ExpectLimit, c.Connections, c.Consumers, max(c.Shards, 1), c.SharedConsumers})
+		c.Requests, c.ExpectLimit, c.Connections, c.Consumers, max(c.Shards, 1), c.SharedConsumers,
+		c.Identities, c.JWTClaims})
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:8])
 }

@@ -43,6 +43,8 @@ func TestRunIDNamesOneRun(t *testing.T) {
 		{"shared consumers", func(c *HTTPConfig) { c.SharedConsumers = true }, false},
 		{"source addresses", func(c *HTTPConfig) { c.SourceIPs = []netip.Addr{netip.MustParseAddr("127.0.0.2")} }, false},
 		{"another limit", func(c *HTTPConfig) { c.ExpectLimit = 20 }, false},
+		{"other identities", func(c *HTTPConfig) { c.Identities = []string{"k1", "k2"} }, false},
+		{"token claims", func(c *HTTPConfig) { c.JWTClaims = []JWTClaim{{Name: "sub", Value: "{consumer}"}} }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
