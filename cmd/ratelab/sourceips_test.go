@@ -2,23 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // TestSourceIPsAuditTheEdgeKeyedByIP: ratelab edge --key-by ip over a real
@@ -79,99 +71,13 @@ func TestSourceIPsAuditNginxKeyedByAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			addr := limitReqNginx(t, tc.rate, tc.burst)
-			code, stdout, stderr := ratelab(t, "bench", "http", "http://"+addr+"/", "--source-ips", "127.0.0.2-127.0.0.5", "--connections", "4",
+			url := limitReq(t, "", "$binary_remote_addr", tc.rate, tc.burst)
+			code, stdout, stderr := ratelab(t, "bench", "http", url, "--source-ips", "127.0.0.2-127.0.0.5", "--connections", "4",
 				"--rate", "120", "--duration", "2s", "--expect-limit", "20/1s", "--fail-on-leak")
 			if code != tc.code || !strings.Contains(stdout+stderr, tc.want) {
 				t.Fatalf("exit %d, stderr %q\n%s\nwant exit %d and %q", code, stderr, stdout, tc.code, tc.want)
 			}
 		})
-	}
-}
-
-// limitReqNginx runs nginx with limit_req keyed by the client's address
-// at rate per second with burst (nodelay, 429 when over), in front of a
-// 200, and returns where it listens. It skips t without nginx (and fails
-// it under CI).
-func limitReqNginx(t *testing.T, rate, burst int) string {
-	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if redistest.InCI() {
-			t.Fatalf("under CI: %v", err)
-		}
-		t.Skip(err)
-	}
-	dir := t.TempDir()
-	// A port found free may be taken before nginx binds it: try others,
-	// twice at most.
-	for attempt := 1; ; attempt++ {
-		addr := freeAddr(t)
-		conf := fmt.Sprintf(`worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/client_body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    limit_req_zone $binary_remote_addr zone=by_address:1m rate=%[3]dr/s;
-    server {
-        listen %[2]s;
-        location / {
-            limit_req zone=by_address burst=%[4]d nodelay;
-            limit_req_status 429;
-            empty_gif;
-        }
-    }
-}
-`, dir, addr, rate, burst)
-		if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{}) // closed when nginx has exited
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-		up := false
-		testwait.Eventually(t, 10*time.Second, func() (bool, string) {
-			select {
-			case <-exited:
-				return true, "" // it could not start: see why below
-			default:
-			}
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				return false, fmt.Sprintf("nginx does not listen on %s: %v", addr, err)
-			}
-			c.Close()
-			up = true
-			return true, ""
-		})
-		if up {
-			return addr
-		}
-		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-		if attempt == 3 || !strings.Contains(string(log)+out.String(), "Address already in use") {
-			t.Fatalf("nginx did not start: %s %s", out.String(), log)
-		}
 	}
 }
 
