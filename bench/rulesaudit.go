@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+
+	"github.com/ratelab/ratelab/rules"
+)
+
+// sent describes the requests of a run as a gateway reads them, for the
+// rules they meet: each is one of a few (a route and a consumer's values)
+// and differs from the others only in the consumer.
+type sent struct {
+	method, host, source string
+	consumerHeader       string
+	header               http.Header // canonical names
+	paths                []*url.URL  // per route
+	mix                  *mix
+}
+
+// newSent describes cfg's requests to target u, sent from source (the
+// address the connections were opened from, no port).
+func newSent(cfg HTTPConfig, u *url.URL, m *mix, source string) *sent {
+	s := &sent{method: cfg.Method, host: u.Host, source: source, consumerHeader: http.CanonicalHeaderKey(cfg.ConsumerHeader),
+		header: http.Header{}, mix: m}
+	for name, vs := range cfg.Header {
+		s.header[http.CanonicalHeaderKey(name)] = vs
+	}
+	if h := s.header.Get("Host"); h != "" {
+		s.host = h
+	}
+	if len(cfg.Routes) == 0 {
+		s.paths = []*url.URL{u}
+	}
+	for _, r := range cfg.Routes {
+		pu, err := url.Parse(r.Path)
+		if err != nil { // validated
+			pu = &url.URL{Path: r.Path}
+		}
+		s.paths = append(s.paths, pu)
+	}
+	return s
+}
+
+// request is the request of consumer (-1 for none) to route, as the
+// rules read it.
+func (s *sent) request(route, consumer int) rules.Request {
+	h := make(map[string][]string, len(s.header)+1+len(s.mix.values))
+	for name, vs := range s.header {
+		h[name] = vs
+	}
+	if consumer >= 0 && s.consumerHeader != "" {
+		h[s.consumerHeader] = []string{consumerName(int32(consumer))}
+	}
+	for i, cv := range s.mix.values {
+		h[http.CanonicalHeaderKey(cv.Header)] = []string{s.mix.header(i, consumer)}
+	}
+	p := s.paths[min(route, len(s.paths)-1)]
+	return rules.Request{Method: s.method, Path: p.Path, Query: p.RawQuery, Host: s.host, RemoteAddress: s.source, Header: h}
+}
+
+// rulesMeeting finds the limits of set that each sample's request met, and
+// its counter of each (Hit.Key): requests of one counter are judged
+// together. A counter is named after its consumer while it has one, and
+// by the hit's label (domain, entries, limit) when several share it.
+func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int) rules.Request) meeting {
+	limits := set.Limits()
+	index := make(map[*rules.Limit]int, len(limits))
+	for k, l := range limits {
+		index[l] = k
+	}
+	type hit struct {
+		k   int
+		key string
+		lbl string
+	}
+	cache := map[[2]int32][]hit{}
+	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
+	counters := make([]map[string]int32, len(limits))
+	owner := make([][]int32, len(limits)) // each counter's consumer; -2 when several
+	for k := range counters {
+		counters[k] = map[string]int32{}
+	}
+	for i, s := range samples {
+		at := [2]int32{int32(s.route), s.consumer}
+		hs, ok := cache[at]
+		if !ok {
+			for _, h := range set.Match(req(int(s.route), int(s.consumer))) {
+				key := h.Key
+				if key == "" { // unlimited: no counter; one per entries
+					key = h.Label()
+				}
+				hs = append(hs, hit{k: index[h.Limit], key: key, lbl: h.Label()})
+			}
+			cache[at] = hs
+		}
+		for _, h := range hs {
+			m.met[i] |= 1 << h.k
+			c, ok := counters[h.k][h.key]
+			lc := &m.of[h.k]
+			if !ok {
+				c = int32(len(lc.names))
+				counters[h.k][h.key] = c
+				lc.names = append(lc.names, consumerName(s.consumer))
+				owner[h.k] = append(owner[h.k], s.consumer)
+			} else if owner[h.k][c] != s.consumer && owner[h.k][c] != -2 {
+				owner[h.k][c] = -2
+				lc.names[c] = h.lbl
+			}
+			lc.idx = append(lc.idx, int32(i))
+			lc.counter = append(lc.counter, c)
+		}
+	}
+	return m
+}
+
+// localAddress is the address, without its port, that conn was opened
+// from: the remote_address a gateway sees when no proxy is in between.
+func localAddress(nc net.Conn) string {
+	if host, _, err := net.SplitHostPort(nc.LocalAddr().String()); err == nil {
+		return host
+	}
+	return ""
+}
+
+// runAudit judges a run's samples (with their adverts) by cfg's limits,
+// and asks the engine for the Retry-After probes.
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) Audit {
+	exps := cfg.expectations()
+	var m meeting
+	if cfg.ExpectRules != nil {
+		u, _ := url.Parse(cfg.Target) // validated
+		s := newSent(cfg, u, p.req, source)
+		m = rulesMeeting(samples, cfg.ExpectRules, s.request)
+	} else {
+		m = everyConsumer(samples, len(exps), cfg.Consumers)
+	}
+	a := auditLimits(samples, advs, exps, m, cov)
+	// One set of probes for every limit: a consumer denied must be
+	// admitted again once its Retry-After has passed, by every limit that
+	// could have denied it.
+	var probed *RetryAfterAudit
+	for i := range a.Limits {
+		l := &a.Limits[i]
+		switch {
+		case l.Verdict == NotJudged:
+			l.RetryAfter.Skipped = "not judged"
+		case cov.partial:
+			// Another machine may be asking the same consumer meanwhile.
+			l.RetryAfter.Skipped = sharedNote
+		case cfg.NoProbes:
+			l.RetryAfter.Skipped = "probes turned off (--no-probes)"
+		case ctx.Err() != nil:
+			l.RetryAfter.Skipped = "the run was interrupted"
+		case probed != nil:
+			l.RetryAfter = *probed
+		default:
+			largest := *l
+			for _, o := range a.Limits {
+				if o.Verdict != NotJudged && o.Limit > largest.Limit {
+					largest.Limit = o.Limit
+				}
+			}
+			probeRetryAfter(ctx, p, samples, &largest)
+			l.RetryAfter = largest.RetryAfter
+			probed = &l.RetryAfter
+		}
+	}
+	return a
+}

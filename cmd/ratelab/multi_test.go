@@ -1,0 +1,261 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/bench"
+)
+
+// policy is one limit of a test gateway: admit requests per window, while
+// its headers claim claim (the same, but for a gateway that lies). route,
+// when set, limits only requests to that path, on a log of its own.
+type policy struct {
+	name         string
+	admit, claim int
+	window       time.Duration
+	route        string
+}
+
+// How a test gateway decides a request that meets several limits.
+const (
+	// allAtOnce admits only when every limit admits, and then counts it in
+	// each.
+	allAtOnce = iota
+	// sequential asks each limit in turn, which counts the request as soon
+	// as it admits it: a request that a later limit denies has still taken
+	// a slot of the earlier ones.
+	sequential
+)
+
+// multiLimit is a gateway ratelab did not write: per consumer
+// (X-Consumer-Id), an exact sliding log for each of its limits, state in
+// maps, and draft-10 headers that name every policy the request met, with
+// Retry-After on a 429 when every limit that denied admits again.
+func multiLimit(t *testing.T, mode int, policies ...policy) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	logs := map[string][]time.Time{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		consumer := r.Header.Get("X-Consumer-Id")
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		var met []policy
+		for _, p := range policies {
+			if p.route == "" || p.route == r.URL.Path {
+				met = append(met, p)
+			}
+		}
+		key := func(p policy) string { return p.name + "/" + consumer }
+		for _, p := range met {
+			log := logs[key(p)]
+			for len(log) > 0 && !log[0].After(now.Add(-p.window)) {
+				log = log[1:]
+			}
+			logs[key(p)] = log
+		}
+		// frees is when p admits again.
+		frees := func(p policy) time.Duration {
+			log := logs[key(p)]
+			if len(log) < p.admit {
+				return 0
+			}
+			return log[len(log)-p.admit].Add(p.window).Sub(now)
+		}
+		var retry time.Duration
+		denied := false
+		switch mode {
+		case allAtOnce:
+			for _, p := range met {
+				if d := frees(p); d > 0 {
+					denied, retry = true, max(retry, d)
+				}
+			}
+			if !denied {
+				for _, p := range met {
+					logs[key(p)] = append(logs[key(p)], now)
+				}
+			}
+		case sequential:
+			for _, p := range met {
+				if d := frees(p); d > 0 {
+					denied, retry = true, d
+					break
+				}
+				logs[key(p)] = append(logs[key(p)], now)
+			}
+		}
+		var pol, rl []string
+		for _, p := range met {
+			log := logs[key(p)]
+			reset := p.window
+			if len(log) > 0 {
+				reset = log[0].Add(p.window).Sub(now)
+			}
+			pol = append(pol, fmt.Sprintf("%q;q=%d;w=%d", p.name, p.claim, int(p.window/time.Second)))
+			rl = append(rl, fmt.Sprintf("%q;r=%d;t=%d", p.name, max(p.claim-len(log), 0), ceilSecs(reset)))
+		}
+		w.Header().Set("RateLimit-Policy", strings.Join(pol, ", "))
+		w.Header().Set("RateLimit", strings.Join(rl, ", "))
+		if denied {
+			w.Header().Set("Retry-After", strconv.Itoa(ceilSecs(retry)))
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func ceilSecs(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
+
+// TestAuditSeveralLimits: a gateway with 5 per 1 s and 12 per 10 s per
+// consumer, decided atomically with headers naming both, passes an audit
+// of both with no header violation (and its Retry-After honest); one that
+// admits 24 per 10 s while it claims 12 is caught, and the message names
+// the 10 s limit; one that decides the limits one after the other is
+// judged as what it does, never accused of a leak it has not. Rates are
+// ten times the limits: admissions, not scheduling, decide each verdict.
+func TestAuditSeveralLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	perSecond := policy{name: "per-second", admit: 5, claim: 5, window: time.Second}
+	per10s := policy{name: "per-10s", admit: 12, claim: 12, window: 10 * time.Second}
+	leaky := per10s
+	leaky.admit = 24
+	load := []string{"--rate", "100", "--duration", "4s", "--consumers", "2", "--expect-limit", "5/1s", "--expect-limit", "12/10s",
+		"--fail-on-leak", "-o", "json"}
+	for _, tc := range []struct {
+		name   string
+		srv    *httptest.Server
+		probes bool
+		check  func(t *testing.T, code int, res bench.Result, stderr string)
+	}{
+		{name: "correct", srv: multiLimit(t, allAtOnce, perSecond, per10s), probes: true, check: func(t *testing.T, code int, res bench.Result, stderr string) {
+			for _, l := range res.Audit.Limits {
+				if l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Verdict != bench.Held {
+					t.Errorf("%s: %s, %d of %d responses with wrong headers (%s)", l.ID, l.Verdict, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
+				}
+			}
+			if ra := res.Audit.Limits[0].RetryAfter; ra.Honest == nil || !*ra.Honest {
+				t.Errorf("Retry-After %+v, want honest", ra)
+			}
+			if code != exitOK || res.Audit.Verdict != bench.Held {
+				t.Fatalf("exit %d, %s %q, stderr %q", code, res.Audit.Verdict, res.Audit.Reasons, stderr)
+			}
+		}},
+		{name: "leaky", srv: multiLimit(t, allAtOnce, perSecond, leaky), check: func(t *testing.T, code int, res bench.Result, stderr string) {
+			l := res.Audit.Limits[1]
+			if code != exitThreshold || res.Audit.Verdict != bench.Leaked || l.Verdict != bench.Leaked || l.ID != "12/10s" ||
+				!strings.Contains(stderr, "--fail-on-leak: 12/10s: ") || !strings.Contains(stderr, "over the 12 allowed") {
+				t.Fatalf("exit %d, %s %q, stderr %q", code, res.Audit.Verdict, res.Audit.Reasons, stderr)
+			}
+			if first := res.Audit.Limits[0]; first.Verdict != bench.Held {
+				t.Fatalf("5/1s, which the gateway keeps, is %s %q", first.Verdict, first.Reasons)
+			}
+		}},
+		{name: "sequential", srv: multiLimit(t, sequential, perSecond, per10s), check: func(t *testing.T, _ int, res bench.Result, stderr string) {
+			for _, l := range res.Audit.Limits {
+				if l.Verdict == bench.Leaked || l.OverAdmitted != 0 {
+					t.Errorf("%s: %s %q: a gateway that never admits beyond a limit is accused", l.ID, l.Verdict, l.Reasons)
+				}
+			}
+			if res.Audit.Verdict == bench.Leaked || strings.Contains(stderr, "over the") {
+				t.Fatalf("%s %q, stderr %q", res.Audit.Verdict, res.Audit.Reasons, stderr)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"bench", "http", tc.srv.URL}, load...)
+			if !tc.probes {
+				args = append(args, "--no-probes")
+			}
+			code, stdout, stderr := ratelab(t, args...)
+			var res bench.Result
+			decodeJSON(t, stdout, &res)
+			if res.Audit == nil || len(res.Audit.Limits) != 2 || res.Audit.Limits[0].ID != "5/1s" {
+				t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
+			}
+			tc.check(t, code, res, stderr)
+		})
+	}
+}
+
+// shopRules is a rules file: 5 per second per consumer, and 2 per second
+// of those on /search.
+const shopRules = `domain: shop
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: per-second, unit: second, requests_per_unit: 5}
+    descriptors:
+      - key: path
+        value: /search
+        rate_limit: {name: search, unit: second, requests_per_unit: 2}
+`
+
+// TestAuditRules: a gateway that honours a rules file (a limit per
+// consumer, and a stricter one on /search, on a log of its own) passes an
+// audit by that file, each limit judged on its own counters over a mix of
+// routes, with no header violation; one that ignores the /search limit is
+// caught, and the message names it.
+func TestAuditRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(shopRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perConsumer := policy{name: "per-second", admit: 5, claim: 5, window: time.Second}
+	search := policy{name: "search", admit: 2, claim: 2, window: time.Second, route: "/search"}
+	load := []string{"--rate", "100", "--duration", "3s", "--consumers", "2", "--expect-rules", file, "--no-probes", "--fail-on-leak", "-o", "json"}
+	t.Run("honoured", func(t *testing.T) {
+		t.Parallel()
+		srv := multiLimit(t, allAtOnce, perConsumer, search)
+		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search:1", "--path", "/items:1"}, load...)...)
+		var res bench.Result
+		decodeJSON(t, stdout, &res)
+		if res.Audit == nil || len(res.Audit.Limits) != 2 {
+			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
+		}
+		for _, l := range res.Audit.Limits {
+			if l.Verdict != bench.Held || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Consumers != 2 {
+				t.Errorf("%s (%s): %s %q, %d consumers, %d of %d responses with wrong headers (%s)", l.ID, l.Descriptor, l.Verdict, l.Reasons,
+					l.Consumers, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
+			}
+		}
+		if s, p := res.Audit.Limits[1], res.Audit.Limits[0]; s.ID != "search" || s.Requests >= p.Requests || s.Requests == 0 {
+			t.Errorf("search met %d requests, per-second %d: want some, fewer", s.Requests, p.Requests)
+		}
+		if code != exitOK {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("ignored", func(t *testing.T) {
+		t.Parallel()
+		srv := multiLimit(t, allAtOnce, perConsumer)
+		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search"}, load...)...)
+		var res bench.Result
+		decodeJSON(t, stdout, &res)
+		if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != bench.Leaked || !strings.Contains(stderr, "--fail-on-leak: search: ") {
+			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
+		}
+		if l := res.Audit.Limits[0]; l.Verdict != bench.Held {
+			t.Fatalf("per-second, which the gateway keeps, is %s %q", l.Verdict, l.Reasons)
+		}
+	})
+}
