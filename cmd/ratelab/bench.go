@@ -25,17 +25,17 @@ import (
 type benchOptions struct {
 	bench.HTTPConfig
 	bench.Thresholds
-	headers     []string
-	body        string
+	headers      []string
+	body         string
 	expectLimits []string
 	expectRules  string
 	paths        []string
 	values       []string
-	threads     int
-	shard       string
-	startAt     string
-	hgrm        string
-	output      outputFlag
+	threads      int
+	shard        string
+	startAt      string
+	hgrm         string
+	output       outputFlag
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
