@@ -310,21 +310,10 @@ type coverage struct {
 	skipUnder string
 }
 
-// audit judges the samples against each expectation, naming consumers
-// with name, and makes the verdict of them all.
-func audit(samples []sample, exps []expectation, consumers int, cov coverage, name func(int32) string) Audit {
-	// Rounded up: a merge that reads it back judges no denial earlier.
-	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
-	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
-	if cov.horizon >= 0 {
-		ms := cov.horizon.Milliseconds()
-		a.CappedFromMillis = &ms
-	}
-	for _, exp := range exps {
-		a.Limits = append(a.Limits, judgeLimit(samples, exp, consumers, cov, name))
-	}
-	a.Verdict, a.Reasons = overall(a.Limits)
-	return a
+// audit judges the samples against each expectation, on each consumer's
+// own counter, and makes the verdict of them all.
+func audit(samples []sample, exps []expectation, consumers int, cov coverage) Audit {
+	return auditLimits(samples, nil, exps, everyConsumer(samples, len(exps), consumers), cov)
 }
 
 // overall is the verdict of several limits: the worst of theirs, with the

@@ -337,7 +337,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		}
 		a := runAudit(ctx, cfg, p, samples, advs, cov, source)
 		res.Audit = &a
-		res.AuditSamples = encodeSamples(samples)
+		res.AuditSamples = encodeSamplesWith(samples, advs)
 	}
 	close(stopProgress)
 	wg.Wait()

@@ -127,12 +127,13 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	var err error
 	var samples []sample
-	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, began, tolerance)
+	var advs []advert
+	res.Audit, res.AuditNote, samples, advs, err = mergeAudits(runs, began, tolerance)
 	if err != nil {
 		return Result{}, err
 	}
 	if res.Audit != nil {
-		res.AuditSamples = encodeSamples(samples) // so that a merge can be merged again
+		res.AuditSamples = encodeSamplesWith(samples, advs) // so that a merge can be merged again
 	}
 	res.Bytes = bytes
 	for k, msg := range first {
@@ -179,6 +180,9 @@ func (r Result) mergeable(first int64) error {
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}
 	if r.Audit != nil {
+		if len(r.Audit.Limits) > maxExpected {
+			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), maxExpected)
+		}
 		for i := range r.Audit.Limits {
 			if _, err := r.Audit.Limits[i].policy(); err != nil {
 				return err
@@ -245,8 +249,8 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 }
 
 // mergeAudits audits the runs' samples as one run, or says why it cannot;
-// it returns the samples it audited.
-func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
+// it returns the samples it audited and their adverts.
+func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, []advert, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -257,15 +261,22 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	}
 	switch {
 	case len(with) == 0:
-		return nil, "", nil, nil
+		return nil, "", nil, nil, nil
 	case len(without) > 0:
-		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil
+		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil, nil
 	}
 	first := runs[0].Audit.Limits
 	if len(first) == 0 {
-		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil
+		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil, nil
+	}
+	for _, l := range first {
+		if l.Descriptor != "" {
+			return nil, "no merged audit: the runs were audited by a rules file (--expect-rules), which a merge does not replay: " +
+				"each run's own audit stands", nil, nil, nil
+		}
 	}
 	var all []sample
+	var advs []advert
 	cov := coverage{horizon: -1}
 	consumers := 0
 	for _, r := range runs {
@@ -279,19 +290,22 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for i, r := range runs {
 		a := r.Audit
 		if !sameLimits(a.Limits, first) {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil
+			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil, nil
 		}
 		if r.AuditSamples == nil {
-			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
+			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil, nil
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		ss, err := r.AuditSamples.decode(offset, consumers)
+		ss, ads, err := r.AuditSamples.decodeAll(offset, consumers)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
+			return nil, "", nil, nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
+		base := uint32(len(advs))
+		advs = append(advs, ads...)
 		for k := range ss {
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
+			ss[k].advAt += base
 		}
 		all = append(all, ss...)
 		if a.CappedFromMillis != nil {
@@ -321,11 +335,12 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for k, l := range first {
 		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
+			return nil, "", nil, nil, fmt.Errorf("run 1: audit: %w", err)
 		}
+		exp.id = l.ID
 		exps[k] = exp
 	}
-	a := audit(all, exps, consumers, cov, consumerName)
+	a := auditLimits(all, advs, exps, everyConsumer(all, len(exps), consumers), cov)
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {
@@ -333,13 +348,13 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			a.Limits[k].RetryAfter.Skipped = ""
 		}
 	}
-	return &a, "", all, nil
+	return &a, "", all, advs, nil
 }
 
 // sameLimits says whether two audits judged the same limits, in order.
 func sameLimits(a, b []LimitAudit) bool {
 	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
-		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm
+		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID
 	})
 }
 

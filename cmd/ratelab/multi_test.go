@@ -193,6 +193,59 @@ func TestAuditSeveralLimits(t *testing.T) {
 	}
 }
 
+// TestMergeSeveralLimits: two load machines audit one gateway of 5 per
+// 1 s and 12 per 10 s per consumer at once; their results merged hold
+// both limits with no header violation (the policies each response named
+// are kept for the merge), and a gateway that admits 24 per 10 s while
+// each machine alone saw no more than 12 is caught in the merge.
+func TestMergeSeveralLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	perSecond := policy{name: "per-second", admit: 5, claim: 5, window: time.Second}
+	per10s := policy{name: "per-10s", admit: 12, claim: 12, window: 10 * time.Second}
+	leaky := per10s
+	leaky.admit = 24
+	for _, tc := range []struct {
+		name    string
+		srv     *httptest.Server
+		code    int
+		verdict bench.Verdict
+	}{
+		{"correct", multiLimit(t, allAtOnce, perSecond, per10s), exitOK, bench.Held},
+		{"leaky", multiLimit(t, allAtOnce, perSecond, leaky), exitThreshold, bench.Leaked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var wg sync.WaitGroup
+			for _, shard := range []string{"0/2", "1/2"} {
+				wg.Go(func() {
+					_, out, _ := ratelab(t, "bench", "http", tc.srv.URL, "--rate", "100", "--duration", "3s", "--consumers", "1",
+						"--shard", shard, "--shared-consumers", "--expect-limit", "5/1s,12/10s", "--no-probes", "-o", "json")
+					if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(shard, "/", "-")+".json"), []byte(out), 0o644); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			code, stdout, stderr := ratelab(t, "report", "merge", filepath.Join(dir, "0-2.json"), filepath.Join(dir, "1-2.json"),
+				"--fail-on-leak", "-o", "json")
+			var res bench.Result
+			decodeJSON(t, stdout, &res)
+			if code != tc.code || res.Audit == nil || res.Audit.Verdict != tc.verdict || len(res.Audit.Limits) != 2 {
+				t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
+			}
+			for _, l := range res.Audit.Limits {
+				if l.Headers.Checked == 0 || l.Headers.Violations != 0 && tc.verdict == bench.Held {
+					t.Errorf("%s: %d of %d responses with wrong headers (%s)", l.ID, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
+				}
+			}
+		})
+	}
+}
+
 // shopRules is a rules file: 5 per second per consumer, and 2 per second
 // of those on /search.
 const shopRules = `domain: shop
