@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,4 +312,53 @@ func TestAuditRules(t *testing.T) {
 			t.Fatalf("per-second, which the gateway keeps, is %s %q", l.Verdict, l.Reasons)
 		}
 	})
+}
+
+// TestAuditBadInput: what the audit is told to expect, and the mix it is
+// told to send, are checked before anything is sent: each mistake exits 2
+// naming its flag.
+func TestAuditBadInput(t *testing.T) {
+	t.Parallel()
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Add(1) }))
+	defer srv.Close()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "rules.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	envoy := filepath.Join(dir, "envoy.yaml")
+	for file, src := range map[string]string{good: shopRules, bad: strings.Replace(shopRules, "requests_per_unit: 2", "requests_per_unit: 0", 1),
+		envoy: "domain: d\ndescriptors:\n  - key: database\n    rate_limit: {unit: second, requests_per_unit: 1}\n"} {
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--expect-limit", "5/1s", "--expect-limit", "6/1s"}, "--expect-limit 5/1s and 6/1s are two limits on one window (1s): keep one"},
+		{[]string{"--expect-limit", "5/1s,10/1000ms"}, "are two limits on one window"},
+		{[]string{"--expect-limit", "5/1s,12/10s:nope"}, `--expect-limit "12/10s:nope": "nope" is not an algorithm`},
+		{[]string{"--expect-limit", "5/1s,"}, `--expect-limit "": `},
+		{[]string{"--expect-limit", "5/1s", "--expect-rules", good}, "--expect-rules and --expect-limit are two audits: give one"},
+		{[]string{"--expect-rules", good, "--expect-algorithm", "gcra"}, "--expect-algorithm is for --expect-limit"},
+		{[]string{"--expect-rules", bad}, "--expect-rules: " + bad + ":9: descriptors[0].descriptors[0].rate_limit.requests_per_unit"},
+		{[]string{"--expect-rules", envoy}, "--expect-rules: " + envoy + ":3: descriptors[0].key"},
+		{[]string{"--expect-rules", filepath.Join(dir, "none.yaml")}, "--expect-rules: open "},
+		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-rules"},
+		{[]string{"--path", "search"}, `--path "search" is not a path`},
+		{[]string{"--path", "/a:0"}, "--path /a: the weight must be between 1 and 1000 (got 0)"},
+		{[]string{"--consumer-values", "X-Plan"}, `--consumer-values "X-Plan": want NAME: VALUE[:WEIGHT]`},
+		{[]string{"--consumer-values", "X-Consumer-Id: a"}, "--consumer-values X-Consumer-Id is the consumer header"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--rate", "10", "--duration", "1s"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Errorf("exit %d, stderr %q: want %d and %q", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
 }
