@@ -67,10 +67,13 @@ func TestMix(t *testing.T) {
 func TestMixRefused(t *testing.T) {
 	base := HTTPConfig{Target: "http://h/", Requests: 1, Consumers: 2, ConsumerHeader: "X-Consumer-Id"}
 	for name, change := range map[string]func(*HTTPConfig){
-		"not a path":       func(c *HTTPConfig) { c.Routes = []Route{{Path: "search", Weight: 1}} },
-		"a line break":     func(c *HTTPConfig) { c.Routes = []Route{{Path: "/a\r\nX: 1", Weight: 1}} },
-		"weight 0":         func(c *HTTPConfig) { c.Routes = []Route{{Path: "/a", Weight: 0}} },
-		"no consumers":     func(c *HTTPConfig) { c.Consumers, c.ConsumerHeader = 0, ""; c.ConsumerValues = []ConsumerValues{{"X-Plan", []WeightedValue{{"a", 1}}}} },
+		"not a path":   func(c *HTTPConfig) { c.Routes = []Route{{Path: "search", Weight: 1}} },
+		"a line break": func(c *HTTPConfig) { c.Routes = []Route{{Path: "/a\r\nX: 1", Weight: 1}} },
+		"weight 0":     func(c *HTTPConfig) { c.Routes = []Route{{Path: "/a", Weight: 0}} },
+		"no consumers": func(c *HTTPConfig) {
+			c.Consumers, c.ConsumerHeader = 0, ""
+			c.ConsumerValues = []ConsumerValues{{"X-Plan", []WeightedValue{{"a", 1}}}}
+		},
 		"consumer header":  func(c *HTTPConfig) { c.ConsumerValues = []ConsumerValues{{"x-consumer-id", []WeightedValue{{"a", 1}}}} },
 		"empty value":      func(c *HTTPConfig) { c.ConsumerValues = []ConsumerValues{{"X-Plan", []WeightedValue{{"", 1}}}} },
 		"too many to send": func(c *HTTPConfig) { c.ConsumerValues = make([]ConsumerValues, 11); fill(c.ConsumerValues) },
