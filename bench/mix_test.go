@@ -125,6 +125,15 @@ func TestProject(t *testing.T) {
 		{"legacy of no limit", limitFields{xLimit: "100", xRemaining: "99"}, nil, [2][2]int64{{-1, -1}, {100, 99}}},
 	} {
 		advs := parseAdverts(nil, &tc.f, tc.names)
+		if tc.name == "by quota and window" {
+			// Held to 12 per 10 s alone, the response's other policy is
+			// one the audit was not told of: not a wrong one.
+			s := sample{status: 200, advN: uint8(len(advs)), limit: -1, remaining: -1, reset: -1}
+			project(&s, advs, 0, 1, 1, exps[1:])
+			if s.limit != 12 || s.remaining != 3 {
+				t.Errorf("12/10s alone: read as %d, %d", s.limit, s.remaining)
+			}
+		}
 		for k := range exps {
 			s := sample{status: 200, advN: uint8(len(advs)), limit: -1, remaining: -1, reset: -1}
 			project(&s, advs, k, 3, 3, exps)

@@ -222,7 +222,8 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 
 // resolve is the limit among met that an advert speaks of: by name, else
 // by quota and window (w in whole seconds, rounded either way); -1 when
-// none. One met limit is spoken of by any advert not named otherwise.
+// none. An item of RateLimit alone (no quota) speaks of the one limit met,
+// when there is one.
 func resolve(a advert, met uint64, exps []expectation) int {
 	if a.name >= 0 {
 		if met&(1<<a.name) != 0 {
@@ -230,10 +231,10 @@ func resolve(a advert, met uint64, exps []expectation) int {
 		}
 		return -1
 	}
-	if bits.OnesCount64(met) == 1 && !a.legacy {
-		return bits.TrailingZeros64(met)
-	}
 	if a.q < 0 {
+		if bits.OnesCount64(met) == 1 && !a.legacy {
+			return bits.TrailingZeros64(met)
+		}
 		return -1
 	}
 	for m := met; m != 0; m &= m - 1 {
