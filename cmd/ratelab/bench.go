@@ -65,6 +65,11 @@ closed model) every connection sends back to back, for maximum throughput.
 --consumers K sends K identities in --consumer-header (consumer-0 … consumer-K-1), and
 --expect-limit audits them: admissions against the limit (by --expect-algorithm's own
 guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers.
+Give --expect-limit several times (or a comma list) for a gateway that enforces several limits
+at once, or --expect-rules with the gateway's own rules file: each limit is judged by its own
+guarantee, on its own counters, and reported on its own line; headers are held to the policy
+they name. --path mixes routes by weight, and --consumer-values sends a header whose value
+depends on the consumer (a plan tier), so that a rules file's routes and tiers are exercised.
 The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
@@ -73,6 +78,9 @@ Ctrl-C stops the run and still reports what was measured.`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/v1/ping --rate 2000 --duration 60s --consumers 50
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --expect-limit 100/1m --expect-algorithm gcra --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 100 --consumers 10 --expect-limit 5/1s --expect-limit 12/10s --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 200 --consumers 20 --expect-rules rules.yaml --path /search:1 --path /items:9 \
+    --consumer-values 'X-Plan: gold:1,free:9' --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --max-p99 20ms --max-error-rate 0.01 -o json > run.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
