@@ -384,6 +384,7 @@ func (c *conn) flush() {
 // connection's share of the samples; past it, it notes from when samples
 // are missing.
 func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answered bool) {
+	consumer = max(consumer, 0) // one anonymous client: the audit's consumer 0
 	if len(c.samples) >= c.p.sampleCap {
 		if c.cappedAt < 0 {
 			c.cappedAt = sent

@@ -62,6 +62,9 @@ func (p *plan) retry(ctx context.Context, denials []sample) []retried {
 // retryOne asks the consumer of the denial s again, as retry says.
 func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retried {
 	consumer := int(s.consumer)
+	if p.consumers == 0 {
+		consumer = -1 // the one anonymous client
+	}
 	// The decision was made after s was sent, and the slot cannot free
 	// before its Retry-After, rounded up to a whole second, less that
 	// second: probe just before then, when it is still ahead.

@@ -23,8 +23,10 @@ type sent struct {
 // newSent describes cfg's requests to target u, sent from source (the
 // address the connections were opened from, no port).
 func newSent(cfg HTTPConfig, u *url.URL, m *mix, source string) *sent {
-	s := &sent{method: cfg.Method, host: u.Host, source: source, consumerHeader: http.CanonicalHeaderKey(cfg.ConsumerHeader),
-		header: http.Header{}, mix: m}
+	s := &sent{method: cfg.Method, host: u.Host, source: source, header: http.Header{}, mix: m}
+	if cfg.Consumers > 0 {
+		s.consumerHeader = http.CanonicalHeaderKey(cfg.ConsumerHeader)
+	}
 	for name, vs := range cfg.Header {
 		s.header[http.CanonicalHeaderKey(name)] = vs
 	}
@@ -44,14 +46,14 @@ func newSent(cfg HTTPConfig, u *url.URL, m *mix, source string) *sent {
 	return s
 }
 
-// request is the request of consumer (-1 for none) to route, as the
-// rules read it.
+// request is the request of consumer to route, as the rules read it (with
+// no consumer header, that of the one anonymous client).
 func (s *sent) request(route, consumer int) rules.Request {
 	h := make(map[string][]string, len(s.header)+1+len(s.mix.values))
 	for name, vs := range s.header {
 		h[name] = vs
 	}
-	if consumer >= 0 && s.consumerHeader != "" {
+	if s.consumerHeader != "" {
 		h[s.consumerHeader] = []string{consumerName(int32(consumer))}
 	}
 	for i, cv := range s.mix.values {
@@ -65,7 +67,7 @@ func (s *sent) request(route, consumer int) rules.Request {
 // its counter of each (Hit.Key): requests of one counter are judged
 // together. A counter is named after its consumer while it has one, and
 // by the hit's label (domain, entries, limit) when several share it.
-func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int) rules.Request) meeting {
+func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int) rules.Request, name func(int32) string) meeting {
 	limits := set.Limits()
 	index := make(map[*rules.Limit]int, len(limits))
 	for k, l := range limits {
@@ -103,7 +105,7 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 			if !ok {
 				c = int32(len(lc.names))
 				counters[h.k][h.key] = c
-				lc.names = append(lc.names, consumerName(s.consumer))
+				lc.names = append(lc.names, name(s.consumer))
 				owner[h.k] = append(owner[h.k], s.consumer)
 			} else if owner[h.k][c] != s.consumer && owner[h.k][c] != -2 {
 				owner[h.k][c] = -2
@@ -133,7 +135,11 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 	if cfg.ExpectRules != nil {
 		u, _ := url.Parse(cfg.Target) // validated
 		s := newSent(cfg, u, p.req, source)
-		m = rulesMeeting(samples, cfg.ExpectRules, s.request)
+		name := consumerName
+		if cfg.Consumers == 0 {
+			name = func(int32) string { return "the client" }
+		}
+		m = rulesMeeting(samples, cfg.ExpectRules, s.request, name)
 	} else {
 		m = everyConsumer(samples, len(exps), cfg.Consumers)
 	}

@@ -19,12 +19,13 @@ import (
 
 // policy is one limit of a test gateway: admit requests per window, while
 // its headers claim claim (the same, but for a gateway that lies). route,
-// when set, limits only requests to that path, on a log of its own.
+// when set, limits only requests to that path, and plan only those whose
+// X-Plan is that, each on a log of its own.
 type policy struct {
 	name         string
 	admit, claim int
 	window       time.Duration
-	route        string
+	route, plan  string
 }
 
 // How a test gateway decides a request that meets several limits.
@@ -53,7 +54,7 @@ func multiLimit(t *testing.T, mode int, policies ...policy) *httptest.Server {
 		now := time.Now()
 		var met []policy
 		for _, p := range policies {
-			if p.route == "" || p.route == r.URL.Path {
+			if (p.route == "" || p.route == r.URL.Path) && (p.plan == "" || p.plan == r.Header.Get("X-Plan")) {
 				met = append(met, p)
 			}
 		}
@@ -257,8 +258,8 @@ func TestMergeSeveralLimits(t *testing.T) {
 	}
 }
 
-// shopRules is a rules file: 5 per second per consumer, and 2 per second
-// of those on /search.
+// shopRules is a rules file: 5 per second per consumer, 2 per second of
+// those on /search, and 3 per second for a consumer on the trial plan.
 const shopRules = `domain: shop
 descriptors:
   - key: header:X-Consumer-Id
@@ -268,13 +269,20 @@ descriptors:
       - key: path
         value: /search
         rate_limit: {name: search, unit: second, requests_per_unit: 2}
+  - key: header:X-Plan
+    value: trial
+    descriptors:
+      - key: header:X-Consumer-Id
+        rate_limit: {name: trial, unit: second, requests_per_unit: 3}
 `
 
 // TestAuditRules: a gateway that honours a rules file (a limit per
-// consumer, and a stricter one on /search, on a log of its own) passes an
-// audit by that file, each limit judged on its own counters over a mix of
-// routes, with no header violation; one that ignores the /search limit is
-// caught, and the message names it.
+// consumer, a stricter one on /search and one on the trial plan, each on a
+// log of its own) passes an audit by that file, each limit judged on its
+// own counters over a mix of routes and plans, with no header violation;
+// one that ignores the /search limit is caught, and the message names it.
+// A file keyed by the client's address judges the one client the engine
+// sends from.
 func TestAuditRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
@@ -286,18 +294,21 @@ func TestAuditRules(t *testing.T) {
 	}
 	perConsumer := policy{name: "per-second", admit: 5, claim: 5, window: time.Second}
 	search := policy{name: "search", admit: 2, claim: 2, window: time.Second, route: "/search"}
-	load := []string{"--rate", "100", "--duration", "3s", "--consumers", "2", "--expect-rules", file, "--no-probes", "--fail-on-leak", "-o", "json"}
+	trial := policy{name: "trial", admit: 3, claim: 3, window: time.Second, plan: "trial"}
+	load := []string{"--rate", "100", "--duration", "3s", "--consumers", "2", "--expect-rules", file, "--no-probes", "--fail-on-leak",
+		"--consumer-values", "X-Plan: trial,paid", "-o", "json"}
 	t.Run("honoured", func(t *testing.T) {
 		t.Parallel()
-		srv := multiLimit(t, allAtOnce, perConsumer, search)
+		srv := multiLimit(t, allAtOnce, perConsumer, search, trial)
 		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search:1", "--path", "/items:1"}, load...)...)
 		var res bench.Result
 		decodeJSON(t, stdout, &res)
-		if res.Audit == nil || len(res.Audit.Limits) != 2 {
+		if res.Audit == nil || len(res.Audit.Limits) != 3 {
 			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 		}
-		for _, l := range res.Audit.Limits {
-			if l.Verdict != bench.Held || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Consumers != 2 {
+		for i, l := range res.Audit.Limits {
+			consumers := []int{2, 2, 1}[i] // consumer-0 alone is on trial
+			if l.Verdict != bench.Held || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Consumers != consumers {
 				t.Errorf("%s (%s): %s %q, %d consumers, %d of %d responses with wrong headers (%s)", l.ID, l.Descriptor, l.Verdict, l.Reasons,
 					l.Consumers, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
 			}
@@ -311,15 +322,32 @@ func TestAuditRules(t *testing.T) {
 	})
 	t.Run("ignored", func(t *testing.T) {
 		t.Parallel()
-		srv := multiLimit(t, allAtOnce, perConsumer)
+		srv := multiLimit(t, allAtOnce, perConsumer, trial)
 		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search"}, load...)...)
 		var res bench.Result
 		decodeJSON(t, stdout, &res)
 		if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != bench.Leaked || !strings.Contains(stderr, "--fail-on-leak: search: ") {
 			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 		}
-		if l := res.Audit.Limits[0]; l.Verdict != bench.Held {
+		if l := res.Audit.Limits[0]; l.Verdict != bench.Held || res.Audit.Limits[1].Verdict != bench.Leaked {
 			t.Fatalf("per-second, which the gateway keeps, is %s %q", l.Verdict, l.Reasons)
+		}
+	})
+	t.Run("by address", func(t *testing.T) {
+		t.Parallel()
+		byAddress := filepath.Join(t.TempDir(), "rules.yaml")
+		src := "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per-address, unit: second, requests_per_unit: 5}\n"
+		if err := os.WriteFile(byAddress, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		srv := multiLimit(t, allAtOnce, policy{name: "per-address", admit: 5, claim: 5, window: time.Second})
+		code, stdout, stderr := ratelab(t, "bench", "http", srv.URL, "--rate", "50", "--duration", "2500ms", "--consumer-header", "",
+			"--expect-rules", byAddress, "--no-probes", "--fail-on-leak", "-o", "json")
+		var res bench.Result
+		decodeJSON(t, stdout, &res)
+		if code != exitOK || res.Audit == nil || len(res.Audit.Limits) != 1 || res.Audit.Limits[0].Consumers != 1 ||
+			res.Audit.Limits[0].WorstConsumer != "the client" || res.Audit.Limits[0].Requests != res.Requests {
+			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 		}
 	})
 }
