@@ -21,6 +21,9 @@ type meeting struct {
 type limitCounters struct {
 	idx, counter []int32
 	names        []string
+	// consumers says that every sample met the limit on its consumer's
+	// counter (idx is every index, counter every consumer).
+	consumers bool
 }
 
 // everyConsumer is the meeting of limits that each consumer has its own of,
@@ -39,7 +42,7 @@ func everyConsumer(samples []sample, limits, consumers int) meeting {
 		names[c] = consumerName(int32(c))
 	}
 	for k := range m.of {
-		m.of[k] = limitCounters{idx: idx, counter: counter, names: names}
+		m.of[k] = limitCounters{idx: idx, counter: counter, names: names, consumers: true}
 	}
 	return m
 }
@@ -86,7 +89,15 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 	}
 	for k, exp := range exps {
 		lc := m.of[k]
-		proj := make([]sample, len(lc.idx))
+		var proj []sample
+		if len(exps) == 1 && lc.consumers {
+			// The one limit, on the consumers' own counters: the samples
+			// are projected where they are (what they read is not lost:
+			// their adverts stay).
+			proj = samples
+		} else {
+			proj = make([]sample, len(lc.idx))
+		}
 		var elsewhere int64
 		for j, i := range lc.idx {
 			s := samples[i]
@@ -100,7 +111,11 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		}
 		name := func(c int32) string { return lc.names[c] }
 		var l LimitAudit
-		if exp.judged() {
+		if exp.judged() && len(proj) == 0 && len(samples) > 0 {
+			l = LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
+				Rule: exp.guarantee.Rule(exp.policy), Verdict: NoVerdict, WorstConsumers: []ConsumerAudit{},
+				Reasons: []string{"no request sent met it: send what it matches (--path, --consumer-values, --header)"}}
+		} else if exp.judged() {
 			l = judgeLimit(proj, exp, len(lc.names), cov, name)
 			retryAfterBeforeReset(proj, &l.Headers, name)
 		} else {
