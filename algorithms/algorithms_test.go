@@ -15,11 +15,28 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 var srv *redisrun.Server
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// window is the window of every test whose decisions must not depend on how
+// much real time passes: an hour. The scripts decide on the test's clock,
+// when it moves one by hand, but Redis expires their keys on its own clock,
+// in real time: a window no test lasts keeps every key for the test's whole
+// run, however loaded the machine, so that the test's clock alone decides.
+// A test that means to step through a short window steps in fractions of
+// this one instead.
+const window = time.Hour
+
+// alignedStart is a time near 1,700,000,000 s (November 2023) that is a
+// whole number of ws since the Unix epoch: where an aligned window begins.
+func alignedStart(w time.Duration) time.Time {
+	ms := w.Milliseconds()
+	return time.UnixMilli(1_700_000_000_000 / ms * ms)
+}
 
 // fakeClock is a caller clock the test moves by hand.
 type fakeClock struct {
@@ -66,17 +83,18 @@ func allow(t *testing.T, l algorithms.Limiter, key string) algorithms.Decision {
 }
 
 // TestLogLimitersUnderFixedClock drives the sliding-log limiters with a
-// caller clock that only the test moves.
+// caller clock that only the test moves, in tenths of the window.
 func TestLogLimitersUnderFixedClock(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
+	p := algorithms.Policy{Limit: 5, Window: window}
+	tenth := p.Window / 10
 	for _, name := range []string{"lua", "multi", "lua-count-denied"} {
 		t.Run(name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+			clock := &fakeClock{now: alignedStart(p.Window)}
 			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
 			key := algorithms.Key(redistest.Prefix(t), name)
 
-			// Five requests 1 s apart are admitted, with remaining counting down.
+			// Five requests a tenth apart are admitted, with remaining counting down.
 			for i := range p.Limit {
 				d := allow(t, l, key)
 				if !d.Allowed || d.Remaining != p.Limit-i-1 || d.RetryAfter != 0 {
@@ -85,14 +103,14 @@ func TestLogLimitersUnderFixedClock(t *testing.T) {
 				if name != "multi" && i > 0 && d.Attempts != 1 { // the first may load the script
 					t.Fatalf("request %d: %d round trips, want 1", i+1, d.Attempts)
 				}
-				clock.Add(time.Second)
+				clock.Add(tenth)
 			}
-			// At t=5s the sixth is denied: the first request (t=0) frees its
-			// slot when it leaves the window at t=10s.
+			// At five tenths the sixth is denied: the first request (at 0)
+			// frees its slot when it leaves the window, five tenths later.
 			// lua-count-denied logged the denial too, so two members must leave.
-			wantRetry := 5 * time.Second
+			wantRetry := 5 * tenth
 			if name == "lua-count-denied" {
-				wantRetry = 6 * time.Second
+				wantRetry = 6 * tenth
 			}
 			d := allow(t, l, key)
 			if d.Allowed || d.Remaining != 0 || d.RetryAfter != wantRetry {
@@ -126,17 +144,18 @@ func TestLogLimitersUnderFixedClock(t *testing.T) {
 // whole limit again.
 func TestAlgorithmsUnderFixedClock(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
-	start := time.UnixMilli(1_700_000_000_000 + 3000) // 3 s into an aligned window
+	p := algorithms.Policy{Limit: 5, Window: window}
+	tenth := p.Window / 10
+	start := alignedStart(p.Window).Add(3 * tenth) // three tenths into an aligned window
 	for _, tc := range []struct {
 		name  string
 		retry time.Duration
 	}{
-		{"fixed-window", 7 * time.Second},    // the window ends
-		{"sliding-log", 10 * time.Second},    // the first request leaves the window
-		{"sliding-counter", 9 * time.Second}, // 2 s into the next window, 5 × 8/10 + 1 <= 5
-		{"token-bucket", 2 * time.Second},    // one token per window / limit
-		{"gcra", 2 * time.Second},            // one emission interval
+		{"fixed-window", 7 * tenth},    // the window ends
+		{"sliding-log", 10 * tenth},    // the first request leaves the window
+		{"sliding-counter", 9 * tenth}, // two tenths into the next window, 5 × 8/10 + 1 <= 5
+		{"token-bucket", 2 * tenth},    // one token per window / limit
+		{"gcra", 2 * tenth},            // one emission interval
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &fakeClock{now: start}
@@ -167,8 +186,8 @@ func TestAlgorithmsUnderFixedClock(t *testing.T) {
 	}
 }
 
-// TestCountDeniedLocksOutARetryingClient: a client that retries every 100 ms
-// after being limited is let back in by lua after one window, and never by
+// TestCountDeniedLocksOutARetryingClient: a client that retries every tenth
+// of a window after being limited is let back in by lua after one window, and never by
 // lua-count-denied, which logs every retry. On redis-server and on the
 // embedded server alike.
 func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
@@ -182,7 +201,7 @@ func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
 			continue
 		}
 		c := redistest.Client(t, server)
-		p := algorithms.Policy{Limit: 5, Window: time.Second}
+		p := algorithms.Policy{Limit: 5, Window: window}
 		for _, tc := range []struct {
 			name    string
 			readmit bool
@@ -191,15 +210,15 @@ func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
 			{"lua-count-denied", false},
 		} {
 			t.Run(string(server.Mode)+"/"+tc.name, func(t *testing.T) {
-				clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+				clock := &fakeClock{now: alignedStart(p.Window)}
 				l := newLimiter(t, tc.name, c, p, algorithms.WithNow(clock.Now))
 				key := algorithms.Key(redistest.Prefix(t), tc.name)
 				for range p.Limit {
 					allow(t, l, key)
 				}
 				readmitted := false
-				for range 30 { // three windows of retries, 100 ms apart
-					clock.Add(100 * time.Millisecond)
+				for range 30 { // three windows of retries, a tenth of a window apart
+					clock.Add(p.Window / 10)
 					if allow(t, l, key).Allowed {
 						readmitted = true
 						break
@@ -220,8 +239,9 @@ func TestCountDeniedLocksOutARetryingClient(t *testing.T) {
 func TestMultiUnderAdmits(t *testing.T) {
 	c := redistest.Client(t, srv)
 	ctx := context.Background()
-	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	p := algorithms.Policy{Limit: 5, Window: window}
+	half := p.Window / 2
+	clock := &fakeClock{now: alignedStart(p.Window)}
 	key := algorithms.Key(redistest.Prefix(t), "multi")
 
 	// A client whose ZREMs wait until the test lets them go.
@@ -233,10 +253,10 @@ func TestMultiUnderAdmits(t *testing.T) {
 	denied := newLimiter(t, "multi", slow, p, algorithms.WithNow(clock.Now))
 	fast := newLimiter(t, "multi", c, p, algorithms.WithNow(clock.Now))
 
-	for range p.Limit { // t=0: the window fills
+	for range p.Limit { // at 0: the window fills
 		allow(t, fast, key)
 	}
-	clock.Add(5 * time.Second) // t=5s: five more are denied, their ZREMs held
+	clock.Add(half) // half a window on: five more are denied, their ZREMs held
 	results := make(chan algorithms.Decision, p.Limit)
 	for range p.Limit {
 		go func() {
@@ -247,32 +267,32 @@ func TestMultiUnderAdmits(t *testing.T) {
 	for range p.Limit {
 		<-held
 	}
-	clock.Add(5 * time.Second) // t=10s: the first five leave the window
+	clock.Add(half) // a window on: the first five leave the window
 	d := allow(t, fast, key)
 	close(release)
 	for range p.Limit {
 		if d := <-results; d.Allowed {
-			t.Errorf("a request at t=5s was admitted over a full window")
+			t.Errorf("a request half a window on was admitted over a full window")
 		}
 	}
 	if d.Allowed {
-		t.Fatalf("multi admitted at t=10s; the held denials should have filled its count")
+		t.Fatalf("multi admitted a window on; the held denials should have filled its count")
 	}
 
 	// The same moment through the Lua log: the pending denials were never logged.
 	lua := newLimiter(t, "lua", c, p, algorithms.WithNow(clock.Now))
 	luaKey := algorithms.Key(redistest.Prefix(t), "lua")
-	clock.Add(-10 * time.Second)
+	clock.Add(-2 * half)
 	for range p.Limit {
 		allow(t, lua, luaKey)
 	}
-	clock.Add(5 * time.Second)
+	clock.Add(half)
 	for range p.Limit {
 		allow(t, lua, luaKey)
 	}
-	clock.Add(5 * time.Second)
+	clock.Add(half)
 	if d := allow(t, lua, luaKey); !d.Allowed {
-		t.Fatalf("lua denied at t=10s with an empty window: %+v", d)
+		t.Fatalf("lua denied a window on with an empty window: %+v", d)
 	}
 }
 
@@ -300,8 +320,8 @@ func (zremGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // score, the log never grows past one entry, and every request is admitted.
 func TestSharedMemberNeverLimits(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 10 * time.Second}
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	p := algorithms.Policy{Limit: 5, Window: window}
+	clock := &fakeClock{now: alignedStart(p.Window)}
 	l := newLimiter(t, "lua-shared-member", c, p, algorithms.WithNow(clock.Now))
 	key := algorithms.Key(redistest.Prefix(t), "lua-shared-member")
 	for i := range 3 * p.Limit {
@@ -315,11 +335,13 @@ func TestSharedMemberNeverLimits(t *testing.T) {
 }
 
 // TestCounterLimiters: naive and watch admit the limit one by one, deny the
-// next with a retry-after within the window, and admit again once the
-// window's key has expired in Redis.
+// next with a retry-after within the window, keep the count in a key that
+// expires within the window, and admit again once it has expired in Redis.
+// Their window is on Redis's clock: an hour's, which no test lasts, so
+// that the key lives until the test ends it early.
 func TestCounterLimiters(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 3, Window: 200 * time.Millisecond}
+	p := algorithms.Policy{Limit: 3, Window: window}
 	for _, name := range []string{"naive", "watch"} {
 		t.Run(name, func(t *testing.T) {
 			l := newLimiter(t, name, c, p)
@@ -337,6 +359,13 @@ func TestCounterLimiters(t *testing.T) {
 			if got := c.Get(context.Background(), key).Val(); got != "3" {
 				t.Fatalf("counter = %q, want 3", got)
 			}
+			if ttl := c.PTTL(context.Background(), key).Val(); ttl <= 0 || ttl > p.Window {
+				t.Fatalf("the counter expires in %s, want within the %s window", ttl, p.Window)
+			}
+			// The window ends: the key expires now rather than in an hour.
+			if err := c.PExpire(context.Background(), key, time.Millisecond).Err(); err != nil {
+				t.Fatal(err)
+			}
 			waitGone(t, c, key, 5*time.Second)
 			if d := allow(t, l, key); !d.Allowed {
 				t.Fatalf("after the window expired: %+v, want allowed", d)
@@ -348,26 +377,22 @@ func TestCounterLimiters(t *testing.T) {
 // waitGone polls until key has expired, for at most limit.
 func waitGone(t *testing.T, c *redis.Client, key string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for c.Exists(context.Background(), key).Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still exists after %s", key, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, limit, func() (bool, string) {
+		return c.Exists(context.Background(), key).Val() == 0, key + " still exists"
+	})
 }
 
 // TestRedisClock: the Lua limiters read TIME inside the script when asked to.
 func TestRedisClock(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	p := algorithms.Policy{Limit: 2, Window: window}
 	stopped := func() time.Time { return time.Unix(0, 0) } // would put every request in 1970
 	l := newLimiter(t, "lua", c, p, algorithms.WithClock(algorithms.ClockRedis), algorithms.WithNow(stopped))
 	key := algorithms.Key(redistest.Prefix(t), "lua")
 	allow(t, l, key)
 	allow(t, l, key)
 	if d := allow(t, l, key); d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > p.Window {
-		t.Fatalf("third request: %+v, want denied with retry-after in (0, 1m]", d)
+		t.Fatalf("third request: %+v, want denied with retry-after in (0, %s]", d, p.Window)
 	}
 	zs := c.ZRangeWithScores(context.Background(), key, 0, -1).Val()
 	serverNow := c.Time(context.Background()).Val()
@@ -378,24 +403,24 @@ func TestRedisClock(t *testing.T) {
 	}
 }
 
-// TestClockGoingBack: callers whose clocks disagree by a second, taking
+// TestClockGoingBack: callers whose clocks disagree by a window, taking
 // turns, get no more than the limit between them: no algorithm lets a
 // stale time reopen a window or refill a bucket twice.
 func TestClockGoingBack(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 2, Window: time.Second}
+	p := algorithms.Policy{Limit: 2, Window: window}
 	for _, name := range algorithms.Algorithms() {
 		t.Run(name, func(t *testing.T) {
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_002_500)}
+			clock := &fakeClock{now: alignedStart(p.Window).Add(p.Window / 2)}
 			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
 			key := algorithms.Key(redistest.Prefix(t), name)
 			admitted := 0
 			for i := range 12 { // the clock that is ahead goes first
 				switch {
 				case i%2 == 1:
-					clock.Add(-time.Second)
+					clock.Add(-p.Window)
 				case i > 0:
-					clock.Add(time.Second)
+					clock.Add(p.Window)
 				}
 				d := allow(t, l, key)
 				if d.Allowed {
@@ -405,7 +430,7 @@ func TestClockGoingBack(t *testing.T) {
 				}
 			}
 			if admitted != int(p.Limit) {
-				t.Fatalf("admitted %d of 12 from two clocks a second apart, want %d", admitted, p.Limit)
+				t.Fatalf("admitted %d of 12 from two clocks a window apart, want %d", admitted, p.Limit)
 			}
 		})
 	}
@@ -415,7 +440,7 @@ func TestClockGoingBack(t *testing.T) {
 // with the time read inside Redis.
 func TestAlgorithmsOnRedisClock(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 3, Window: time.Minute}
+	p := algorithms.Policy{Limit: 3, Window: window}
 	stopped := func() time.Time { return time.Unix(0, 0) }
 	for _, name := range algorithms.Algorithms() {
 		t.Run(name, func(t *testing.T) {
@@ -427,7 +452,7 @@ func TestAlgorithmsOnRedisClock(t *testing.T) {
 				}
 			}
 			if d := allow(t, l, key); d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*p.Window {
-				t.Fatalf("request %d: %+v, want denied with retry-after in (0, 2m]", p.Limit+1, d)
+				t.Fatalf("request %d: %+v, want denied with retry-after in (0, %s]", p.Limit+1, d, 2*p.Window)
 			}
 		})
 	}
@@ -438,7 +463,7 @@ func TestAlgorithmsOnRedisClock(t *testing.T) {
 func TestNoScriptFallback(t *testing.T) {
 	c := redistest.Client(t, srv)
 	ctx := context.Background()
-	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	p := algorithms.Policy{Limit: 2, Window: window}
 	l := newLimiter(t, "lua", c, p)
 	key := algorithms.Key(redistest.Prefix(t), "lua")
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
@@ -554,7 +579,7 @@ func TestFullRedisRefusesBeforeAnyWrite(t *testing.T) {
 	defer full.Stop()
 	c := redis.NewClient(&redis.Options{Addr: full.Addr, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
 	defer c.Close()
-	p := algorithms.Policy{Limit: 3, Window: time.Minute}
+	p := algorithms.Policy{Limit: 3, Window: window}
 	limiters := map[string]algorithms.Limiter{}
 	for _, name := range algorithms.Algorithms() {
 		l := newLimiter(t, name, c, p)
@@ -604,7 +629,7 @@ func TestEmbeddedRunsWithoutShebang(t *testing.T) {
 	defer m.Stop()
 	c := redis.NewClient(&redis.Options{Addr: m.Addr})
 	defer c.Close()
-	p := algorithms.Policy{Limit: 2, Window: time.Minute}
+	p := algorithms.Policy{Limit: 2, Window: window}
 	for _, name := range algorithms.Algorithms() {
 		l := newLimiter(t, name, c, p)
 		if err := l.(algorithms.Loader).Load(context.Background()); err != nil {

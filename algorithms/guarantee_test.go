@@ -150,27 +150,32 @@ func TestInfoDecides(t *testing.T) {
 }
 
 // TestGuaranteesHoldAndAreReached drives each algorithm's script on
-// redis-server with a caller clock the test moves one millisecond at a
-// time, from several places relative to an aligned edge: a greedy client
-// that asks until denied at every millisecond is admitted exactly what the
+// redis-server with a caller clock the test moves a hundredth of the window
+// at a time, from several places relative to an aligned edge: a greedy
+// client that asks until denied at every step is admitted exactly what the
 // guarantee allows (where the bound is exact) and never more, and every
-// retry-after is within SlotWithin.
+// retry-after is within SlotWithin. Steps and offsets are counted in
+// hundredths of the window (an hour's, so that no key expires in Redis
+// however long the test takes).
 func TestGuaranteesHoldAndAreReached(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 10, Window: 100 * time.Millisecond}
-	edge := int64(1_700_000_000_000) // a multiple of the window
+	p := algorithms.Policy{Limit: 10, Window: window}
+	w := p.Window.Milliseconds()
+	step := w / 100
+	edge := alignedStart(p.Window).UnixMilli()
 	names := append([]string{"lua", "multi"}, algorithms.Algorithms()...)
 	for _, name := range names {
 		info, _ := algorithms.Lookup(name)
 		g := info.Guarantee
-		for _, start := range []int64{edge - 1, edge - 30, edge} {
-			for _, d := range []int64{0, 1, 99, 100, 170} {
-				t.Run(fmt.Sprintf("%s/%+d/%d", name, start-edge, d), func(t *testing.T) {
+		for _, from := range []int64{-1, -30, 0} {
+			for _, steps := range []int64{0, 1, 99, 100, 170} {
+				t.Run(fmt.Sprintf("%s/%+d/%d", name, from, steps), func(t *testing.T) {
+					start, end := edge+from*step, edge+(from+steps)*step
 					clock := &fakeClock{now: time.UnixMilli(start)}
 					l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
 					key := algorithms.Key(redistest.Prefix(t), name)
 					var stamps []int64
-					for ms := start; ms <= start+d; ms++ {
+					for ms := start; ms <= end; ms += step {
 						clock.Set(time.UnixMilli(ms))
 						for range 3 * p.Limit {
 							dec := allow(t, l, key)
@@ -188,14 +193,15 @@ func TestGuaranteesHoldAndAreReached(t *testing.T) {
 					for i := range stamps {
 						for j := i; j < len(stamps); j++ {
 							if n, bound := int64(j-i+1), g.Max(p, span(stamps[i], stamps[j])); n > bound {
-								t.Fatalf("%d admitted stamped %d..%d ms, guarantee %d", n, stamps[i]-edge, stamps[j]-edge, bound)
+								t.Fatalf("%d admitted stamped %d..%d steps from the edge, guarantee %d",
+									n, (stamps[i]-edge)/step, (stamps[j]-edge)/step, bound)
 							}
 						}
 					}
-					bound := g.Max(p, span(start, start+d))
-					exact := g != algorithms.WeightedWindows || (start+d)/100-start/100 <= 1
+					bound := g.Max(p, span(start, end))
+					exact := g != algorithms.WeightedWindows || end/w-start/w <= 1
 					if got := int64(len(stamps)); got > bound || (exact && got != bound) {
-						t.Fatalf("greedy client admitted %d over %d..%d ms, guarantee %d", got, start-edge, start+d-edge, bound)
+						t.Fatalf("greedy client admitted %d over %d..%d steps from the edge, guarantee %d", got, from, from+steps, bound)
 					}
 				})
 			}
@@ -208,11 +214,14 @@ func TestGuaranteesHoldAndAreReached(t *testing.T) {
 // algorithm's guarantee. A script may take a stale time as the newest it has
 // seen, so each admission is placed only within [the time it read, the
 // latest time read so far], as a flight from send to reply places it, and
-// a span counts only the admissions placed wholly inside it.
+// a span counts only the admissions placed wholly inside it. Times are
+// counted in fiftieths of the window (an hour's, so that no key expires in
+// Redis however long the test takes).
 func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 50 * time.Millisecond}
-	base := int64(1_700_000_000_000) - 7
+	p := algorithms.Policy{Limit: 5, Window: window}
+	step := p.Window.Milliseconds() / 50
+	base := alignedStart(p.Window).UnixMilli() - 7*step
 	for _, name := range append([]string{"lua"}, algorithms.Algorithms()...) {
 		info, _ := algorithms.Lookup(name)
 		t.Run(name, func(t *testing.T) {
@@ -221,12 +230,12 @@ func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
 			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
 			key := algorithms.Key(redistest.Prefix(t), name)
 			defer c.Del(context.Background(), algorithms.KeysOf(l, key)...)
-			// 400 requests over 200 ms, each read up to 5 ms before the one decided before it.
+			// 400 requests over four windows, each read up to 5 steps before the one decided before it.
 			type placed struct{ lo, hi int64 }
 			var adm []placed
 			latest := int64(0)
 			for i := range 400 {
-				ms := base + int64(i)/2 - rng.Int64N(6)
+				ms := base + (int64(i)/2-rng.Int64N(6))*step
 				latest = max(latest, ms)
 				clock.Set(time.UnixMilli(ms))
 				if allow(t, l, key).Allowed {
@@ -249,7 +258,7 @@ func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
 						}
 					}
 					if bound := info.Guarantee.Max(p, span(x, y)); n > bound {
-						t.Fatalf("%d admitted within %d..%d ms, guarantee %d", n, x-base, y-base, bound)
+						t.Fatalf("%d admitted within %d..%d steps, guarantee %d", n, (x-base)/step, (y-base)/step, bound)
 					}
 				}
 			}
@@ -263,15 +272,17 @@ func TestGuaranteesHoldUnderShuffledStamps(t *testing.T) {
 // admissions were stamped within the guarantee's Lookback before it. A
 // denial with fewer would be one the guarantee admits: the bench audit
 // counts such denials as under-admission, and must never find one in an
-// honest limiter.
+// honest limiter. The clock steps in fiftieths of the window (an hour's, so
+// that no key expires in Redis however long the test takes).
 func TestDenialsLookBack(t *testing.T) {
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 5, Window: 50 * time.Millisecond}
+	p := algorithms.Policy{Limit: 5, Window: window}
+	step := p.Window / 50
 	for _, name := range append([]string{"lua"}, algorithms.Algorithms()...) {
 		info, _ := algorithms.Lookup(name)
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
-			clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000 - 13)}
+			clock := &fakeClock{now: alignedStart(p.Window).Add(-13 * step)}
 			l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
 			key := algorithms.Key(redistest.Prefix(t), name)
 			defer c.Del(context.Background(), algorithms.KeysOf(l, key)...)
@@ -279,7 +290,7 @@ func TestDenialsLookBack(t *testing.T) {
 			var admitted []int64
 			denials, tight := 0, 0
 			for range 800 {
-				clock.Add(time.Duration(rng.IntN(4)) * time.Millisecond)
+				clock.Add(time.Duration(rng.IntN(4)) * step)
 				now := clock.Now().UnixMilli()
 				for range rng.IntN(4) {
 					if allow(t, l, key).Allowed {

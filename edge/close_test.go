@@ -1,8 +1,11 @@
 package edge_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +76,71 @@ func TestMiddlewareCloseStopsTheProbe(t *testing.T) {
 			goleak.VerifyNone(t, before, dial)
 		})
 	}
+}
+
+// TestGatewayServeWaitsForItsGoroutines: Gateway.Serve returns only once
+// the goroutines it started have ended: its servers' (checked at the moment
+// it returns, with no grace), and the probe of a circuit that opened on a
+// hung Redis; then nothing it started is left. Not parallel: goleak looks at
+// every goroutine of the process.
+func TestGatewayServeWaitsForItsGoroutines(t *testing.T) {
+	dial := goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+	r := startRedis(t)
+	before := goleak.IgnoreCurrent()
+	c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
+	defer c.Close()
+	p := algorithms.Policy{Limit: 10, Window: time.Minute}
+	lim, err := algorithms.New("sliding-log", c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := edge.NewGateway(edge.GatewayConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
+		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, KeyBy: edge.KeyBy{Header: "X-Consumer-Id"},
+			OnError: edge.FailClosed, BreakerFailures: 1, Timeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx) }()
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	for _, url := range []string{"http://" + g.Addr() + "/", "http://" + g.AdminAddr() + "/healthz"} {
+		resp, err := hc.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if open := gauge(t, g.Metrics(), "ratelab_edge_circuit_open"); open != 1 {
+		t.Fatalf("ratelab_edge_circuit_open is %v with Redis hung and a breaker of 1: no probe runs", open)
+	}
+	hc.CloseIdleConnections()
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if left := goroutinesIn("edge.(*Gateway).Serve"); len(left) > 0 {
+		t.Fatalf("Serve returned with %d of its goroutines running:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	goleak.VerifyNone(t, before, dial)
+}
+
+// goroutinesIn lists the stacks of the goroutines that run a function whose
+// name starts with fn.
+func goroutinesIn(fn string) []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) && !strings.Contains(g, "goroutinesIn") {
+			found = append(found, g)
+		}
+	}
+	return found
 }
 
 // gauge reads the gauge name from m.

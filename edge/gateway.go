@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,9 @@ func (g *Gateway) Metrics() *Metrics { return g.metrics }
 func (g *Gateway) Builtin() *Builtin { return g.builtin }
 
 // Serve serves until ctx is done, then shuts down gracefully: it stops
-// accepting and waits up to 10 seconds for requests in flight.
+// accepting and waits up to 10 seconds for requests in flight, then closes
+// the connections still open. It returns once the goroutines it started
+// have ended, the limiter's probe of Redis among them.
 func (g *Gateway) Serve(ctx context.Context) error {
 	l := g.cfg.Limit
 	if g.cfg.Log != nil {
@@ -179,21 +182,39 @@ func (g *Gateway) Serve(ctx context.Context) error {
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
 	}
-	errs := make(chan error, 2)
-	go func() { errs <- g.main.Serve(g.lnMain) }()
-	if g.admin != nil {
-		go func() { errs <- g.admin.Serve(g.lnAdmin) }()
+	type server struct {
+		srv *http.Server
+		ln  net.Listener
 	}
-	var err error
+	servers := []server{{g.main, g.lnMain}}
+	if g.admin != nil {
+		servers = append(servers, server{g.admin, g.lnAdmin})
+	}
+	// Each server's goroutine ends once its server is shut down, or when it
+	// fails first; Serve waits for them all before it returns.
+	var wg sync.WaitGroup
+	ended := make(chan error, len(servers))
+	for _, s := range servers {
+		wg.Go(func() { ended <- s.srv.Serve(s.ln) })
+	}
+	var errs []error
 	select {
 	case <-ctx.Done():
-	case err = <-errs:
+	case e := <-ended:
+		errs = append(errs, e)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	serr := g.main.Shutdown(sctx)
-	if g.admin != nil {
-		serr = errors.Join(serr, g.admin.Shutdown(sctx))
+	for _, s := range servers {
+		if err := s.srv.Shutdown(sctx); err != nil {
+			// Requests still in flight after the grace period: cut them off.
+			errs = append(errs, err, s.srv.Close())
+		}
+	}
+	wg.Wait()
+	close(ended)
+	for e := range ended {
+		errs = append(errs, e)
 	}
 	if g.limiter != nil {
 		_ = g.limiter.Close()
@@ -201,10 +222,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	if g.cfg.Log != nil {
 		fmt.Fprintln(g.cfg.Log, "ratelab edge: stopped")
 	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return errors.Join(err, serr)
+	// Every server's Serve returns http.ErrServerClosed once it is shut down.
+	errs = slices.DeleteFunc(errs, func(e error) bool { return errors.Is(e, http.ErrServerClosed) })
+	return errors.Join(errs...)
 }
 
 // clockOwner names whose clock decides: "Redis" or "this host".

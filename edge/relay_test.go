@@ -2,11 +2,14 @@ package edge_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // relay passes TCP connections through to a server, and counts how often
@@ -50,10 +53,10 @@ func (r *relay) Seen() int64 { return r.seen.Load() }
 // was sent), and returns the count.
 func (r *relay) waitSeen(t *testing.T, n int64) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Seen() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		seen := r.Seen()
+		return seen >= n, fmt.Sprintf("the relay saw the needle %d times, want %d or more", seen, n)
+	})
 	return r.Seen()
 }
 

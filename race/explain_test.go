@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/race"
 )
 
@@ -388,15 +389,11 @@ func TestExplainClosesItsConnections(t *testing.T) {
 	// gone waits, a bounded while, for the server to drop what was closed.
 	gone := func(when string) {
 		t.Helper()
-		for range 1000 {
+		testwait.Eventually(t, 10*time.Second, func() (bool, string) {
 			named, monitors := clients(t, c, "ratelab-")
-			if len(named) == 0 && monitors == 0 {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		named, monitors := clients(t, c, "ratelab-")
-		t.Fatalf("%s: %d monitors and the connections %v are still open", when, monitors, named)
+			return len(named) == 0 && monitors == 0,
+				fmt.Sprintf("%s: %d monitors and the connections %v are still open", when, monitors, named)
+		})
 	}
 
 	cfg := config(t, own.Addr, "naive")

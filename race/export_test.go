@@ -3,6 +3,7 @@ package race
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -93,4 +94,58 @@ func (b *readBarrier) arrive(key string) *gate {
 		close(g.open)
 	}
 	return g
+}
+
+// WithDelay returns cfg with the first command of every attempt at a
+// decision (EVALSHA or EVAL of a script, WATCH of the watch limiter) sent
+// no sooner than d after the limiter asked for it: each attempt reaches
+// Redis at least d after the limiter read the caller's clock, and a
+// goroutine's decisions are at least d apart. A trial of n decisions per
+// goroutine then spans at least n × d of real time, however fast the
+// machine; a loaded one only makes it longer.
+func WithDelay(cfg Config, d time.Duration) Config {
+	cfg.hook = delay(d)
+	return cfg
+}
+
+// delay is the go-redis hook of WithDelay.
+type delay time.Duration
+
+var _ redis.Hook = delay(0)
+
+// DialHook passes dials through.
+func (delay) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook waits before the first command of an attempt.
+func (d delay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		d.wait(ctx, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook waits before a pipeline that starts an attempt.
+func (d delay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 {
+			d.wait(ctx, cmds[0])
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// wait returns after d, or once ctx ends, when cmd starts an attempt; at
+// once otherwise.
+func (d delay) wait(ctx context.Context, cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "evalsha", "eval", "watch":
+	default:
+		return
+	}
+	t := time.NewTimer(time.Duration(d))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

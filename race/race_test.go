@@ -303,17 +303,19 @@ func TestUnreachableRedis(t *testing.T) {
 
 // TestTrialsOutlastingTheWindow: when a trial spans many windows, the atomic
 // limiters may admit a limit in each, and that is not reported as a leak.
-// On the caller's clock a goroutine delayed between reading the time and
-// reaching Redis brings a stale time; the Lua log takes it as the newest
-// logged time, so it cannot count against a window already pruned.
+// Every command waits a window before it is sent, so that each trial spans
+// 25 windows or more however fast the machine, and every decision on the
+// caller's clock brings a time a window stale; the Lua log takes it as the
+// newest logged time, so it cannot count against a window already pruned.
 func TestTrialsOutlastingTheWindow(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
 	cfg := config(t, srv.Addr, "lua", "watch")
 	cfg.Policy = algorithms.Policy{Limit: 5, Window: 5 * time.Millisecond}
-	cfg.Concurrency = 20
-	cfg.RequestsPerWorker = 50
+	cfg.Concurrency = 4
+	cfg.RequestsPerWorker = 25
 	cfg.Trials = 3
+	cfg = race.WithDelay(cfg, cfg.Policy.Window)
 	rep, err := race.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // slidingLog is a gateway with an exact sliding log per consumer (in
@@ -200,15 +202,22 @@ func startEdge(t *testing.T, args ...string) string {
 			"--key-by", "header:X-Consumer-Id"}, args...), io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
+	waitListening(t, addr)
+	return addr
+}
+
+// waitListening waits, for at most 10 seconds, until addr accepts
+// connections.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false, fmt.Sprintf("nothing listens on %s: %v", addr, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("edge not listening after 10s")
-		}
-	}
+		c.Close()
+		return true, ""
+	})
 }
 
 // TestVerdictFlagsRefused: the verdict's flags are checked before anything

@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/roundtrip":          {},
 	"internal/monitor":            {},
 	"internal/plural":             {},
+	"internal/testwait":           {},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},

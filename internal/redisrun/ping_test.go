@@ -3,6 +3,7 @@ package redisrun_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 func start(t *testing.T, args ...string) *redisrun.Server {
@@ -82,13 +84,8 @@ func TestPingRefused(t *testing.T) {
 	// go-redis retries a failed dial from a goroutine that sleeps a second
 	// between tries and ends at the first try after the client was closed:
 	// wait for it, then nothing may be left.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testwait.Eventually(t, 20*time.Second, func() (bool, string) {
 		err := goleak.Find()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Ping left goroutines running: %v", err)
-		}
-	}
+		return err == nil, fmt.Sprintf("Ping left goroutines running: %v", err)
+	})
 }
