@@ -156,6 +156,7 @@ func newMix(cfg HTTPConfig, u *url.URL) *mix {
 		}
 		for combo := range m.combos {
 			c := cfg
+			c.Target = ru.String()
 			if len(cfg.ConsumerValues) > 0 {
 				c.Header = cfg.Header.Clone()
 				if c.Header == nil {
@@ -165,10 +166,16 @@ func newMix(cfg HTTPConfig, u *url.URL) *mix {
 					c.Header.Set(cv.Header, cv.Values[m.valueIndex(combo, h)].Value)
 				}
 			}
-			m.reqs = append(m.reqs, newRequest(c, &ru))
+			m.reqs = append(m.reqs, renderRequest(c))
 		}
 	}
 	return m
+}
+
+// renderRequest renders the request of cfg, whose Target was validated.
+func renderRequest(cfg HTTPConfig) *request {
+	u, _ := url.Parse(cfg.Target)
+	return newRequest(cfg, u)
 }
 
 // valueIndex is which value of the h-th ConsumerValues combination combo

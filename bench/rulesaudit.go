@@ -73,11 +73,9 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 	for k, l := range limits {
 		index[l] = k
 	}
-	type hit struct {
-		k   int
-		key string
-		lbl string
-	}
+	// Each kind of request (a route and a consumer) meets the same limits
+	// on the same counters: found once, on its first sample.
+	type hit struct{ k, c int32 }
 	cache := map[[2]int32][]hit{}
 	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
 	counters := make([]map[string]int32, len(limits))
@@ -89,30 +87,34 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 		at := [2]int32{int32(s.route), s.consumer}
 		hs, ok := cache[at]
 		if !ok {
+			hs = []hit{}
 			for _, h := range set.Match(req(int(s.route), int(s.consumer))) {
+				k := int32(index[h.Limit])
 				key := h.Key
 				if key == "" { // unlimited: no counter; one per entries
 					key = h.Label()
 				}
-				hs = append(hs, hit{k: index[h.Limit], key: key, lbl: h.Label()})
+				lc := &m.of[k]
+				c, seen := counters[k][key]
+				switch {
+				case !seen:
+					c = int32(len(lc.names))
+					counters[k][key] = c
+					lc.names = append(lc.names, name(s.consumer))
+					owner[k] = append(owner[k], s.consumer)
+				case owner[k][c] != s.consumer && owner[k][c] != -2:
+					owner[k][c] = -2
+					lc.names[c] = h.Label()
+				}
+				hs = append(hs, hit{k: k, c: c})
 			}
 			cache[at] = hs
 		}
 		for _, h := range hs {
 			m.met[i] |= 1 << h.k
-			c, ok := counters[h.k][h.key]
 			lc := &m.of[h.k]
-			if !ok {
-				c = int32(len(lc.names))
-				counters[h.k][h.key] = c
-				lc.names = append(lc.names, name(s.consumer))
-				owner[h.k] = append(owner[h.k], s.consumer)
-			} else if owner[h.k][c] != s.consumer && owner[h.k][c] != -2 {
-				owner[h.k][c] = -2
-				lc.names[c] = h.lbl
-			}
 			lc.idx = append(lc.idx, int32(i))
-			lc.counter = append(lc.counter, c)
+			lc.counter = append(lc.counter, h.c)
 		}
 	}
 	return m
