@@ -123,8 +123,20 @@ func TestProject(t *testing.T) {
 		{"none of them", limitFields{policy: `"x";q=7;w=1`, rateLimit: `"x";r=6;t=1`}, nil, [2][2]int64{{-1, -1}, {7, 6}}}, // 12 per 10 s is the lower rate
 		{"legacy", limitFields{limit: "12", remaining: "4"}, nil, [2][2]int64{{-1, -1}, {12, 4}}},
 		{"legacy of no limit", limitFields{xLimit: "100", xRemaining: "99"}, nil, [2][2]int64{{-1, -1}, {100, 99}}},
+		{"the tightest alone", limitFields{policy: `"per-second";q=5;w=1, "per-10s";q=12;w=10`, rateLimit: `"per-10s";r=0;t=7`, limit: "12", remaining: "0"},
+			names, [2][2]int64{{5, -1}, {12, 0}}},
 	} {
 		advs := parseAdverts(nil, &tc.f, tc.names)
+		if tc.name == "legacy" {
+			// Two limits of one quota: the legacy fields could be either's.
+			same := []expectation{exps[1], exps[1]}
+			same[0].policy.Window = 60 * time.Second
+			s := sample{status: 200, advN: uint8(len(advs)), limit: -1, remaining: -1, reset: -1}
+			project(&s, advs, 0, 3, 3, same)
+			if s.limit != -1 || s.remaining != -1 {
+				t.Errorf("legacy fields of two limits of one quota held to the first: %d, %d", s.limit, s.remaining)
+			}
+		}
 		if tc.name == "by quota and window" {
 			// Held to 12 per 10 s alone, the response's other policy is
 			// one the audit was not told of: not a wrong one.

@@ -196,7 +196,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 			if firstDraft < 0 && a.q >= 0 {
 				firstDraft = i
 			}
-			if to >= 0 {
+			if to >= 0 || to == ambiguous {
 				resolvedAny = true
 			}
 			if to == k && draft < 0 {
@@ -204,7 +204,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 			}
 			continue
 		}
-		if to < 0 {
+		if to == -1 {
 			to = tight
 		}
 		if to == k {
@@ -237,8 +237,8 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 
 // resolve is the limit among met that an advert speaks of: by name, else
 // by quota and window (w in whole seconds, rounded either way); -1 when
-// none. An item of RateLimit alone (no quota) speaks of the one limit met,
-// when there is one.
+// none, ambiguous when several. An item of RateLimit alone (no quota)
+// speaks of the one limit met, when there is one.
 func resolve(a advert, met uint64, exps []expectation) int {
 	if a.name >= 0 {
 		if met&(1<<a.name) != 0 {
@@ -252,16 +252,24 @@ func resolve(a advert, met uint64, exps []expectation) int {
 		}
 		return -1
 	}
+	found := -1
 	for m := met; m != 0; m &= m - 1 {
 		k := bits.TrailingZeros64(m)
 		e := exps[k]
 		w := e.policy.Window
 		if int64(a.q) == e.quota && (a.w < 0 || int64(a.w) == int64(w/time.Second) || int64(a.w) == int64((w+time.Second-1)/time.Second)) {
-			return k
+			if found >= 0 {
+				return ambiguous // two limits of that quota (and window)
+			}
+			found = k
 		}
 	}
-	return -1
+	return found
 }
+
+// ambiguous is an advert that two of the limits met could be: it is held
+// to neither.
+const ambiguous = -2
 
 // tightest is the limit of mask with the lowest rate (limit per window);
 // -1 for none.
