@@ -104,6 +104,9 @@ type LimitAudit struct {
 	// 2xx: each counts against every limit it met.
 	Requests int64 `json:"requests"`
 	Admitted int64 `json:"admitted"`
+	// Cost is what one request takes of a rules limit (1 but in rules; 0
+	// checks without consuming).
+	Cost int64 `json:"cost"`
 	// Limit per WindowMillis is the limit in whole requests (a rules
 	// limit's requests per unit over its cost).
 	Limit        int64 `json:"limit"`

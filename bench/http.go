@@ -335,9 +335,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
 		}
-		a := runAudit(ctx, cfg, p, samples, advs, cov, source)
+		a, m := runAudit(ctx, cfg, p, samples, advs, cov, source)
 		res.Audit = &a
-		res.AuditSamples = encodeSamplesWith(samples, advs)
+		res.AuditSamples = encodeSamplesWith(samples, advs, m)
 	}
 	close(stopProgress)
 	wg.Wait()

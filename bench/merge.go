@@ -126,14 +126,13 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		res.Config.Threads += r.Config.Threads
 	}
 	var err error
-	var samples []sample
-	var advs []advert
-	res.Audit, res.AuditNote, samples, advs, err = mergeAudits(runs, began, tolerance)
+	ma, err := mergeAudits(runs, began, tolerance)
 	if err != nil {
 		return Result{}, err
 	}
+	res.Audit, res.AuditNote = ma.audit, ma.note
 	if res.Audit != nil {
-		res.AuditSamples = encodeSamplesWith(samples, advs) // so that a merge can be merged again
+		res.AuditSamples = encodeSamplesWith(ma.samples, ma.advs, ma.meeting) // so that a merge can be merged again
 	}
 	res.Bytes = bytes
 	for k, msg := range first {
@@ -184,6 +183,9 @@ func (r Result) mergeable(first int64) error {
 			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), maxExpected)
 		}
 		for i := range r.Audit.Limits {
+			if r.Audit.Limits[i].Unlimited {
+				continue // no policy: never judged
+			}
 			if _, err := r.Audit.Limits[i].policy(); err != nil {
 				return err
 			}
@@ -248,9 +250,19 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	return nil
 }
 
-// mergeAudits audits the runs' samples as one run, or says why it cannot;
-// it returns the samples it audited and their adverts.
-func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, []advert, error) {
+// mergedAudit is the audit of several runs' samples as one run's: with the
+// samples it judged, their adverts and counters; or a note that says why
+// there is none.
+type mergedAudit struct {
+	audit   *Audit
+	note    string
+	samples []sample
+	advs    []advert
+	meeting *meeting
+}
+
+// mergeAudits audits the runs' samples as one run, or says why it cannot.
+func mergeAudits(runs []Result, began int64, tolerance time.Duration) (mergedAudit, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -259,26 +271,27 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			without = append(without, i+1)
 		}
 	}
+	none := func(format string, a ...any) (mergedAudit, error) { return mergedAudit{note: fmt.Sprintf(format, a...)}, nil }
 	switch {
 	case len(with) == 0:
-		return nil, "", nil, nil, nil
+		return mergedAudit{}, nil
 	case len(without) > 0:
-		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil, nil
+		return none("no merged audit: run %v ran without --expect-limit or --expect-rules", without)
 	}
 	first := runs[0].Audit.Limits
 	if len(first) == 0 {
-		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil, nil
+		return none("no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)")
 	}
-	for _, l := range first {
-		if l.Descriptor != "" {
-			return nil, "no merged audit: the runs were audited by a rules file (--expect-rules), which a merge does not replay: " +
-				"each run's own audit stands", nil, nil, nil
-		}
+	// An audit by rules keeps which counters each request met: the merge
+	// judges each counter on every run's requests that met it.
+	var counters *counterMerge
+	if byRules(first) {
+		counters = newCounterMerge(len(first))
 	}
 	var all []sample
 	var advs []advert
 	cov := coverage{horizon: -1}
-	consumers := 0
+	consumers := 1
 	for _, r := range runs {
 		consumers = max(consumers, r.Config.Consumers)
 	}
@@ -290,15 +303,23 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for i, r := range runs {
 		a := r.Audit
 		if !sameLimits(a.Limits, first) {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil, nil
+			return none("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first))
 		}
 		if r.AuditSamples == nil {
-			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil, nil
+			return none("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1)
+		}
+		if counters != nil && len(r.AuditSamples.Counters) != len(first) {
+			return none("no merged audit: run %d kept no counters of its rules' limits", i+1)
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		ss, ads, err := r.AuditSamples.decodeAll(offset, consumers)
+		ss, ads, hits, err := r.AuditSamples.decodeAll(offset, consumers)
 		if err != nil {
-			return nil, "", nil, nil, fmt.Errorf("run %d: %w", i+1, err)
+			return mergedAudit{}, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		if counters != nil {
+			if err := counters.add(len(all), hits, r.AuditSamples.Counters); err != nil {
+				return mergedAudit{}, fmt.Errorf("run %d: audit samples: %w", i+1, err)
+			}
 		}
 		base := uint32(len(advs))
 		advs = append(advs, ads...)
@@ -335,12 +356,20 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for k, l := range first {
 		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
 		if err != nil {
-			return nil, "", nil, nil, fmt.Errorf("run 1: audit: %w", err)
+			return mergedAudit{}, fmt.Errorf("run 1: audit: %w", err)
 		}
 		exp.id = l.ID
+		if counters != nil { // a rules limit, as the run's audit described it
+			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
+			exp.quota = l.Limit * max(l.Cost, 1)
+		}
 		exps[k] = exp
 	}
-	a := auditLimits(all, advs, exps, everyConsumer(all, len(exps), consumers), cov)
+	m := everyConsumer(all, len(exps), consumers)
+	if counters != nil {
+		m = counters.m
+	}
+	a := auditLimits(all, advs, exps, m, cov)
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {
@@ -348,13 +377,19 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			a.Limits[k].RetryAfter.Skipped = ""
 		}
 	}
-	return &a, "", all, advs, nil
+	return mergedAudit{audit: &a, samples: all, advs: advs, meeting: &m}, nil
+}
+
+// byRules says whether an audit's limits are a rules file's.
+func byRules(limits []LimitAudit) bool {
+	return len(limits) > 0 && limits[0].Descriptor != ""
 }
 
 // sameLimits says whether two audits judged the same limits, in order.
 func sameLimits(a, b []LimitAudit) bool {
 	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
-		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID
+		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID &&
+			x.Descriptor == y.Descriptor && x.Shadow == y.Shadow && x.Unlimited == y.Unlimited && x.Cost == y.Cost
 	})
 }
 

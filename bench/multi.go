@@ -24,6 +24,9 @@ type limitCounters struct {
 	// consumers says that every sample met the limit on its consumer's
 	// counter (idx is every index, counter every consumer).
 	consumers bool
+	// keys are, for an audit by rules, the counters' Redis keys
+	// (rules.Hit.Key): one counter whatever run met it.
+	keys []string
 }
 
 // everyConsumer is the meeting of limits that each consumer has its own of,
@@ -132,7 +135,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			}
 			l.Consumers = len(lc.names)
 		}
-		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, int64(len(proj))
+		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
 		if exp.judged() {
 			l.DenialsElsewhere = elsewhere
 		}

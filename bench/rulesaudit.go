@@ -78,6 +78,9 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 	type hit struct{ k, c int32 }
 	cache := map[[2]int32][]hit{}
 	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
+	for k := range m.of {
+		m.of[k].keys = []string{}
+	}
 	counters := make([]map[string]int32, len(limits))
 	owner := make([][]int32, len(limits)) // each counter's consumer; -2 when several
 	for k := range counters {
@@ -101,6 +104,7 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 					c = int32(len(lc.names))
 					counters[k][key] = c
 					lc.names = append(lc.names, name(s.consumer))
+					lc.keys = append(lc.keys, key)
 					owner[k] = append(owner[k], s.consumer)
 				case owner[k][c] != s.consumer && owner[k][c] != -2:
 					owner[k][c] = -2
@@ -130,8 +134,9 @@ func localAddress(nc net.Conn) string {
 }
 
 // runAudit judges a run's samples (with their adverts) by cfg's limits,
-// and asks the engine for the Retry-After probes.
-func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) Audit {
+// and asks the engine for the Retry-After probes. It returns the meeting
+// of samples and limits it judged by.
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (Audit, *meeting) {
 	exps := cfg.expectations()
 	var m meeting
 	if cfg.ExpectRules != nil {
@@ -176,5 +181,5 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 			probed = &l.RetryAfter
 		}
 	}
-	return a
+	return a, &m
 }

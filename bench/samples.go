@@ -30,6 +30,19 @@ type AuditSamples struct {
 	Count int `json:"count"`
 	// Data is the encoded responses, base64 (standard, padded).
 	Data string `json:"data"`
+	// Counters, for an audit by a rules file, are each limit's counters:
+	// Data then gives, after each response's policies, the number of
+	// limits its request met and, for each, the limit's index and the
+	// counter's index in its Keys.
+	Counters []SampleCounters `json:"counters,omitempty"`
+}
+
+// SampleCounters are one limit's counters in AuditSamples: their Redis
+// keys (rules.Hit.Key), which tell one counter from another across runs,
+// and their names in reports.
+type SampleCounters struct {
+	Keys  []string `json:"keys"`
+	Names []string `json:"names"`
 }
 
 const (
@@ -38,24 +51,30 @@ const (
 )
 
 // encodeSamples packs samples without adverts for JSON.
-func encodeSamples(samples []sample) *AuditSamples { return encodeSamplesWith(samples, nil) }
+func encodeSamples(samples []sample) *AuditSamples { return encodeSamplesWith(samples, nil, nil) }
 
-// encodeSamplesWith packs samples, with their adverts in advs, for JSON.
-// Times are kept in whole µs, sent rounded down and received rounded up,
-// so that a flight only ever grows: the audit stays sound on what it reads
-// back.
-func encodeSamplesWith(samples []sample, advs []advert) *AuditSamples {
-	ss := slices.Clone(samples)
-	slices.SortFunc(ss, func(a, b sample) int {
+// encodeSamplesWith packs samples, with their adverts in advs and, for an
+// audit by rules, the counters m says they met, for JSON. Times are kept in
+// whole µs, sent rounded down and received rounded up, so that a flight
+// only ever grows: the audit stays sound on what it reads back.
+func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSamples {
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := samples[i], samples[j]
 		if a.consumer != b.consumer {
 			return int(a.consumer - b.consumer)
 		}
 		return cmpDur(a.sent, b.sent)
 	})
-	buf := make([]byte, 0, len(ss)*10)
+	hits := m.perSample(len(samples))
+	buf := make([]byte, 0, len(samples)*10)
 	var consumer int64
 	var sent int64
-	for _, s := range ss {
+	for _, i := range order {
+		s := samples[i]
 		c := int64(s.consumer)
 		if c != consumer {
 			sent = 0
@@ -89,8 +108,21 @@ func encodeSamplesWith(samples []sample, advs []advert) *AuditSamples {
 				buf = binary.AppendUvarint(buf, plusOne(int64(v), v >= 0))
 			}
 		}
+		if hits != nil {
+			buf = binary.AppendUvarint(buf, uint64(len(hits[i])))
+			for _, h := range hits[i] {
+				buf = binary.AppendUvarint(buf, uint64(h.k))
+				buf = binary.AppendUvarint(buf, uint64(h.c))
+			}
+		}
 	}
-	return &AuditSamples{Encoding: samplesEncoding, Count: len(ss), Data: base64.StdEncoding.EncodeToString(buf)}
+	a := &AuditSamples{Encoding: samplesEncoding, Count: len(samples), Data: base64.StdEncoding.EncodeToString(buf)}
+	if hits != nil {
+		for _, lc := range m.of {
+			a.Counters = append(a.Counters, SampleCounters{Keys: lc.keys, Names: lc.names})
+		}
+	}
+	return a
 }
 
 func plusOne(v int64, present bool) uint64 {
@@ -114,27 +146,32 @@ const (
 // decode unpacks the samples, shifted by offset (the run's start less the
 // earliest start of the runs merged), without their adverts.
 func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, error) {
-	ss, _, err := a.decodeAll(offset, consumers)
+	ss, _, _, err := a.decodeAll(offset, consumers)
 	return ss, err
 }
 
-// decodeAll unpacks the samples, shifted by offset, and their adverts.
-func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample, []advert, error) {
+// decodeAll unpacks the samples, shifted by offset, their adverts, and for
+// an audit by rules the counters each met (nil otherwise).
+func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample, []advert, [][]counterHit, error) {
 	v2 := a.Encoding == samplesEncoding
 	if !v2 && a.Encoding != samplesEncodingV1 {
-		return nil, nil, fmt.Errorf("audit samples in %q, want %s", a.Encoding, samplesEncoding)
+		return nil, nil, nil, fmt.Errorf("audit samples in %q, want %s", a.Encoding, samplesEncoding)
 	}
 	buf, err := base64.StdEncoding.DecodeString(a.Data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("audit samples: %w", err)
+		return nil, nil, nil, fmt.Errorf("audit samples: %w", err)
 	}
 	if a.Count < 0 {
-		return nil, nil, fmt.Errorf("audit samples: count %d", a.Count)
+		return nil, nil, nil, fmt.Errorf("audit samples: count %d", a.Count)
 	}
 	// A response takes 8 bytes at least: what Data holds bounds what to
 	// make room for, whatever Count says.
 	out := make([]sample, 0, min(a.Count, len(buf)/8))
 	var advs []advert
+	var hits [][]counterHit
+	if err := a.checkCounters(); err != nil {
+		return nil, nil, nil, err
+	}
 	var consumer, sent int64
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(buf)
@@ -148,7 +185,7 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 		var f [8]uint64
 		for i := range f {
 			if f[i], err = next(); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 		if f[0] > 0 {
@@ -162,7 +199,7 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 		if consumers < 1 || f[0] >= uint64(consumers)-uint64(consumer) || d < -maxSampleMicros || d > maxSampleMicros ||
 			sent+d < -maxSampleMicros || sent+d > maxSampleMicros || f[2] > uint64(maxSampleMicros) ||
 			f[3] > 999 || f[4] > maxMillis+1 || f[5] > 1<<63 || f[6] > 1<<63 || f[7] > maxResetSeconds+1 {
-			return nil, nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
+			return nil, nil, nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
 		}
 		consumer += int64(f[0])
 		sent += d
@@ -178,15 +215,22 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 		}
 		if v2 {
 			if advs, err = decodeAdverts(&s, advs, next); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
+			}
+			if len(a.Counters) > 0 {
+				hs, err := a.decodeHits(next)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				hits = append(hits, hs)
 			}
 		}
 		out = append(out, s)
 	}
 	if len(out) != a.Count {
-		return nil, nil, fmt.Errorf("audit samples: %d decoded, %d announced", len(out), a.Count)
+		return nil, nil, nil, fmt.Errorf("audit samples: %d decoded, %d announced", len(out), a.Count)
 	}
-	return out, advs, nil
+	return out, advs, hits, nil
 }
 
 // decodeAdverts reads a v2 sample's route and adverts into s and advs.

@@ -258,6 +258,61 @@ func TestMergeSeveralLimits(t *testing.T) {
 	}
 }
 
+// TestMergeRules: two load machines audit one gateway by its rules file;
+// the merge judges each limit on every machine's requests that met each
+// counter: a gateway that honours the file holds, one that ignores its
+// /search limit is caught by name.
+func TestMergeRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(shopRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perConsumer := policy{name: "per-second", admit: 5, claim: 5, window: time.Second}
+	search := policy{name: "search", admit: 2, claim: 2, window: time.Second, route: "/search"}
+	trial := policy{name: "trial", admit: 3, claim: 3, window: time.Second, plan: "trial"}
+	for _, tc := range []struct {
+		name    string
+		srv     *httptest.Server
+		code    int
+		verdict bench.Verdict
+	}{
+		{"honoured", multiLimit(t, allAtOnce, perConsumer, search, trial), exitOK, bench.Held},
+		{"ignored", multiLimit(t, allAtOnce, perConsumer, trial), exitThreshold, bench.Leaked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var wg sync.WaitGroup
+			for _, shard := range []string{"0/2", "1/2"} {
+				wg.Go(func() {
+					_, out, _ := ratelab(t, "bench", "http", tc.srv.URL, "--rate", "100", "--duration", "3s", "--consumers", "2",
+						"--shard", shard, "--shared-consumers", "--expect-rules", file, "--path", "/search", "--consumer-values", "X-Plan: trial,paid",
+						"--no-probes", "-o", "json")
+					if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(shard, "/", "-")+".json"), []byte(out), 0o644); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			code, stdout, stderr := ratelab(t, "report", "merge", filepath.Join(dir, "0-2.json"), filepath.Join(dir, "1-2.json"),
+				"--fail-on-leak", "-o", "json")
+			var res bench.Result
+			decodeJSON(t, stdout, &res)
+			if code != tc.code || res.Audit == nil || res.Audit.Verdict != tc.verdict || len(res.Audit.Limits) != 3 {
+				t.Fatalf("exit %d, stderr %q, note %q, audit %+v", code, stderr, res.AuditNote, res.Audit)
+			}
+			if s := res.Audit.Limits[1]; s.ID != "search" || s.Verdict != tc.verdict || s.Consumers != 2 ||
+				tc.verdict == bench.Leaked && !strings.Contains(stderr, "--fail-on-leak: search: ") {
+				t.Fatalf("search: %s %q, %d consumers; stderr %q", s.Verdict, s.Reasons, s.Consumers, stderr)
+			}
+		})
+	}
+}
+
 // shopRules is a rules file: 5 per second per consumer, 2 per second of
 // those on /search, and 3 per second for a consumer on the trial plan.
 const shopRules = `domain: shop
