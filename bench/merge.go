@@ -271,7 +271,9 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (mergedAud
 			without = append(without, i+1)
 		}
 	}
-	none := func(format string, a ...any) (mergedAudit, error) { return mergedAudit{note: fmt.Sprintf(format, a...)}, nil }
+	none := func(format string, a ...any) (mergedAudit, error) {
+		return mergedAudit{note: fmt.Sprintf(format, a...)}, nil
+	}
 	switch {
 	case len(with) == 0:
 		return mergedAudit{}, nil
