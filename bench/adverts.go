@@ -109,6 +109,9 @@ func parseAdverts(dst []advert, f *limitFields, names map[string]int16) []advert
 		members := sfItems(f.rateLimit)
 		for _, m := range members {
 			name, _, _, r, t := sfItem(m)
+			if r < 0 && t < 0 {
+				continue // says nothing
+			}
 			i := -1
 			for k, pn := range policyNames {
 				if pn == name {
@@ -120,6 +123,8 @@ func parseAdverts(dst []advert, f *limitFields, names map[string]int16) []advert
 				i = 0
 			}
 			switch {
+			case i >= 0 && (dst[start+i].r >= 0 || dst[start+i].t >= 0):
+				// a second member of one name: the first is read
 			case i >= 0:
 				dst[start+i].r, dst[start+i].t = r, t
 			case len(dst)-start < maxAdverts:
