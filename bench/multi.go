@@ -112,44 +112,50 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 				elsewhere++
 			}
 		}
-		name := func(c int32) string { return lc.names[c] }
-		var l LimitAudit
-		if exp.judged() && len(proj) == 0 && len(samples) > 0 {
-			l = LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
-				Rule: exp.guarantee.Rule(exp.policy), Verdict: NoVerdict, WorstConsumers: []ConsumerAudit{},
-				Reasons: []string{"no request sent met it: send what it matches (--path, --consumer-values, --header)"}}
-		} else if exp.judged() {
-			l = judgeLimit(proj, exp, len(lc.names), cov, name)
-			retryAfterBeforeReset(proj, &l.Headers, name)
-		} else {
-			l = LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
-				Rule: exp.guarantee.Rule(exp.policy), Verdict: NotJudged, Reasons: []string{exp.unjudgedReason()},
-				WorstConsumers: []ConsumerAudit{}}
-			for _, s := range proj {
-				switch {
-				case s.ok():
-					l.Admitted++
-				case s.denied():
-					l.Denials++
-				}
-			}
-			l.Consumers = len(lc.names)
-		}
+		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0)
 		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
 		if exp.judged() {
 			l.DenialsElsewhere = elsewhere
 		}
-		if l.Admitted == 0 {
-			for _, s := range proj {
-				if s.ok() {
-					l.Admitted++
-				}
+		for _, s := range proj {
+			if s.ok() {
+				l.Admitted++
 			}
 		}
 		a.Limits = append(a.Limits, l)
 	}
 	a.Verdict, a.Reasons = overall(a.Limits)
 	return a
+}
+
+// limitLine is what the audit found of one limit, from the samples that
+// met it, projected on its counters (named by names). sent says the run
+// sent requests at all.
+func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool) LimitAudit {
+	name := func(c int32) string { return names[c] }
+	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.guarantee.Rule(exp.policy), WorstConsumers: []ConsumerAudit{}}
+	switch {
+	case !exp.judged():
+		l := blank
+		if exp.unlimited {
+			l.Rule = "unlimited"
+		}
+		l.Verdict, l.Reasons, l.Consumers = NotJudged, []string{exp.unjudgedReason()}, len(names)
+		for _, s := range proj {
+			if s.denied() {
+				l.Denials++
+			}
+		}
+		return l
+	case len(proj) == 0 && sent:
+		l := blank
+		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: send what it matches (its route, its headers)"}
+		return l
+	}
+	l := judgeLimit(proj, exp, len(names), cov, name)
+	retryAfterBeforeReset(proj, &l.Headers, name)
+	return l
 }
 
 // forCounters calls f with each counter's samples of lc (the samples'
