@@ -70,6 +70,10 @@ type Decision struct {
 	// admitted; zero when allowed, and when a limiter gave up without knowing
 	// (ErrRetriesExhausted).
 	RetryAfter time.Duration
+	// Reset is how long until the limit is whole again: every request it
+	// counts has left it (draft-ietf-httpapi-ratelimit-headers' t). Only a
+	// Decider sets it.
+	Reset time.Duration
 	// Attempts is the number of Redis round trips the decision took (WATCH
 	// retries and the NOSCRIPT fallback show here).
 	Attempts int
@@ -244,6 +248,12 @@ func registry() []entry {
 		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
 			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow},
 			scripted("lua-count-denied", countDeniedSource, memberUnique, 1)},
+		{Info{Name: "multi-limit-sequential", Description: "2×limit per 10 windows, then the limit: a sliding-log call each, in turn; a denial by the second holds a slot of the first",
+			Atomic: false, State: StateNone, RoundTrips: "1-2", Clocks: true, CallerClock: true, KeysPerClient: 2, Guarantee: SlidingWindow},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newSequential(c, p, o) }},
+		{Info{Name: "multi-limit-atomic", Description: "the same two limits decided in one script call (Decider): consumed only when both admit",
+			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Guarantee: SlidingWindow},
+			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newAtomic(c, p, o) }},
 		{Info{Name: "fixed-window", Description: "one counter per aligned window: exact per window, up to 2x across an edge",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: AlignedWindows},
 			scripted("fixed-window", fixedWindowSource, memberNone, 1)},
@@ -354,9 +364,18 @@ func New(name string, client redis.UniversalClient, p Policy, opts ...Option) (L
 		return nil, fmt.Errorf("watch retries must be at least 1 (got %d)", o.WatchRetries)
 	}
 	for _, e := range registry() {
-		if e.info.Name == name {
-			return e.make(client, p, o), nil
+		if e.info.Name != name {
+			continue
 		}
+		l := e.make(client, p, o)
+		if ls, ok := l.(LimitSet); ok {
+			for _, c := range ls.Checks("") {
+				if err := c.Policy.Validate(); err != nil {
+					return nil, fmt.Errorf("%s: the limit %s: %w", name, c.Policy, err)
+				}
+			}
+		}
+		return l, nil
 	}
 	return nil, &UnknownError{Name: name}
 }

@@ -539,7 +539,7 @@ func TestParseNames(t *testing.T) {
 		{"naive,lua", "naive,lua", ""},
 		{" lua , lua,naive", "lua,naive", ""},
 		{"all", strings.Join(algorithms.Names(), ","), ""},
-		{"nope", "", `unknown limiter "nope" (known: fixed-window, gcra, lua, lua-count-denied, lua-shared-member, multi, naive, ` +
+		{"nope", "", `unknown limiter "nope" (known: fixed-window, gcra, lua, lua-count-denied, lua-shared-member, multi, multi-limit-atomic, multi-limit-sequential, naive, ` +
 			`sliding-counter, sliding-log, token-bucket, watch)`},
 		{",", "", "no limiter named"},
 	} {

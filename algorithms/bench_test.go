@@ -58,3 +58,38 @@ func newLimiterB(b *testing.B, name string, c redis.UniversalClient, p algorithm
 	}
 	return l
 }
+
+// BenchmarkDecide measures one Decide of one limit and of three (sliding
+// log, GCRA and fixed window on one consumer), spread over 1,000 consumers
+// that stay under limits they never reach, on the package's redis-server
+// over loopback: what the limits after the first add to a decision.
+func BenchmarkDecide(b *testing.B) {
+	c := redistest.Client(b, srv)
+	p := algorithms.Policy{Limit: 1 << 30, Window: time.Minute} // never reached
+	prefix := redistest.Prefix(b)
+	d := algorithms.NewDecider(c)
+	if err := d.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	for _, algs := range [][]string{{"sliding-log"}, {"sliding-log", "gcra", "fixed-window"}} {
+		requests := make([][]algorithms.Check, 1000)
+		var keys []string
+		for i := range requests {
+			consumer := prefix + "-" + strconv.Itoa(i)
+			for j, a := range algs {
+				key := algorithms.Key(consumer, strconv.Itoa(j)+a)
+				requests[i] = append(requests[i], algorithms.Check{Key: key, Algorithm: a, Policy: p, Cost: 1})
+				keys = append(keys, key)
+			}
+		}
+		b.Run("limits="+strconv.Itoa(len(algs)), func(b *testing.B) {
+			ctx := context.Background()
+			for i := 0; b.Loop(); i++ {
+				if _, err := d.Decide(ctx, requests[i%len(requests)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		c.Del(context.Background(), keys...)
+	}
+}

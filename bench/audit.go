@@ -314,9 +314,9 @@ type coverage struct {
 }
 
 // audit judges the samples against each expectation, on each consumer's
-// own counter, and makes the verdict of them all.
-func audit(samples []sample, exps []expectation, consumers int, cov coverage) Audit {
-	return auditLimits(samples, nil, exps, everyConsumer(samples, len(exps), consumers), cov)
+// own counter (named by name), and makes the verdict of them all.
+func audit(samples []sample, exps []expectation, consumers int, cov coverage, name func(int32) string) Audit {
+	return auditLimits(samples, nil, exps, everyConsumer(samples, len(exps), consumers, name), cov)
 }
 
 // overall is the verdict of several limits: the worst of theirs, with the

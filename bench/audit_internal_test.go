@@ -210,7 +210,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 			capped = append(capped, s)
 		}
 	}
-	a := audit(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second})
+	a := audit(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second}, consumerName)
 	if l := a.Limits[0]; l.Headers.Violations != 0 || l.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
@@ -225,7 +225,7 @@ var whole = coverage{horizon: -1}
 
 // audit1 audits ss against one limit, and returns what it found of it.
 func audit1(ss []sample, exp expectation, consumers int, cov coverage) LimitAudit {
-	return audit(ss, []expectation{exp}, consumers, cov).Limits[0]
+	return audit(ss, []expectation{exp}, consumers, cov, consumerName).Limits[0]
 }
 
 func slidingWindow(limit int64) expectation {

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
 	"sync"
@@ -246,10 +245,7 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer, route 
 		return ctx.Err()
 	}
 	r := p.req.request(route, consumer)
-	req := r.render(c.buf, consumer)
-	if consumer >= 0 {
-		c.buf = req
-	}
+	req := r.render(&c.buf, consumer)
 	var err error
 	if r.body != nil {
 		bufs := net.Buffers{req, r.body}
@@ -469,7 +465,7 @@ func classify(err error) errKind {
 
 // newPlan builds what the connections share, from a validated cfg.
 func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
-	u, err := url.Parse(cfg.Target)
+	req, u, err := newMix(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -484,7 +480,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		open:            cfg.Rate > 0,
 		requests:        cfg.Requests,
 		consumers:       cfg.Consumers,
-		req:             newMix(cfg, u),
+		req:             req,
 		head:            cfg.Method == http.MethodHead,
 		audit:           cfg.auditing(),
 		keepResponses:   cfg.KeepResponses,

@@ -27,7 +27,7 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = start
 	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
-	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1})
+	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
 	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
 	b, _ := json.Marshal(res)
 	return b

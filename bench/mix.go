@@ -39,9 +39,9 @@ type WeightedValue struct {
 // Bounds of a mix: every combination of a route and the consumer values is
 // rendered once, before the run.
 const (
-	maxRoutes   = 64
-	maxWeight   = 1000
-	maxRendered = 1024
+	maxRoutes = 64
+	maxWeight = 1000
+	maxKinds  = 1024
 )
 
 // ParseRoute reads a --path value: PATH or PATH:WEIGHT (/search:1). The
@@ -114,8 +114,8 @@ func (c HTTPConfig) validateMix() error {
 			}
 		}
 		combos *= len(cv.Values)
-		if combos > maxRendered {
-			return field.Errorf("ConsumerValues", "with the routes, make over %d kinds of request: send fewer values", maxRendered)
+		if combos > maxKinds {
+			return field.Errorf("ConsumerValues", "with the routes, make over %d kinds of request: send fewer values", maxKinds)
 		}
 	}
 	return nil
@@ -137,26 +137,28 @@ type mix struct {
 	values []ConsumerValues
 }
 
-// newMix renders cfg's requests for target u.
-func newMix(cfg HTTPConfig, u *url.URL) *mix {
+// newMix renders cfg's requests (from a validated cfg), and returns the
+// URL they are sent to. Every consumer's requests are rendered before the
+// run while they all fit in maxRendered bytes; past that, each is filled in
+// at its send.
+func newMix(cfg HTTPConfig) (*mix, *url.URL, error) {
 	m := &mix{routes: cfg.Routes, values: cfg.ConsumerValues, combos: 1}
 	for _, cv := range cfg.ConsumerValues {
 		m.combos *= len(cv.Values)
 	}
 	routes := cfg.Routes
 	if len(routes) == 0 {
-		routes = []Route{{Path: u.RequestURI(), Weight: 1}}
+		routes = []Route{{Weight: 1}}
 	}
 	m.schedule = spread(routes)
+	var first *url.URL
+	rendered := 0
 	for _, r := range routes {
-		ru := *u
-		ru.Path, ru.RawPath, ru.RawQuery, ru.ForceQuery = "", "", "", false
-		if pu, err := url.Parse(r.Path); err == nil { // validated
-			ru.Path, ru.RawPath, ru.RawQuery = pu.Path, pu.RawPath, pu.RawQuery
-		}
 		for combo := range m.combos {
 			c := cfg
-			c.Target = ru.String()
+			if r.Path != "" {
+				c.Target = withPath(cfg.Target, r.Path)
+			}
 			if len(cfg.ConsumerValues) > 0 {
 				c.Header = cfg.Header.Clone()
 				if c.Header == nil {
@@ -166,17 +168,40 @@ func newMix(cfg HTTPConfig, u *url.URL) *mix {
 					c.Header.Set(cv.Header, cv.Values[m.valueIndex(combo, h)].Value)
 				}
 			}
-			m.reqs = append(m.reqs, renderRequest(c))
+			req, u, err := newRequest(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			if rendered += len(req.rendered); rendered > maxRendered {
+				req.rendered, req.offsets = nil, nil // filled in at each send
+			}
+			if first == nil {
+				first = u
+			}
+			m.reqs = append(m.reqs, req)
 		}
 	}
-	return m
+	return m, first, nil
 }
 
-// renderRequest renders the request of cfg, whose Target was validated.
-func renderRequest(cfg HTTPConfig) *request {
-	u, _ := url.Parse(cfg.Target)
-	return newRequest(cfg, u)
+// withPath is target with its path and query replaced by path.
+func withPath(target, path string) string {
+	rest := target
+	scheme := ""
+	if i := strings.Index(target, "://"); i >= 0 {
+		scheme, rest = target[:i+3], target[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + rest + path
 }
+
+// name is consumer c's identity, as the audit names it.
+func (m *mix) name(c int32) string { return m.reqs[0].name(c) }
+
+// labels are the consumers' names, when they are not consumer-0 ….
+func (m *mix) labels() []string { return m.reqs[0].labels() }
 
 // valueIndex is which value of the h-th ConsumerValues combination combo
 // sends.

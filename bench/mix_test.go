@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
@@ -25,14 +24,16 @@ func TestMix(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.defaults()
-	u, _ := url.Parse(cfg.Target)
-	m := newMix(cfg, u)
+	m, _, err := newMix(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	routes := map[int]map[string]int{}
 	buf := make([]byte, 0, 512)
 	for j := range int64(400) {
 		consumer := int(j % 10)
 		r := m.route(j, consumer, 10)
-		raw := m.request(r, consumer).render(buf, consumer)
+		raw := m.request(r, consumer).render(&buf, consumer)
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
 		if err != nil {
 			t.Fatalf("%q: %v", raw, err)
@@ -58,7 +59,7 @@ func TestMix(t *testing.T) {
 			t.Errorf("consumer %d sent %v: want 10 to /search?q=redis and 30 to /items", c, got)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { buf = m.request(m.route(7, 7, 10), 7).render(buf, 7) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { m.request(m.route(7, 7, 10), 7).render(&buf, 7) }); n != 0 {
 		t.Errorf("%v allocations per request", n)
 	}
 }
@@ -76,7 +77,7 @@ func TestMixRefused(t *testing.T) {
 		},
 		"consumer header":  func(c *HTTPConfig) { c.ConsumerValues = []ConsumerValues{{"x-consumer-id", []WeightedValue{{"a", 1}}}} },
 		"empty value":      func(c *HTTPConfig) { c.ConsumerValues = []ConsumerValues{{"X-Plan", []WeightedValue{{"", 1}}}} },
-		"too many to send": func(c *HTTPConfig) { c.ConsumerValues = make([]ConsumerValues, 11); fill(c.ConsumerValues) },
+		"too many to send": func(c *HTTPConfig) { c.ConsumerValues = make([]ConsumerValues, 11); manyValues(c.ConsumerValues) },
 	} {
 		c := base
 		change(&c)
@@ -93,7 +94,7 @@ func TestMixRefused(t *testing.T) {
 	}
 }
 
-func fill(cvs []ConsumerValues) {
+func manyValues(cvs []ConsumerValues) {
 	for i := range cvs {
 		cvs[i] = ConsumerValues{Header: "X-H" + string(rune('a'+i)), Values: []WeightedValue{{"a", 1}, {"b", 1}}}
 	}

@@ -30,8 +30,8 @@ type limitCounters struct {
 }
 
 // everyConsumer is the meeting of limits that each consumer has its own of,
-// and that every request meets: --expect-limit's.
-func everyConsumer(samples []sample, limits, consumers int) meeting {
+// and that every request meets: --expect-limit's. name names the consumers.
+func everyConsumer(samples []sample, limits, consumers int, name func(int32) string) meeting {
 	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, limits)}
 	all := uint64(1)<<limits - 1
 	idx := make([]int32, len(samples))
@@ -42,7 +42,7 @@ func everyConsumer(samples []sample, limits, consumers int) meeting {
 	}
 	names := make([]string, consumers)
 	for c := range names {
-		names[c] = consumerName(int32(c))
+		names[c] = name(int32(c))
 	}
 	for k := range m.of {
 		m.of[k] = limitCounters{idx: idx, counter: counter, names: names, consumers: true}

@@ -1,66 +1,38 @@
 package bench
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"net"
 	"net/http"
-	"net/url"
 
 	"github.com/ratelab/ratelab/rules"
 )
 
 // sent describes the requests of a run as a gateway reads them, for the
-// rules they meet: each is one of a few (a route and a consumer's values)
-// and differs from the others only in the consumer.
+// rules they meet: each is read back from the bytes the engine sends, so
+// that every identity, route and header is the one sent.
 type sent struct {
-	method, host, source string
-	consumerHeader       string
-	header               http.Header // canonical names
-	paths                []*url.URL  // per route
-	mix                  *mix
+	mix       *mix
+	consumers int
+	source    string
+	buf       []byte
 }
 
-// newSent describes cfg's requests to target u, sent from source (the
-// address the connections were opened from, no port).
-func newSent(cfg HTTPConfig, u *url.URL, m *mix, source string) *sent {
-	s := &sent{method: cfg.Method, host: u.Host, source: source, header: http.Header{}, mix: m}
-	if cfg.Consumers > 0 {
-		s.consumerHeader = http.CanonicalHeaderKey(cfg.ConsumerHeader)
-	}
-	for name, vs := range cfg.Header {
-		s.header[http.CanonicalHeaderKey(name)] = vs
-	}
-	if h := s.header.Get("Host"); h != "" {
-		s.host = h
-	}
-	if len(cfg.Routes) == 0 {
-		s.paths = []*url.URL{u}
-	}
-	for _, r := range cfg.Routes {
-		pu, err := url.Parse(r.Path)
-		if err != nil { // validated
-			pu = &url.URL{Path: r.Path}
-		}
-		s.paths = append(s.paths, pu)
-	}
-	return s
-}
-
-// request is the request of consumer to route, as the rules read it (with
-// no consumer header, that of the one anonymous client).
+// request is the request of consumer to route, as the rules read it, sent
+// from source (no port); with no consumer, that of the one client.
 func (s *sent) request(route, consumer int) rules.Request {
-	h := make(map[string][]string, len(s.header)+1+len(s.mix.values))
-	for name, vs := range s.header {
-		h[name] = vs
+	if s.consumers == 0 {
+		consumer = -1 // the one client, as the engine sends it
 	}
-	if s.consumerHeader != "" {
-		h[s.consumerHeader] = []string{consumerName(int32(consumer))}
+	raw := s.mix.request(route, consumer).render(&s.buf, consumer)
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+	if err != nil { // the engine's own request: never
+		return rules.Request{RemoteAddress: s.source}
 	}
-	for i, cv := range s.mix.values {
-		h[http.CanonicalHeaderKey(cv.Header)] = []string{s.mix.header(i, consumer)}
-	}
-	p := s.paths[min(route, len(s.paths)-1)]
-	return rules.Request{Method: s.method, Path: p.Path, Query: p.RawQuery, Host: s.host, RemoteAddress: s.source, Header: h}
+	return rules.Request{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Host: req.Host,
+		RemoteAddress: s.source, Header: req.Header}
 }
 
 // rulesMeeting finds the limits of set that each sample's request met, and
@@ -140,15 +112,14 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 	exps := cfg.expectations()
 	var m meeting
 	if cfg.ExpectRules != nil {
-		u, _ := url.Parse(cfg.Target) // validated
-		s := newSent(cfg, u, p.req, source)
-		name := consumerName
+		s := &sent{mix: p.req, consumers: cfg.Consumers, source: source}
+		name := p.req.name
 		if cfg.Consumers == 0 {
 			name = func(int32) string { return "the client" }
 		}
 		m = rulesMeeting(samples, cfg.ExpectRules, s.request, name)
 	} else {
-		m = everyConsumer(samples, len(exps), cfg.Consumers)
+		m = everyConsumer(samples, len(exps), cfg.Consumers, p.req.name)
 	}
 	a := auditLimits(samples, advs, exps, m, cov)
 	// One set of probes for every limit: a consumer denied must be

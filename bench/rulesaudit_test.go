@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -34,11 +33,17 @@ descriptors:
 	cfg := HTTPConfig{Target: "http://127.0.0.1:8080/", Method: "GET", Requests: 1, Consumers: 2, ConsumerHeader: "X-Consumer-Id",
 		Routes:         []Route{{Path: "/search", Weight: 1}, {Path: "/items", Weight: 1}},
 		ConsumerValues: []ConsumerValues{{Header: "X-Plan", Values: []WeightedValue{{"gold", 1}, {"free", 1}}}}}
-	u, _ := url.Parse(cfg.Target)
-	s := newSent(cfg, u, newMix(cfg, u), "127.0.0.1")
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := newMix(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sent{mix: m, consumers: cfg.Consumers, source: "127.0.0.1"}
 	// consumer-0 (gold) and consumer-1 (free), each to /search and /items.
 	samples := []sample{{consumer: 0, route: 0}, {consumer: 0, route: 1}, {consumer: 1, route: 0}, {consumer: 1, route: 1}}
-	m := rulesMeeting(samples, set, s.request, consumerName)
+	met := rulesMeeting(samples, set, s.request, consumerName)
 	for k, want := range []struct {
 		idx   []int32
 		names string
@@ -48,13 +53,13 @@ descriptors:
 		{[]int32{0, 1, 2, 3}, "api/generic_key=global/global"},
 		{[]int32{0, 1}, "consumer-0"},
 	} {
-		lc := m.of[k]
+		lc := met.of[k]
 		if got := strings.Join(lc.names, " "); got != want.names || !slices.Equal(lc.idx, want.idx) {
 			t.Errorf("%s: samples %v on counters %v named %q: want samples %v named %q", set.Limits()[k].ID, lc.idx, lc.counter, got,
 				want.idx, want.names)
 		}
 	}
-	if m.met[1] != 0b1101 || m.met[3] != 0b0101 {
-		t.Errorf("met %b", m.met)
+	if met.met[1] != 0b1101 || met.met[3] != 0b0101 {
+		t.Errorf("met %b", met.met)
 	}
 }

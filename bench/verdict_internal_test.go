@@ -161,7 +161,7 @@ func TestVerdicts(t *testing.T) {
 			[]string{"consumer-0 got 8 through in 999ms where 5 were allowed (at most 5 in any 1s span)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := audit(tc.samples, []expectation{exp}, tc.consumers, whole)
+			a := audit(tc.samples, []expectation{exp}, tc.consumers, whole, consumerName)
 			got := strings.Join(a.Reasons, "; ")
 			if a.Verdict != tc.verdict || (tc.want == nil) != (len(a.Reasons) == 0) {
 				t.Fatalf("%s %q, want %s", a.Verdict, a.Reasons, tc.verdict)

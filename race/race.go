@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,6 +126,14 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 		}
 	}
 	began := time.Now()
+	if ls, ok := lim.(algorithms.LimitSet); ok {
+		res.Limits = limitsOf(ls, "")
+		rules := make([]string, len(res.Limits))
+		for i, l := range res.Limits {
+			rules[i] = l.GuaranteeRule
+		}
+		res.GuaranteeRule = strings.Join(rules, " and ")
+	}
 	res.WorstTrialAdmitted = -1
 	verified, checked := true, 0
 	var spreads []int64
@@ -147,6 +156,7 @@ func runLimiter(ctx context.Context, client redis.UniversalClient, cfg Config, i
 			res.LeakedTrials++
 		}
 		res.UnderAdmitted += max(t.Minimum-t.Admitted, 0)
+		addLimits(res.Limits, t)
 		if t.Admitted > res.WorstTrialAdmitted || (t.Admitted == res.WorstTrialAdmitted && t.Expected < res.WorstTrialExpected) {
 			res.WorstTrialAdmitted, res.WorstTrialExpected = t.Admitted, t.Expected
 		}

@@ -113,6 +113,10 @@ type Result struct {
 	ElapsedMillis int64 `json:"elapsed_ms"`
 	// TrialResults has every trial, in order.
 	TrialResults []Trial `json:"trial_results"`
+	// Limits has one entry per limit of a limiter that enforces several on
+	// one client (the multi-limit pair), each judged by its own guarantee;
+	// the result's own counts are judged by the tightest. Empty otherwise.
+	Limits []LimitResult `json:"limits,omitempty"`
 	// Explain is the explained trial, when Config.Explain names the limiter.
 	Explain *Explanation `json:"explain,omitempty"`
 	// Histogram holds every decision's latency in microseconds.
@@ -166,6 +170,9 @@ type Trial struct {
 	StateVerified *bool `json:"state_verified"`
 	// State is what the key held: the log's member count or the counter's value.
 	State int64 `json:"state"`
+	// Limits has one entry per limit of a limiter that enforces several;
+	// empty otherwise.
+	Limits []LimitTrial `json:"limits,omitempty"`
 	// LatencyMicros is the trial's decision latency, retries included, in
 	// µs: exact nearest-rank percentiles of its decisions.
 	LatencyMicros TrialLatency `json:"latency_us"`

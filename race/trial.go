@@ -158,6 +158,11 @@ func runTrial(ctx context.Context, client redis.UniversalClient, lim algorithms.
 		return t, fmt.Errorf("every decision failed: %w", firstErr)
 	}
 
+	if ls, ok := lim.(algorithms.LimitSet); ok {
+		if err := judgeLimits(ctx, client, ls.Checks(key), &t, requests, from, to, span, first); err != nil {
+			return t, err
+		}
+	}
 	// The key can only have expired or been pruned once a window has passed
 	// since the first send; check it only before then.
 	if info.State != algorithms.StateNone {

@@ -46,7 +46,9 @@ func RaceVerdict(rep race.Report) string {
 			}
 			held[r.GuaranteeRule] = append(held[r.GuaranteeRule], name)
 		}
-		if r.StateMismatches > 0 {
+		if costs := limitCosts(r); len(costs) > 0 {
+			errs = append(errs, costs...)
+		} else if r.StateMismatches > 0 {
 			errs = append(errs, fmt.Sprintf("%s's key disagreed with what it admitted in %d of %s",
 				r.Limiter, r.StateMismatches, plural.Count(r.Trials, "trial")))
 		}
@@ -63,6 +65,38 @@ func RaceVerdict(rep race.Report) string {
 	}
 	parts = append(parts, errs...)
 	return strings.Join(parts, "; ")
+}
+
+// limitCosts says, for a limiter with several limits, what each limit
+// held for requests that were denied: slots that later requests will be
+// wrongly denied for.
+func limitCosts(r race.Result) []string {
+	var costs []string
+	for _, l := range r.Limits {
+		if l.WronglyConsumed > 0 {
+			costs = append(costs, fmt.Sprintf("%s's %s limit held %s for requests it denied (in %d of %s), each one a later request wrongly denied",
+				r.Limiter, l.Policy, plural.Count(l.WronglyConsumed, "slot"), l.TrialsWronglyConsumed, plural.Count(r.Trials, "trial")))
+		}
+	}
+	return costs
+}
+
+// raceLimits says, for each limiter with several limits, how each limit
+// fared by its own guarantee.
+func raceLimits(rep race.Report) []string {
+	var lines []string
+	for _, r := range rep.Results {
+		if len(r.Limits) == 0 {
+			continue
+		}
+		parts := make([]string, len(r.Limits))
+		for i, l := range r.Limits {
+			parts[i] = fmt.Sprintf("%s (%s): over-admitted %d in %d of %s, wrongly consumed %d",
+				l.Policy, l.GuaranteeRule, l.OverAdmitted, l.LeakedTrials, plural.Count(r.Trials, "trial"), l.WronglyConsumed)
+		}
+		lines = append(lines, r.Limiter+", each limit by its own guarantee: "+strings.Join(parts, "; ")+".")
+	}
+	return lines
 }
 
 // raceSummary is the line that says what was measured where.
@@ -193,6 +227,9 @@ func raceTable(w io.Writer, rep race.Report, s Styles) error {
 	b.WriteString(s.Title.Render("ratelab race") + "  " + raceSummary(rep) + "\n\n")
 	b.WriteString(RaceVerdict(rep) + "\n")
 	b.WriteString(t.Render() + "\n")
+	for _, l := range raceLimits(rep) {
+		b.WriteString(l + "\n")
+	}
 	for _, n := range raceNotes(rep) {
 		b.WriteString(s.Dim.Render(n) + "\n")
 	}
@@ -216,6 +253,9 @@ func raceMarkdown(w io.Writer, rep race.Report) error {
 		}
 	})
 	b.WriteString("\n")
+	for _, l := range raceLimits(rep) {
+		b.WriteString(l + "\n\n")
+	}
 	for _, n := range raceNotes(rep) {
 		b.WriteString("- " + n + "\n")
 	}

@@ -155,9 +155,15 @@ var scriptNames = flagNames{"Scripts": "--script-args"}
 // limiterHelp lists the registered limiters (or only the algorithms) for --help.
 func limiterHelp(onlyAlgorithms bool) string {
 	var b strings.Builder
+	width := 18 // the names' column, wider when a listed name needs it
 	for _, in := range algorithms.Registered() {
 		if in.Algorithm || !onlyAlgorithms {
-			fmt.Fprintf(&b, "  %-18s %s\n", in.Name, in.Description)
+			width = max(width, len(in.Name)+1)
+		}
+	}
+	for _, in := range algorithms.Registered() {
+		if in.Algorithm || !onlyAlgorithms {
+			fmt.Fprintf(&b, "  %-*s %s\n", width, in.Name, in.Description)
 		}
 	}
 	return b.String()

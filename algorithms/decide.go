@@ -1,0 +1,314 @@
+package algorithms
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/field"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+// Check is one limit of a decision.
+type Check struct {
+	// Key is the base key of the limit's counter (rules.Hit.Key); the
+	// algorithm derives its keys from it, as its Limiter does (KeysOf).
+	Key string
+	// Algorithm is one of Algorithms().
+	Algorithm string
+	// Policy is the limit: Policy.Limit requests per Policy.Window.
+	Policy Policy
+	// Cost is what the request takes, from 0 to Policy.Limit; 0 checks
+	// without consuming: it admits while a request of cost 1 would be.
+	Cost int64
+	// Shadow limits are counted and reported, and never deny.
+	Shadow bool
+}
+
+// Outcome is a decision over several limits.
+type Outcome struct {
+	// Allowed reports whether every check not in shadow admitted.
+	Allowed bool
+	// Checks has one Decision per Check, in order: whether that limit
+	// admitted, its Limit, Remaining (after this request when it was
+	// consumed, else now), RetryAfter (when it denied: until it admits
+	// again) and Reset (until it is whole again). Attempts is the round
+	// trips of the call that decided it; 0 for a check never asked, which
+	// on a Cluster is every check of a later call once an earlier one
+	// denied (it then holds only its Limit).
+	Checks []Decision
+	// Calls is the number of Redis round trips the decision took.
+	Calls int
+}
+
+// Decider decides a request's limits atomically: all are checked, and only
+// if all admit are all consumed, in one script call (decide.lua) and one
+// round trip, whatever the limits' algorithms.
+//
+// On a Redis Cluster the keys of one call must share a slot. Checks are
+// grouped by their keys' hash tag ({tag}); each group is one call. The
+// largest group (the identity's limits, as rules tag them) is decided first,
+// each further group (a global cap) only after the ones before admitted; when
+// a later group denies, what the earlier ones consumed is given back
+// (decide.lua's refund). Between the first call and the refund the request holds
+// slots it will not use: other requests in that window may be denied by
+// them, though none is ever admitted beyond a limit. A client that fails
+// between the calls leaves the consumption in place.
+type Decider struct {
+	client  redis.UniversalClient
+	clock   Clock
+	now     func() time.Time
+	cluster bool
+	script  *luaScript
+	members *members
+}
+
+// DeciderOption sets one option of NewDecider.
+type DeciderOption func(*Decider)
+
+// DecideClock sets where a Decider takes the time from; ClockCaller by default.
+func DecideClock(c Clock) DeciderOption { return func(d *Decider) { d.clock = c } }
+
+// DecideNow sets the caller's clock, for tests with a fixed time; time.Now by default.
+func DecideNow(now func() time.Time) DeciderOption { return func(d *Decider) { d.now = now } }
+
+// NewDecider returns a Decider on client.
+func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
+	d := &Decider{
+		client:  client,
+		now:     time.Now,
+		script:  newLuaScript("decide", decideSource),
+		members: newMembers(),
+	}
+	_, d.cluster = client.(*redis.ClusterClient)
+	for _, opt := range opts {
+		opt(d)
+	}
+	return d
+}
+
+// Load loads the Decider's script into the server's script cache (on every
+// master of a Cluster), so that no decision pays for the NOSCRIPT fallback.
+func (d *Decider) Load(ctx context.Context) error {
+	return d.script.load(ctx, d.client)
+}
+
+// Validate reports whether c can be decided. Errors are *field.Error naming
+// Key, Algorithm, Policy's Limit or Window, or Cost.
+func (c Check) Validate() error {
+	if c.Key == "" {
+		return field.Errorf("Key", "must not be empty")
+	}
+	if !isAlgorithm(c.Algorithm) {
+		return field.Errorf("Algorithm", "%q is not one of %v", c.Algorithm, Algorithms())
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if c.Cost < 0 || c.Cost > c.Policy.Limit {
+		return field.Errorf("Cost", "must be from 0 to the limit, %d (got %d)", c.Policy.Limit, c.Cost)
+	}
+	return nil
+}
+
+func isAlgorithm(name string) bool {
+	for _, a := range Algorithms() {
+		if a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkKeys are the Redis keys of c's state.
+func checkKeys(c Check) []string {
+	if c.Algorithm == "sliding-counter" {
+		return []string{c.Key + ":0", c.Key + ":1"}
+	}
+	return []string{c.Key}
+}
+
+// Decide decides checks as one request: Outcome.Allowed only if every check
+// not in shadow admits, and then every check that admitted is consumed;
+// otherwise nothing is. No checks is an admission without a call. On an
+// error the Outcome is a denial holding what was decided before it; on a
+// Cluster, what earlier calls consumed is given back.
+func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
+	keys := make(map[string]int, len(checks))
+	for i, c := range checks {
+		if err := c.Validate(); err != nil {
+			return Outcome{}, fmt.Errorf("decide: check %d: %w", i+1, err)
+		}
+		if j, ok := keys[c.Key]; ok {
+			return Outcome{}, fmt.Errorf("decide: checks %d and %d share the key %q", j+1, i+1, c.Key)
+		}
+		keys[c.Key] = i
+	}
+	out := Outcome{Allowed: true, Checks: make([]Decision, len(checks))}
+	for i, c := range checks {
+		out.Checks[i].Limit = c.Policy.Limit
+	}
+	if len(checks) == 0 {
+		return out, nil
+	}
+	now := ""
+	if d.clock == ClockCaller {
+		now = strconv.FormatInt(d.now().UnixMilli(), 10)
+	}
+	groups := [][]int{indexes(len(checks))}
+	if d.cluster {
+		groups = bySlot(checks)
+	}
+	var done []call
+	for _, g := range groups {
+		cl, err := d.call(ctx, checks, g, now)
+		out.Calls += cl.trips
+		if err != nil {
+			// Whether the failed call consumed is unknown; the calls before
+			// it are given back, as for a denial.
+			out.Allowed = false
+			return out, errors.Join(err, d.giveBack(ctx, &out, groups, done))
+		}
+		for j, i := range g {
+			out.Checks[i] = cl.decisions[j]
+		}
+		if !cl.allowed {
+			out.Allowed = false
+			return out, d.giveBack(ctx, &out, groups, done)
+		}
+		done = append(done, cl)
+	}
+	return out, nil
+}
+
+// call is one script call over some of a decision's checks.
+type call struct {
+	checks    []Check
+	members   []string
+	allowed   bool
+	decisions []Decision
+	marks     []int64
+	trips     int
+	now       string
+}
+
+// call decides the checks of group in one script call.
+func (d *Decider) call(ctx context.Context, checks []Check, group []int, now string) (call, error) {
+	cl := call{checks: make([]Check, len(group)), members: make([]string, len(group)), now: now}
+	for j, i := range group {
+		cl.checks[j] = checks[i]
+		if checks[i].Algorithm == "sliding-log" {
+			cl.members[j] = d.members.next()
+		}
+	}
+	r, trips, err := d.run(ctx, "decide", cl.checks, cl.members, nil, now)
+	cl.trips = trips
+	if err != nil {
+		return cl, err
+	}
+	cl.allowed, cl.marks, cl.decisions = r.allowed, r.marks, r.decisions
+	for j := range cl.decisions {
+		cl.decisions[j].Limit = cl.checks[j].Policy.Limit
+		cl.decisions[j].Attempts = trips
+		if cl.consumed(j) && cl.checks[j].Cost == 1 {
+			cl.decisions[j].Member = cl.members[j]
+		}
+	}
+	return cl, nil
+}
+
+// consumed reports whether the call consumed the cost of its check j.
+func (cl call) consumed(j int) bool {
+	return cl.allowed && cl.decisions[j].Allowed && cl.checks[j].Cost > 0
+}
+
+// run runs decide.lua in mode over checks and reads its reply.
+func (d *Decider) run(ctx context.Context, mode string, checks []Check, members []string, marks []int64, now string) (decideReply, int, error) {
+	keys := make([]string, 0, len(checks)+1)
+	args := make([]any, 0, 3+7*len(checks))
+	args = append(args, mode, now, len(checks))
+	shadows := make([]bool, len(checks))
+	for j, c := range checks {
+		keys = append(keys, checkKeys(c)...)
+		shadow, mark := 0, int64(0)
+		if c.Shadow {
+			shadow = 1
+		}
+		if marks != nil {
+			mark = marks[j]
+		}
+		shadows[j] = c.Shadow
+		args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark)
+	}
+	reply, trips, err := d.script.run(ctx, d.client, keys, args...)
+	if err != nil {
+		return decideReply{}, trips, fmt.Errorf("decide: %s: eval: %w", mode, err)
+	}
+	r, err := parseDecideReply(reply, shadows)
+	if err != nil {
+		return decideReply{}, trips, fmt.Errorf("decide: %s: %w", mode, err)
+	}
+	return r, trips, nil
+}
+
+// luaScript is one of this package's scripts, run without its shebang once
+// the server refused to compile one (see Scripted).
+type luaScript struct {
+	name   string
+	script *redis.Script
+	plain  *redis.Script
+	legacy atomic.Bool
+}
+
+func newLuaScript(name, src string) *luaScript {
+	return &luaScript{name: name, script: redis.NewScript(src), plain: redis.NewScript(WithoutShebang(src))}
+}
+
+func (s *luaScript) current() *redis.Script {
+	if s.legacy.Load() {
+		return s.plain
+	}
+	return s.script
+}
+
+func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
+	err := s.current().Load(ctx, c).Err()
+	if isCompileError(err) && !s.legacy.Load() {
+		s.legacy.Store(true)
+		err = s.plain.Load(ctx, c).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: script load: %w", s.name, err)
+	}
+	return nil
+}
+
+// run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
+// round trips it took.
+func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, int, error) {
+	reply, trips, err := eval(ctx, s.current(), c, keys, args...)
+	if isCompileError(err) && !s.legacy.Load() {
+		// Nothing ran: the server could not compile the shebang.
+		s.legacy.Store(true)
+		var more int
+		reply, more, err = eval(ctx, s.plain, c, keys, args...)
+		trips += more
+	}
+	return reply, trips, err
+}
+
+func indexes(n int) []int {
+	is := make([]int, n)
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}
