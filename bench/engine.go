@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
 	"sync"
@@ -239,10 +238,7 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	req := p.req.render(c.buf, consumer)
-	if consumer >= 0 {
-		c.buf = req
-	}
+	req := p.req.render(&c.buf, consumer)
 	var err error
 	if p.req.body != nil {
 		bufs := net.Buffers{req, p.req.body}
@@ -451,7 +447,7 @@ func classify(err error) errKind {
 
 // newPlan builds what the connections share, from a validated cfg.
 func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
-	u, err := url.Parse(cfg.Target)
+	req, u, err := newRequest(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +462,7 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		open:            cfg.Rate > 0,
 		requests:        cfg.Requests,
 		consumers:       cfg.Consumers,
-		req:             newRequest(cfg, u),
+		req:             req,
 		head:            cfg.Method == http.MethodHead,
 		audit:           cfg.ExpectLimit > 0,
 		keepResponses:   cfg.KeepResponses,

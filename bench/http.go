@@ -12,7 +12,6 @@ import (
 	"context"
 	"maps"
 	"net/http"
-	"net/url"
 	"runtime"
 	"slices"
 	"sync"
@@ -44,10 +43,21 @@ type HTTPConfig struct {
 	Requests int64
 	// Warmup runs before the measured part; its responses are counted apart.
 	Warmup time.Duration
-	// Consumers spreads requests over this many identities, sent in
-	// ConsumerHeader as consumer-0 … consumer-K-1; none when 0.
+	// Consumers spreads requests over this many identities, sent where
+	// {consumer} stands in Target (its path or query, escaped), in a
+	// Header's value or in Body, and in ConsumerHeader (a shorthand for a
+	// header of {consumer}): consumer-0 … consumer-K-1, or Identities; none
+	// when 0. {{ writes a literal {.
 	Consumers      int
 	ConsumerHeader string
+	// Identities, when set, are the consumers' identities (API keys,
+	// tokens), instead of consumer-0 …: Consumers of them, each once.
+	Identities []string
+	// JWTSecret, when set, signs one token per consumer with HS256, of
+	// JWTClaims, sent where {jwt} stands (Target, Header, Body); at most
+	// MaxJWTConsumers consumers.
+	JWTSecret []byte
+	JWTClaims []JWTClaim
 	// Timeout bounds one request, connecting included: 1ms to 1h; 10s
 	// when 0.
 	Timeout time.Duration
@@ -113,7 +123,10 @@ const (
 // Validate checks cfg before anything is sent. Errors are *field.Error
 // naming the fields of HTTPConfig.
 func (c HTTPConfig) Validate() error {
-	u, err := url.Parse(c.Target)
+	if err := c.validateRequest(); err != nil {
+		return err
+	}
+	u, _, err := parseTarget(c.Target)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return field.Errorf("Target", "%q: want an http:// or https:// URL", c.Target)
@@ -131,8 +144,6 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
 	case c.Consumers < 0 || c.Consumers > MaxConsumers:
 		return field.Errorf("Consumers", "must be between 0 and %d (got %d)", MaxConsumers, c.Consumers)
-	case c.Consumers > 0 && c.ConsumerHeader == "":
-		return field.Errorf("Consumers", "needs {ConsumerHeader}")
 	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
 		return field.Errorf("ConsumerHeader", "%q is not a header name", c.ConsumerHeader)
 	case c.Method != "" && !isToken(c.Method):
@@ -144,7 +155,7 @@ func (c HTTPConfig) Validate() error {
 	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
 		return field.Errorf("ExpectLimit", "needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
 	case c.ExpectLimit > 0 && c.Consumers == 0:
-		return field.Errorf("ExpectLimit", "audits per consumer: it needs {ConsumerHeader}")
+		return field.Errorf("ExpectLimit", "audits per consumer: it needs {Consumers}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
 		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
 	case c.Shards < 0 || c.Shards > 10_000 || c.Shard < 0 || c.Shard >= max(c.Shards, 1): // Shards 0: one, the whole run
@@ -275,6 +286,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		elapsed = min(elapsed, cfg.Duration)
 	}
 	res := newResult(cfg, t, max(elapsed, 0))
+	res.Config.Identities = p.req.labels()
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
 	var samples []sample
 	horizon, warmUntil := time.Duration(-1), time.Duration(0)
@@ -306,7 +318,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
 		}
-		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, consumerName)
+		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, p.req.name)
 		for i := range a.Limits {
 			l := &a.Limits[i]
 			switch {

@@ -163,7 +163,7 @@ func TestValidate(t *testing.T) {
 		{"ftp", bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `Target "ftp://x": want an http:// or https:// URL`},
 		{"negative rate", ok(func(c *bench.HTTPConfig) { c.Rate = -1 }), "Rate must be between 0"},
 		{"unbounded", bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
-		{"consumers without a header", ok(func(c *bench.HTTPConfig) { c.Consumers = 3 }), "Consumers needs ConsumerHeader"},
+		{"consumers without a header", ok(func(c *bench.HTTPConfig) { c.Consumers = 3 }), "Consumers needs {consumer} in Target, Header or Body, or a ConsumerHeader"},
 		{"timeout 0: the default", ok(func(c *bench.HTTPConfig) { c.Timeout = 0 }), ""},
 		{"timeout 1ms", ok(func(c *bench.HTTPConfig) { c.Timeout = time.Millisecond }), ""},
 		{"timeout 1h", ok(func(c *bench.HTTPConfig) { c.Timeout = time.Hour }), ""},

@@ -108,6 +108,8 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		}
 	}
 	cfg.ConsumerHeader = runs[0].Config.ConsumerHeader
+	names := newConsumerNames(runs)
+	cfg.Consumers = names.count(cfg.Consumers)
 	cfg.Duration = time.Duration(longest * float64(time.Second))
 	cfg.Interval = time.Duration(runs[0].Timeline.IntervalMillis) * time.Millisecond
 	t.timeline = timeline{interval: cfg.Interval}
@@ -121,6 +123,7 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = began
 	res.Config.StartAt = startAt
+	res.Config.Identities, res.Config.IdentityIn = names.names, runs[0].Config.IdentityIn
 	res.Config.Threads = 0
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
@@ -175,6 +178,8 @@ func (r Result) mergeable(first int64) error {
 		return errors.New("a count below zero")
 	case r.Config.Consumers < 0 || r.Config.Consumers > MaxConsumers:
 		return fmt.Errorf("%d consumers: want 0 to %d", r.Config.Consumers, MaxConsumers)
+	case r.Config.checkIdentities() != nil:
+		return r.Config.checkIdentities()
 	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}
@@ -271,6 +276,7 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for _, r := range runs {
 		consumers = max(consumers, r.Config.Consumers)
 	}
+	names := newConsumerNames(runs)
 	probes := make([]RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))
 	for k := range honest {
@@ -285,10 +291,15 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		ss, err := r.AuditSamples.decode(offset, consumers)
+		bound := consumers
+		if names.byName != nil { // each run's numbers name its own identities
+			bound = r.Config.Consumers
+		}
+		ss, err := r.AuditSamples.decode(offset, bound)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
+		names.renumber(r, ss)
 		for k := range ss {
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
@@ -325,7 +336,7 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 		}
 		exps[k] = exp
 	}
-	a := audit(all, exps, consumers, cov, consumerName)
+	a := audit(all, exps, names.count(consumers), cov, names.name)
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {

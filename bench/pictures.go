@@ -75,7 +75,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool {
-		x, y := consumerName(ids[i]) == a.WorstConsumer, consumerName(ids[j]) == a.WorstConsumer
+		x, y := r.Config.identity(ids[i]) == a.WorstConsumer, r.Config.identity(ids[j]) == a.WorstConsumer
 		if x != y {
 			return x
 		}
@@ -88,7 +88,7 @@ func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
 	for _, id := range ids[:min(n, len(ids))] {
 		ok := per[id]
 		slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
-		cw := ConsumerWindows{Consumer: consumerName(id), Allowed: allowed}
+		cw := ConsumerWindows{Consumer: r.Config.identity(id), Allowed: allowed}
 		step := (len(ok) + maxWindowPoints - 1) / maxWindowPoints // windows are counted from at most so many starts
 		for i := 0; i < len(ok); i += step {
 			s := ok[i]

@@ -6,16 +6,19 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // FuzzRequest renders the request of any configuration that Validate
 // accepts (a URL, a method, a --header, a consumer header and a body, as
-// bench http's flags give them) and reads it back with net/http, as the
-// server will: it must be one well-formed request, with the method, the
-// URL's path and query, the header and the body it was given, and nothing
-// after it that a server would take for a second request.
+// bench http's flags give them, each of which may hold {consumer}) and
+// reads it back with net/http, as the server will: it must be one
+// well-formed request, with the method, the URL's path and query, the
+// header and the body it was given, {consumer} written as the consumer's
+// identity and {{ as {, and nothing after it that a server would take for
+// a second request.
 func FuzzRequest(f *testing.F) {
 	f.Add("http://127.0.0.1:8080/v1/ping?x=1", "GET", "Authorization", "Bearer abc", "X-Consumer-Id", []byte(nil))
 	f.Add("https://example.com", "POST", "Content-Type", "application/json", "", []byte(`{"a":1}`))
@@ -24,26 +27,34 @@ func FuzzRequest(f *testing.F) {
 	f.Add("http://h/", "GET / HTTP/1.1\r\n", "X", "y", "", []byte(nil))
 	f.Add("http://h/", "GET", "Bad Name", "v", "X-Consumer-Id\r\nX-Other", []byte(nil))
 	f.Add("http://h/", "HEAD", "Transfer-Encoding", "chunked", "X-Consumer-Id", bytes.Repeat([]byte("b"), 5000))
+	f.Add("http://h/k/{consumer}?apikey={consumer}&x={{y}", "GET", "Authorization", "Bearer {consumer}", "", []byte(nil))
+	f.Add("http://h/", "POST", "X-A", "{{consumer}", "", []byte(`{"id":"{consumer}"}`))
+	f.Add("http://h/", "POST", "X-A", "1", "", append(bytes.Repeat([]byte("b"), 5000), "{consumer}"...))
 	f.Fuzz(func(t *testing.T, target, method, name, value, consumerHeader string, body []byte) {
 		cfg := HTTPConfig{Target: target, Method: method, Header: http.Header{name: {value}}, Body: body,
 			Requests: 1, ConsumerHeader: consumerHeader}
-		if consumerHeader != "" {
+		if consumerHeader != "" || strings.Contains(target+value+string(body), "{consumer}") {
 			cfg.Consumers = 10
 		}
 		if cfg.Validate() != nil {
 			return
 		}
 		cfg.defaults()
-		u, err := url.Parse(cfg.Target)
+		r, _, err := newRequest(cfg)
 		if err != nil {
-			t.Fatalf("Validate took %q, which does not parse: %v", cfg.Target, err)
+			t.Fatalf("Validate took %+v, which does not render: %v", cfg, err)
 		}
-		r := newRequest(cfg, u)
 		consumer := -1
 		if cfg.Consumers > 0 {
 			consumer = 7
 		}
-		raw := append(r.render(nil, consumer), r.body...)
+		fill := strings.NewReplacer("{{", "{", "{consumer}", "consumer-7")
+		u, err := url.Parse(fill.Replace(cfg.Target))
+		if err != nil {
+			t.Fatalf("Validate took %q, which does not parse: %v", cfg.Target, err)
+		}
+		var buf []byte
+		raw := append(slices.Clone(r.render(&buf, consumer)), r.body...)
 		br := bufio.NewReader(bytes.NewReader(raw))
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -56,11 +67,12 @@ func FuzzRequest(f *testing.F) {
 		if rest, _ := io.ReadAll(br); len(rest) > 0 {
 			t.Fatalf("%q: %q follows the request", raw, rest)
 		}
-		if req.Method != cfg.Method || req.RequestURI != u.RequestURI() || !bytes.Equal(got, cfg.Body) {
+		wantBody := []byte(fill.Replace(string(cfg.Body)))
+		if req.Method != cfg.Method || req.RequestURI != u.RequestURI() || !bytes.Equal(got, wantBody) {
 			t.Fatalf("%q read as %s %s with a body of %d bytes: want %s %s and %d", raw, req.Method, req.RequestURI, len(got),
-				cfg.Method, u.RequestURI(), len(cfg.Body))
+				cfg.Method, u.RequestURI(), len(wantBody))
 		}
-		value = strings.Trim(value, " \t") // as every server reads it
+		value = strings.Trim(fill.Replace(value), " \t") // as every server reads it
 		switch http.CanonicalHeaderKey(name) {
 		case http.CanonicalHeaderKey(consumerHeader): // sent twice: the consumer's last
 		case "Host":
@@ -73,7 +85,7 @@ func FuzzRequest(f *testing.F) {
 				t.Fatalf("%q: %s is %q, want %q", raw, name, vs, value)
 			}
 		}
-		if vs := req.Header.Values(consumerHeader); consumer >= 0 && (len(vs) == 0 || vs[len(vs)-1] != "consumer-7") {
+		if vs := req.Header.Values(consumerHeader); consumerHeader != "" && (len(vs) == 0 || vs[len(vs)-1] != "consumer-7") {
 			t.Fatalf("%q: %s is %q, want consumer-7 last", raw, consumerHeader, vs)
 		}
 	})

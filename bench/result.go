@@ -24,6 +24,13 @@ type Settings struct {
 	WarmupMillis   int64   `json:"warmup_ms"`
 	Consumers      int     `json:"consumers"`
 	ConsumerHeader string  `json:"consumer_header"`
+	// Identities are the identities sent, by consumer number, when they
+	// are not consumer-0 … (--consumers-from); omitted then.
+	Identities []string `json:"identities,omitempty"`
+	// IdentityIn says where the requests carry the identity: "URL",
+	// "body", a header's name, each followed by " (JWT)" when a token
+	// minted for the consumer carries it.
+	IdentityIn []string `json:"identity_in,omitempty"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
@@ -226,6 +233,7 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: rate, Connections: cfg.Connections,
 			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
+			Identities: cfg.Identities, IdentityIn: cfg.identityIn(),
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
 			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
@@ -292,4 +300,12 @@ func (t *timeline) result() Timeline {
 		tl.Intervals = append(tl.Intervals, iv)
 	}
 	return tl
+}
+
+// identity is consumer c's identity as the run sent it.
+func (s Settings) identity(c int32) string {
+	if int(c) < len(s.Identities) {
+		return s.Identities[c]
+	}
+	return consumerName(c)
 }

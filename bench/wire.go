@@ -7,86 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 )
-
-// request is the bytes of one request, rendered once per run: everything
-// but the consumer's header, which is the only part that changes.
-type request struct {
-	// whole is the request when no consumer header is sent.
-	whole []byte
-	// head ends with the consumer header's name and "consumer-"; tail is the
-	// rest of that line, the blank line and a small body.
-	head, tail []byte
-	// body is a body too large to copy per request; it is written after
-	// head and tail in the same system call.
-	body []byte
-}
-
-// bodyInline is the largest body copied into each request's bytes; a larger
-// one is written from where it is.
-const bodyInline = 4 << 10
-
-// newRequest renders cfg's request. The headers are sent in a fixed order;
-// Content-Length is set from the body, and a Host given in Header replaces
-// the URL's.
-func newRequest(cfg HTTPConfig, u *url.URL) *request {
-	var b bytes.Buffer
-	b.WriteString(cfg.Method + " " + u.RequestURI() + " HTTP/1.1\r\n")
-	host := u.Host
-	if h := cfg.Header.Get("Host"); h != "" {
-		host = h
-	}
-	b.WriteString("Host: " + host + "\r\n")
-	if cfg.Header.Get("User-Agent") == "" {
-		b.WriteString("User-Agent: ratelab\r\n")
-	}
-	names := make([]string, 0, len(cfg.Header))
-	for name := range cfg.Header {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		switch http.CanonicalHeaderKey(name) {
-		case "Host", "Content-Length", "Transfer-Encoding":
-			continue // set above, or from the body
-		}
-		for _, v := range cfg.Header[name] {
-			b.WriteString(name + ": " + v + "\r\n")
-		}
-	}
-	if len(cfg.Body) > 0 || cfg.Method == http.MethodPost || cfg.Method == http.MethodPut || cfg.Method == http.MethodPatch {
-		b.WriteString("Content-Length: " + strconv.Itoa(len(cfg.Body)) + "\r\n")
-	}
-	r := &request{}
-	var tail bytes.Buffer
-	tail.WriteString("\r\n")
-	if len(cfg.Body) <= bodyInline {
-		tail.Write(cfg.Body)
-	} else {
-		r.body = cfg.Body
-	}
-	if cfg.Consumers > 0 {
-		r.head = append(b.Bytes(), cfg.ConsumerHeader+": consumer-"...)
-		r.tail = append([]byte("\r\n"), tail.Bytes()...)
-		return r
-	}
-	r.whole = append(b.Bytes(), tail.Bytes()...)
-	return r
-}
-
-// render returns the request of consumer (-1 for none), reusing buf.
-func (r *request) render(buf []byte, consumer int) []byte {
-	if consumer < 0 {
-		return r.whole
-	}
-	buf = append(buf[:0], r.head...)
-	buf = strconv.AppendInt(buf, int64(consumer), 10)
-	return append(buf, r.tail...)
-}
 
 // isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as a method
 // and a field name must be.

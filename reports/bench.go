@@ -38,7 +38,11 @@ func benchSummary(r bench.Result) string {
 	}
 	consumers := ""
 	if c.Consumers > 0 {
-		consumers = fmt.Sprintf(" · %d consumers in %s", c.Consumers, c.ConsumerHeader)
+		in := c.ConsumerHeader
+		if len(c.IdentityIn) > 0 {
+			in = strings.Join(c.IdentityIn, ", ")
+		}
+		consumers = fmt.Sprintf(" · %d consumers in %s", c.Consumers, in)
 	}
 	return fmt.Sprintf("%s %s · %s%s · %d requests in %.2fs (%.0f/s) · warm-up %s (%d requests, not counted)",
 		c.Method, r.Target, load, consumers, r.Requests, r.DurationSeconds, r.ThroughputRPS,

@@ -24,14 +24,21 @@ import (
 type benchOptions struct {
 	bench.HTTPConfig
 	bench.Thresholds
-	headers     []string
-	body        string
-	expectLimit string
-	threads     int
-	shard       string
-	startAt     string
-	hgrm        string
-	output      outputFlag
+	headers []string
+	body    string
+	// consumersFrom, jwtSecret and jwtClaims name the consumers; the Set
+	// fields say whether --consumers and --consumer-header were given.
+	consumersFrom     string
+	jwtSecret         string
+	jwtClaims         []string
+	consumersSet      bool
+	consumerHeaderSet bool
+	expectLimit       string
+	threads           int
+	shard             string
+	startAt           string
+	hgrm              string
+	output            outputFlag
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
@@ -41,7 +48,8 @@ var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
-	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method"}
+	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
+	"Body": "--body", "Identities": "--consumers-from", "JWTSecret": "--jwt-secret", "JWTClaims": "--jwt-claim"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load-test a live endpoint"}
@@ -57,15 +65,25 @@ was due during it, and the percentiles show it. Send lag (actual minus intended 
 recorded apart, and requests that could not be sent in time are counted. With --rate 0 (the
 closed model) every connection sends back to back, for maximum throughput.
 
---consumers K sends K identities in --consumer-header (consumer-0 … consumer-K-1), and
---expect-limit audits them: admissions against the limit (by --expect-algorithm's own
-guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers.
+--consumers K sends K identities (consumer-0 … consumer-K-1, or the lines of --consumers-from)
+as the gateway's clients send theirs: {consumer} stands for the identity in the URL's path or
+query, in any --header's value and in --body; {jwt} for an HS256 token minted per consumer
+(--jwt-secret, --jwt-claim sub={consumer}); {{ is a literal {. --consumer-header NAME is short
+for -H 'NAME: {consumer}', and its default, X-Consumer-Id, is left out when {consumer} or {jwt}
+stands anywhere else.
+
+--expect-limit audits the consumers, named by the identities sent: admissions against the limit
+(by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
+the rate-limit headers.
 The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
 A run in which no request got a response exits 1.
 Ctrl-C stops the run and still reports what was measured.`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/v1/ping --rate 2000 --duration 60s --consumers 50
+  ratelab bench http 'http://127.0.0.1:8080/?apikey={consumer}' --consumers-from keys.txt --rate 200 --expect-limit 10/1s
+  ratelab bench http http://127.0.0.1:8080/ -H 'Authorization: Bearer {jwt}' --jwt-secret @secret --jwt-claim sub={consumer} \
+    --consumers 20 --rate 400 --expect-limit 10/1s --expect-algorithm gcra --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --expect-limit 100/1m --expect-algorithm gcra --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --max-p99 20ms --max-error-rate 0.01 -o json > run.json`,
@@ -75,7 +93,10 @@ Ctrl-C stops the run and still reports what was measured.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runBench(cmd.Context(), io, args[0], opts) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.consumersSet, opts.consumerHeaderSet = cmd.Flags().Changed("consumers"), cmd.Flags().Changed("consumer-header")
+			return runBench(cmd.Context(), io, args[0], opts)
+		},
 	}
 	f := http.Flags()
 	f.Float64Var(&opts.Rate, "rate", 100, "requests per second in total (open model); 0 for the closed model")
@@ -85,10 +106,13 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.Int64Var(&opts.Requests, "requests", 0, "measured requests to send, at most")
 	f.DurationVar(&opts.Warmup, "warmup", 0, "load before the measured run, reported apart")
 	f.StringVarP(&opts.Method, "method", "X", "GET", "HTTP method")
-	f.StringArrayVarP(&opts.headers, "header", "H", nil, `a header to send, "Name: value" (repeatable)`)
-	f.StringVar(&opts.body, "body", "", "request body, or @FILE to read it from a file")
+	f.StringArrayVarP(&opts.headers, "header", "H", nil, `a header to send, "Name: value" (repeatable; {consumer} and {jwt} may stand in the value)`)
+	f.StringVar(&opts.body, "body", "", "request body, or @FILE to read it from a file ({consumer} and {jwt} may stand in it)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "identities to spread the requests over")
-	f.StringVar(&opts.ConsumerHeader, "consumer-header", "X-Consumer-Id", `header that carries the identity ("" for one anonymous client)`)
+	f.StringVar(&opts.ConsumerHeader, "consumer-header", "X-Consumer-Id", `header that carries the identity, short for -H 'NAME: {consumer}' ("" for one anonymous client)`)
+	f.StringVar(&opts.consumersFrom, "consumers-from", "", "FILE of identities (API keys, tokens), one a line, sent instead of consumer-0 …; blank lines and # comments skipped")
+	f.StringVar(&opts.jwtSecret, "jwt-secret", "", "sign one HS256 token per consumer with this secret (@FILE: read from a file), sent where {jwt} stands")
+	f.StringArrayVar(&opts.jwtClaims, "jwt-claim", nil, "a claim of the tokens: NAME=VALUE, a string ({consumer} in it: sub={consumer}), or NAME:=JSON (exp:=4102444800) (repeatable)")
 	f.DurationVar(&opts.Timeout, "timeout", 10*time.Second, "bound on one request, connecting included")
 	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify an https target's certificate (for test gateways)")
 	f.DurationVar(&opts.Interval, "interval", time.Second, "length of the timeline's intervals")
@@ -134,10 +158,8 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 			return cfg, "", usagef("--body: %w", err)
 		}
 	}
-	if cfg.ConsumerHeader == "" {
-		cfg.Consumers = 0
-	} else if cfg.Consumers < 1 {
-		return cfg, "", usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)
+	if err := identityFlags(&cfg, opts); err != nil {
+		return cfg, "", err
 	}
 	if opts.expectLimit != "" {
 		p, err := algorithms.ParsePolicy(opts.expectLimit)
@@ -280,4 +302,52 @@ func parseStartAt(s string, now time.Time) (time.Time, error) {
 		return t, usagef("--start-at %q: %s; %s", s, fe.Render(func(string) string { return "D" }), forms)
 	}
 	return t, err
+}
+
+// identityFlags reads what names the consumers: --consumers-from,
+// --jwt-secret and --jwt-claim, and the default --consumer-header, which
+// is left out when the request names its consumer elsewhere.
+func identityFlags(cfg *bench.HTTPConfig, opts benchOptions) error {
+	if opts.consumersFrom != "" {
+		f, err := os.Open(opts.consumersFrom)
+		if err != nil {
+			return usagef("--consumers-from: %w", err)
+		}
+		ids, err := bench.ParseIdentities(f)
+		f.Close()
+		if err != nil {
+			return usagef("--consumers-from %s: %w", opts.consumersFrom, err)
+		}
+		if opts.consumersSet && cfg.Consumers != len(ids) {
+			return usagef("--consumers %d conflicts with --consumers-from, which holds %d identities: give one of them", cfg.Consumers, len(ids))
+		}
+		cfg.Identities, cfg.Consumers = ids, len(ids)
+	}
+	if file, ok := strings.CutPrefix(opts.jwtSecret, "@"); ok {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return usagef("--jwt-secret: %w", err)
+		}
+		cfg.JWTSecret = []byte(strings.TrimRight(string(b), "\r\n"))
+	} else if opts.jwtSecret != "" {
+		cfg.JWTSecret = []byte(opts.jwtSecret)
+	}
+	for _, c := range opts.jwtClaims {
+		claim, err := bench.ParseJWTClaim(c)
+		if err != nil {
+			return usagef("--jwt-claim %w", err)
+		}
+		cfg.JWTClaims = append(cfg.JWTClaims, claim)
+	}
+	named := cfg.NamesConsumer()
+	if !opts.consumerHeaderSet && named {
+		cfg.ConsumerHeader = ""
+	}
+	switch {
+	case cfg.ConsumerHeader == "" && !named && cfg.Identities == nil:
+		cfg.Consumers = 0 // one anonymous client
+	case cfg.Consumers < 1:
+		return usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)
+	}
+	return nil
 }
