@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"compare":                     {"algorithms", "race", "internal/"},
 	"skew":                        {"algorithms", "internal/"},
 	"bench":                       {"algorithms", "rules", "internal/"},
-	"edge":                        {"algorithms", "internal/"},
+	"edge":                        {"algorithms", "rules", "internal/"},
 	"rules":                       {"algorithms"},
 	"drill":                       {"algorithms", "bench", "edge", "internal/"},
 	"reports":                     {"race", "compare", "skew", "bench", "drill", "internal/hdr", "internal/plural", "internal/redisrun"},
