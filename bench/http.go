@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // HTTPConfig is one load run.
@@ -94,6 +95,19 @@ type HTTPConfig struct {
 	// guarantee (algorithms.Algorithms()) for ExpectLimit per ExpectWindow,
 	// instead of the sliding-window rule.
 	ExpectAlgorithm string
+	// ExpectLimits are limits the endpoint enforces on each consumer all at
+	// once (5 per 1s and 12 per 10s), each judged by its own guarantee;
+	// with ExpectLimit, that one first. No two on one window.
+	ExpectLimits []ExpectedLimit
+	// ExpectRules, when set, audits the endpoint by its own rules file
+	// (parsed rules.ForGateway): each request is judged by the limits it
+	// meets, on the counters they keep. Not with ExpectLimit(s).
+	ExpectRules *rules.Set
+	// Routes, when set, mixes paths by weight in place of Target's path
+	// and query; ConsumerValues sends headers whose value depends on the
+	// consumer (a plan tier).
+	Routes         []Route
+	ConsumerValues []ConsumerValues
 	// KeepResponses keeps every measured request, answered or failed, with
 	// its rate-limit fields read, for Result.Responses (up to 5,000,000).
 	KeepResponses bool
@@ -203,6 +217,12 @@ func (c HTTPConfig) Validate() error {
 			return err
 		}
 	}
+	if err := c.validateExpect(); err != nil {
+		return err
+	}
+	if err := c.validateMix(); err != nil {
+		return err
+	}
 	if c.Rate > 0 && c.Duration > 0 && c.Rate*(c.Duration+c.Warmup).Seconds() > 1e12 {
 		return field.Errorf("Rate", "× {Duration} is over 10^12 requests")
 	}
@@ -309,6 +329,8 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
 	res.RunID = runID
 	var samples []sample
+	var advs []advert
+	source := ""
 	horizon, warmUntil := time.Duration(-1), time.Duration(0)
 	for _, c := range conns {
 		warmUntil = max(warmUntil, c.warmUntil)
@@ -323,14 +345,21 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 				}
 			}
 		}
-		samples = append(samples, c.samples...)
+		base := uint32(len(advs))
+		advs = append(advs, c.advs...)
+		for _, s := range c.samples {
+			s.advAt += base
+			samples = append(samples, s)
+		}
+		if source == "" {
+			source = c.source
+		}
 		res.responses = append(res.responses, c.responses...)
 		if c.cappedAt >= 0 && (horizon < 0 || c.cappedAt < horizon) {
 			horizon = c.cappedAt
 		}
 	}
 	if p.audit {
-		exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm) // validated
 		cov := coverage{from: warmUntil, horizon: horizon, partial: cfg.Shards > 1 && cfg.SharedConsumers}
 		switch {
 		case cov.partial:
@@ -338,27 +367,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
 		}
-		name := p.req.name
-		if len(cfg.SourceIPs) > 0 {
-			name = res.consumerNamer() // by address
-		}
-		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, name)
-		for i := range a.Limits {
-			l := &a.Limits[i]
-			switch {
-			case cov.partial:
-				// Another machine may be asking the same consumer meanwhile.
-				l.RetryAfter.Skipped = sharedNote
-			case cfg.NoProbes:
-				l.RetryAfter.Skipped = "probes turned off (--no-probes)"
-			case ctx.Err() != nil:
-				l.RetryAfter.Skipped = "the run was interrupted"
-			default:
-				probeRetryAfter(ctx, p, samples, l)
-			}
-		}
+		a, m := runAudit(ctx, cfg, p, samples, advs, cov, source)
 		res.Audit = &a
-		res.AuditSamples = encodeSamples(samples)
+		res.AuditSamples = encodeSamplesWith(samples, advs, m)
 	}
 	close(stopProgress)
 	wg.Wait()

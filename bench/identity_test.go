@@ -218,6 +218,16 @@ func TestIdentitiesSent(t *testing.T) {
 			t.Fatalf("worst consumers %+v: want the identities sent, each 2 admitted and 8 denied", a.Limits[0].WorstConsumers)
 		}
 	}
+	// The HTML page's audit chart names them alike.
+	windows, err := res.RollingAdmissions(3)
+	if err != nil || len(windows) != 3 {
+		t.Fatalf("rolling admissions %+v, %v", windows, err)
+	}
+	for _, w := range windows {
+		if !slices.Contains(ids, w.Consumer) {
+			t.Fatalf("the audit chart names %q, not an identity sent", w.Consumer)
+		}
+	}
 }
 
 // TestMergeKeysByIdentity: two runs that share one identity, each with it

@@ -176,13 +176,13 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
 	}
-	var samples []sample
-	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, lay, began, tolerance)
+	ma, err := mergeAudits(runs, lay, began, tolerance)
 	if err != nil {
 		return Result{}, err
 	}
+	res.Audit, res.AuditNote = ma.audit, ma.note
 	if res.Audit != nil {
-		res.AuditSamples = encodeSamples(samples) // so that a merge can be merged again
+		res.AuditSamples = encodeSamplesWith(ma.samples, ma.advs, ma.meeting) // so that a merge can be merged again
 	}
 	res.Bytes = bytes
 	for k, msg := range first {
@@ -234,7 +234,13 @@ func (r Result) mergeable(first int64) error {
 		return err
 	}
 	if r.Audit != nil {
+		if len(r.Audit.Limits) > maxExpected {
+			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), maxExpected)
+		}
 		for i := range r.Audit.Limits {
+			if r.Audit.Limits[i].Unlimited {
+				continue // no policy: never judged
+			}
 			if _, err := r.Audit.Limits[i].policy(); err != nil {
 				return err
 			}
@@ -299,9 +305,19 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	return nil
 }
 
-// mergeAudits audits the runs' samples as one run, or says why it cannot;
-// it returns the samples it audited.
-func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
+// mergedAudit is the audit of several runs' samples as one run's: with the
+// samples it judged, their adverts and counters; or a note that says why
+// there is none.
+type mergedAudit struct {
+	audit   *Audit
+	note    string
+	samples []sample
+	advs    []advert
+	meeting *meeting
+}
+
+// mergeAudits audits the runs' samples as one run, or says why it cannot.
+func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (mergedAudit, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -310,17 +326,27 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 			without = append(without, i+1)
 		}
 	}
+	none := func(format string, a ...any) (mergedAudit, error) {
+		return mergedAudit{note: fmt.Sprintf(format, a...)}, nil
+	}
 	switch {
 	case len(with) == 0:
-		return nil, "", nil, nil
+		return mergedAudit{}, nil
 	case len(without) > 0:
-		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil
+		return none("no merged audit: run %v ran without --expect-limit or --expect-rules", without)
 	}
 	first := runs[0].Audit.Limits
 	if len(first) == 0 {
-		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil
+		return none("no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)")
+	}
+	// An audit by rules keeps which counters each request met: the merge
+	// judges each counter on every run's requests that met it.
+	var counters *counterMerge
+	if byRules(first) {
+		counters = newCounterMerge(len(first))
 	}
 	var all []sample
+	var advs []advert
 	cov := coverage{horizon: -1}
 	probes := make([]RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))
@@ -330,26 +356,37 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	for i, r := range runs {
 		a := r.Audit
 		if !sameLimits(a.Limits, first) {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil
+			return none("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first))
 		}
 		if r.AuditSamples == nil {
-			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
+			return none("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1)
+		}
+		if counters != nil && len(r.AuditSamples.Counters) != len(first) {
+			return none("no merged audit: run %d kept no counters of its rules' limits", i+1)
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		bound := lay.total
+		bound := max(lay.total, 1) // an anonymous run's requests are consumer 0's
 		if lay.apart {
-			bound = r.Config.Consumers
+			bound = max(r.Config.Consumers, 1)
 		}
-		ss, err := r.AuditSamples.decode(offset, bound)
+		ss, ads, hits, err := r.AuditSamples.decodeAll(offset, bound)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
+			return mergedAudit{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
+		if counters != nil {
+			if err := counters.add(len(all), hits, r.AuditSamples.Counters); err != nil {
+				return mergedAudit{}, fmt.Errorf("run %d: audit samples: %w", i+1, err)
+			}
+		}
+		base := uint32(len(advs))
+		advs = append(advs, ads...)
 		for k := range ss {
 			if of := lay.of[i]; of != nil {
 				ss[k].consumer = of[ss[k].consumer]
 			}
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
+			ss[k].advAt += base
 		}
 		all = append(all, ss...)
 		if a.CappedFromMillis != nil {
@@ -379,11 +416,20 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	for k, l := range first {
 		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
+			return mergedAudit{}, fmt.Errorf("run 1: audit: %w", err)
+		}
+		exp.id = l.ID
+		if counters != nil { // a rules limit, as the run's audit described it
+			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
+			exp.quota = l.Limit * max(l.Cost, 1)
 		}
 		exps[k] = exp
 	}
-	a := audit(all, exps, lay.total, cov, lay.namer())
+	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
+	if counters != nil {
+		m = counters.m
+	}
+	a := auditLimits(all, advs, exps, m, cov)
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {
@@ -391,13 +437,19 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 			a.Limits[k].RetryAfter.Skipped = ""
 		}
 	}
-	return &a, "", all, nil
+	return mergedAudit{audit: &a, samples: all, advs: advs, meeting: &m}, nil
+}
+
+// byRules says whether an audit's limits are a rules file's.
+func byRules(limits []LimitAudit) bool {
+	return len(limits) > 0 && limits[0].Descriptor != ""
 }
 
 // sameLimits says whether two audits judged the same limits, in order.
 func sameLimits(a, b []LimitAudit) bool {
 	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
-		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm
+		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID &&
+			x.Descriptor == y.Descriptor && x.Shadow == y.Shadow && x.Unlimited == y.Unlimited && x.Cost == y.Cost
 	})
 }
 

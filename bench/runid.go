@@ -45,10 +45,14 @@ func (c HTTPConfig) runID() string {
 		SharedConsumers                                                     bool
 		Identities                                                          []string
 		JWTClaims                                                           []JWTClaim
+		ExpectLimits                                                        []ExpectedLimit
+		Routes                                                              []Route
+		ConsumerValues                                                      []ConsumerValues
+		Rules                                                               bool
 	}{c.Target, c.Method, c.ConsumerHeader, startAt, c.ExpectAlgorithm, addrsText(c.SourceIPs),
 		c.Header, hex.EncodeToString(body[:]), c.Rate, c.Duration, c.Warmup, c.ExpectWindow,
 		c.Requests, c.ExpectLimit, c.Connections, c.Consumers, max(c.Shards, 1), c.SharedConsumers,
-		c.Identities, c.JWTClaims})
+		c.Identities, c.JWTClaims, c.ExpectLimits, c.Routes, c.ConsumerValues, c.ExpectRules != nil})
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:8])
 }

@@ -77,6 +77,16 @@ func (p *plan) localAddr(consumer int) net.Addr {
 	return &net.TCPAddr{IP: p.sources[consumer].AsSlice()}
 }
 
+// consumerName names consumer c as the audit does: by its source
+// address when it has one (the gateway tells consumers apart by it), else
+// as the requests name it.
+func (p *plan) consumerName(c int32) string {
+	if c >= 0 && int(c) < len(p.sources) {
+		return p.sources[c].String()
+	}
+	return p.req.name(c)
+}
+
 // addrNames are the addresses as the audit names their consumers.
 func addrNames(addrs []netip.Addr) []string {
 	if len(addrs) == 0 {

@@ -242,14 +242,20 @@ func (h *health) report(w http.ResponseWriter, mode OnError) {
 
 // LocalLimiter is a limiter of the same algorithm at a gateway's share of
 // the limit, in an embedded in-process Redis that runs the very same
-// script: what FailLocal decides with while Redis fails.
+// script: what FailLocal decides with while Redis fails. Under rules it
+// holds one such limiter per limit, built when a limit is first met.
 type LocalLimiter struct {
-	// Limiter decides, on this host's clock.
+	// Limiter decides, on this host's clock; nil for rules (NewLocalRules).
 	Limiter algorithms.Limiter
 	// Policy is the share: the limit over the nodes, at least 1, per the
 	// same window.
 	Policy algorithms.Policy
 	stop   func()
+
+	client redis.UniversalClient
+	nodes  int
+	mu     sync.Mutex
+	shares map[string]algorithms.Limiter // by algorithm and policy
 }
 
 // NewLocalLimiter starts the embedded server and builds algorithm on it,
@@ -257,19 +263,74 @@ type LocalLimiter struct {
 // fleet of nodes gateways, each deciding alone, admits at most the limit
 // between them. Close it when done.
 func NewLocalLimiter(algorithm string, p algorithms.Policy, nodes int) (*LocalLimiter, error) {
+	l, err := NewLocalRules(nodes)
+	if err != nil {
+		return nil, err
+	}
+	l.Policy = share(p, nodes)
+	l.Limiter, err = algorithms.New(algorithm, l.client, l.Policy, algorithms.WithClock(algorithms.ClockCaller))
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// NewLocalRules starts the embedded server for the limits of rules: each
+// limit is decided at its share, its limit over nodes (rounded down, at
+// least 1). Close it when done.
+func NewLocalRules(nodes int) (*LocalLimiter, error) {
 	srv, err := redisrun.StartEmbedded()
 	if err != nil {
 		return nil, fmt.Errorf("local limiter: %w", err)
 	}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1})
-	share := algorithms.Policy{Limit: max(p.Limit/int64(max(nodes, 1)), 1), Window: p.Window}
-	lim, err := algorithms.New(algorithm, client, share, algorithms.WithClock(algorithms.ClockCaller))
+	return &LocalLimiter{client: client, nodes: max(nodes, 1), shares: map[string]algorithms.Limiter{},
+		stop: func() { client.Close(); srv.Stop() }}, nil
+}
+
+func share(p algorithms.Policy, nodes int) algorithms.Policy {
+	return algorithms.Policy{Limit: max(p.Limit/int64(max(nodes, 1)), 1), Window: p.Window}
+}
+
+// decide decides checks one after the other, each at its share, and stops
+// at the first that denies (shadow ones are not asked): what the limits
+// before it consumed stays consumed, so that alone, while Redis fails, the
+// gateway may admit less than its share, never more.
+func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (localAnswer, error) {
+	for _, c := range checks {
+		if c.Shadow {
+			continue
+		}
+		p := share(c.Policy, l.nodes)
+		lim, err := l.limiter(c.Algorithm, p)
+		if err != nil {
+			return localAnswer{}, err
+		}
+		d, err := lim.Allow(ctx, c.Key)
+		if err != nil {
+			return localAnswer{}, err
+		}
+		if !d.Allowed {
+			return localAnswer{retry: d.RetryAfter, policy: p}, nil
+		}
+	}
+	return localAnswer{allowed: true}, nil
+}
+
+func (l *LocalLimiter) limiter(algorithm string, p algorithms.Policy) (algorithms.Limiter, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := algorithm + " " + p.String()
+	if lim, ok := l.shares[k]; ok {
+		return lim, nil
+	}
+	lim, err := algorithms.New(algorithm, l.client, p, algorithms.WithClock(algorithms.ClockCaller))
 	if err != nil {
-		client.Close()
-		srv.Stop()
 		return nil, err
 	}
-	return &LocalLimiter{Limiter: lim, Policy: share, stop: func() { client.Close(); srv.Stop() }}, nil
+	l.shares[k] = lim
+	return lim, nil
 }
 
 // Close stops the embedded server.

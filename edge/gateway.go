@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/plural"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // RedisOptions adapts base for a gateway: pool connections at most, the
@@ -139,6 +141,10 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 				return
 			}
 			g.limiter.health.report(w, g.limiter.cfg.OnError)
+			if rs := g.limiter.cfg.Rules; rs != nil {
+				cur := rs.Current()
+				fmt.Fprintf(w, "rules: version %s, %s, loaded %s\n", cur.Set.Version, cur.Set.File, cur.At.UTC().Format(time.RFC3339Nano))
+			}
 		})
 		g.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -174,13 +180,30 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			fmt.Fprintln(g.cfg.Log, "ratelab edge: --limit off: no limiter, every request goes to the upstream")
 			l.Algorithm = "" // nothing more to say
 		}
-		if l.Algorithm != "" {
+		if l.Rules != nil && !g.cfg.Off {
+			set := l.Rules.Current().Set
+			fmt.Fprintf(g.cfg.Log, "ratelab edge: rules %s (domain %s, version %s): %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
+				set.File, set.Domain, set.Version, limitsText(set), clockOwner(l.Clock), l.Timeout, onErrorText(l),
+				breakerText(l.BreakerFailures),
+				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
+				map[bool]string{true: "; deny cache on"}[l.DenyCache])
+		} else if l.Algorithm != "" {
 			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
 				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), clockOwner(l.Clock), l.Timeout, onErrorText(l),
 				breakerText(l.BreakerFailures),
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
+	}
+	var watching sync.WaitGroup
+	if g.limiter != nil && g.cfg.Limit.Rules != nil {
+		wctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); watching.Wait() }()
+		watching.Go(func() {
+			if err := g.cfg.Limit.Rules.Watch(wctx); err != nil && g.cfg.Log != nil {
+				fmt.Fprintf(g.cfg.Log, "ratelab edge: rules do not reload when the file changes: %v\n", err)
+			}
+		})
 	}
 	type server struct {
 		srv *http.Server
@@ -235,8 +258,25 @@ func clockOwner(c algorithms.Clock) string {
 	return "this host"
 }
 
+// limitsText names the limits of set: "per-1s 5 per 1s (sliding-log), per-10s 12 per 10s (gcra)".
+func limitsText(set *rules.Set) string {
+	var parts []string
+	for _, l := range set.Limits() {
+		switch {
+		case l.Unlimited:
+			parts = append(parts, l.ID+" unlimited")
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d per %s (%s)", l.ID, l.Policy.Limit, l.Policy.Window, l.Algorithm))
+		}
+	}
+	return plural.Count(len(parts), "limit") + ": " + strings.Join(parts, ", ")
+}
+
 // onErrorText says what the gateway does while Redis fails.
 func onErrorText(c Config) string {
+	if c.OnError == FailLocal && c.Local != nil && c.Rules != nil {
+		return "local (this gateway's share of each limit)"
+	}
 	if c.OnError == FailLocal && c.Local != nil {
 		return fmt.Sprintf("local (this gateway's share: %d per %s)", c.Local.Policy.Limit, c.Local.Policy.Window)
 	}

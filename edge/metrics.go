@@ -50,6 +50,9 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	redisUp   prometheus.Gauge
 	circuit   prometheus.Gauge
+
+	limits *limitCounts
+	rules  ruleGauges
 }
 
 // NewMetrics returns metrics at zero, every outcome and kind included, on a
@@ -95,7 +98,10 @@ func NewMetrics() *Metrics {
 	}
 	// A new registry and collectors of fixed, distinct names: registration
 	// cannot fail.
+	m.limits = newLimitCounts()
+	m.rules = newRuleGauges()
 	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency, m.redisUp, m.circuit,
+		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -91,6 +91,12 @@ type Config struct {
 	// Shadow decides and sets headers but never blocks; what would have been
 	// blocked is counted.
 	Shadow bool
+	// Rules, when set, decide every request by the limits it meets in them,
+	// all in one call of Decider; Limiter, Algorithm, Policy and PolicyName
+	// are then unused. A reload of Rules applies from the next request.
+	Rules *Rules
+	// Decider decides a request's limits at once, with Rules.
+	Decider Decider
 	// Metrics, when set, counts decisions.
 	Metrics *Metrics
 	// Now is the clock of the deny cache; time.Now by default.
@@ -125,10 +131,18 @@ func Middleware(cfg Config, next http.Handler) *Handler {
 	}
 	l := &Handler{cfg: cfg, next: next, denied: map[string]time.Time{}}
 	probeKey := algorithms.Key("ratelab-probe", cfg.Algorithm)
-	l.health = newHealth(cfg.Log, cfg.BreakerFailures, cfg.Timeout, cfg.Metrics, func(ctx context.Context) error {
+	probe := func(ctx context.Context) error {
 		_, err := cfg.Limiter.Allow(ctx, probeKey)
 		return err
-	})
+	}
+	if cfg.Rules != nil {
+		cfg.Rules.setMetrics(cfg.Metrics)
+		probe = func(ctx context.Context) error {
+			_, err := cfg.Decider.Decide(ctx, []algorithms.Check{probeCheck})
+			return err
+		}
+	}
+	l.health = newHealth(cfg.Log, cfg.BreakerFailures, cfg.Timeout, cfg.Metrics, probe)
 	return l
 }
 
@@ -146,6 +160,10 @@ type Handler struct {
 }
 
 func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if l.cfg.Rules != nil {
+		l.serveRules(w, r)
+		return
+	}
 	id := l.cfg.KeyBy.Identify(r)
 	key := algorithms.Key(id.Key, l.cfg.Algorithm)
 	// The scripts keep time in whole milliseconds: so does the cache, so that
@@ -159,7 +177,7 @@ func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if kind, open := l.health.circuitOpen(); open {
-		l.fallback(w, r, key, kind)
+		l.fallback(w, r, kind, l.localFor(key))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
@@ -183,7 +201,7 @@ func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		kind := errorKind(err)
 		l.cfg.Metrics.redisError(kind)
 		l.health.failedWith(kind, err)
-		l.fallback(w, r, key, kind)
+		l.fallback(w, r, kind, l.localFor(key))
 		return
 	default:
 		l.health.answered()
@@ -207,26 +225,45 @@ func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.next.ServeHTTP(w, r)
 }
 
+// localAnswer is a decision of the local limiter: whether it admitted and,
+// when not, after how long it admits again and the limit it applied.
+type localAnswer struct {
+	allowed bool
+	retry   time.Duration
+	policy  algorithms.Policy
+}
+
+// localFor decides key with the single local limiter; nil without one.
+func (l *Handler) localFor(key string) func(context.Context) (localAnswer, error) {
+	if l.cfg.Local == nil || l.cfg.Local.Limiter == nil {
+		return nil
+	}
+	return func(ctx context.Context) (localAnswer, error) {
+		d, err := l.cfg.Local.Limiter.Allow(ctx, key)
+		return localAnswer{allowed: d.Allowed, retry: d.RetryAfter, policy: l.cfg.Local.Policy}, err
+	}
+}
+
 // fallback answers r without Redis, which failed with kind, as OnError
-// says; the answer carries no RateLimit fields.
-func (l *Handler) fallback(w http.ResponseWriter, r *http.Request, key, kind string) {
+// says, deciding with local under FailLocal; the answer carries no
+// RateLimit fields.
+func (l *Handler) fallback(w http.ResponseWriter, r *http.Request, kind string, local func(context.Context) (localAnswer, error)) {
 	switch {
 	case l.cfg.OnError == FailClosed:
 		l.cfg.Metrics.decision(OutcomeErrorClosed)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "Service Unavailable", causes[kind], 1000)
 		return
-	case l.cfg.OnError == FailLocal && l.cfg.Local != nil:
+	case l.cfg.OnError == FailLocal && local != nil:
 		ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
-		d, err := l.cfg.Local.Limiter.Allow(ctx, key)
+		a, err := local(ctx)
 		cancel()
-		if err == nil && !d.Allowed {
+		if err == nil && !a.allowed {
 			l.cfg.Metrics.decision(OutcomeErrorLocalDenied)
-			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
-			p := l.cfg.Local.Policy
+			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(a.retry), 10))
 			problem(w, http.StatusTooManyRequests, "Too Many Requests",
 				fmt.Sprintf("rate limit of %d per %dms exceeded: this gateway's own share of the limit, while %s",
-					p.Limit, p.Window.Milliseconds(), causes[kind]), d.RetryAfter.Milliseconds())
+					a.policy.Limit, a.policy.Window.Milliseconds(), causes[kind]), a.retry.Milliseconds())
 			return
 		}
 		if err == nil {

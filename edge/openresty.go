@@ -52,6 +52,9 @@ type NginxConfig struct {
 	BreakerFailures int
 	// Off leaves the limiter out, to measure what it adds.
 	Off bool
+	// Rules, when set, is the rules table RenderRules wrote: the module then
+	// decides every limit a request meets with decide.lua, and Policy is unused.
+	Rules string
 	// Workers is the number of nginx worker processes; 1 by default.
 	Workers int
 	// Dir holds the rendered files, the pid and the error log.
@@ -80,11 +83,12 @@ func (c NginxConfig) Render() (string, error) {
 	}
 	data := struct {
 		NginxConfig
-		ModuleDir, ScriptPath                      string
-		TimeoutMillis, WindowMillis                int64
-		Limit                                      int64
-		UpstreamScheme, UpstreamHost, UpstreamPath string
+		ModuleDir, ScriptPath, RulesPath, DecidePath string
+		TimeoutMillis, WindowMillis                  int64
+		Limit                                        int64
+		UpstreamScheme, UpstreamHost, UpstreamPath   string
 	}{NginxConfig: c, ModuleDir: c.Dir, ScriptPath: filepath.Join(c.Dir, "slidinglog.lua"),
+		RulesPath: filepath.Join(c.Dir, "rules.lua"), DecidePath: filepath.Join(c.Dir, "decide.lua"),
 		TimeoutMillis: c.Timeout.Milliseconds(), WindowMillis: c.Policy.Window.Milliseconds(), Limit: c.Policy.Limit}
 	if c.Upstream != "builtin" {
 		u, err := url.Parse(c.Upstream)
@@ -111,11 +115,15 @@ func (c NginxConfig) WriteFiles() error {
 	if err != nil {
 		return err
 	}
-	for name, body := range map[string]string{
+	files := map[string]string{
 		"nginx.conf":     conf,
 		"ratelimit.lua":  ratelimitLua,
 		"slidinglog.lua": algorithms.SlidingLogSource(),
-	} {
+	}
+	if c.Rules != "" {
+		files["rules.lua"], files["decide.lua"] = c.Rules, algorithms.DecideSource()
+	}
+	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(body), 0o644); err != nil {
 			return err
 		}
@@ -209,6 +217,21 @@ func StartNginx(ctx context.Context, c NginxConfig) (*Nginx, error) {
 			return nil, fmt.Errorf("nginx not accepting on %s after 10s", pending[0])
 		}
 	}
+}
+
+// ReloadRules writes rules (RenderRules' table) over the running nginx's
+// and has nginx reload: new workers read them, old ones finish their
+// requests with the old rules.
+func (n *Nginx) ReloadRules(rules string) error {
+	path := filepath.Join(n.dir, "rules.lua")
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(rules), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return n.cmd.Process.Signal(syscallHup)
 }
 
 // Dir is where the rendered files and the error log are.

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // Engines that can serve the limiter.
@@ -41,11 +43,23 @@ type Options struct {
 	Off bool
 	// Policy is the limit; Algorithm the registry name of the algorithm
 	// (one of algorithms.Algorithms()); Clock where it takes the time from.
+	// Limits or RulesFile, when given, replace Policy.
 	Policy    algorithms.Policy
 	Algorithm string
 	Clock     algorithms.Clock
+	// Limits are limits on the one identity KeyBy names, each LIMIT/WINDOW
+	// or LIMIT/WINDOW:ALGORITHM (Algorithm for those that name none), as in
+	// rules.Shorthand. A lone limit is Policy; several are decided together,
+	// as rules.
+	Limits []string
+	// RulesFile is a rules file (docs/rules.md) that decides every request
+	// instead of Policy or Limits. It reloads on SIGHUP and whenever the file
+	// changes; a version that does not validate is refused and logged, and
+	// the rules serving stay.
+	RulesFile string
 	// KeyBy is "ip" or "header:NAME"; TrustedProxies are the CIDRs whose
-	// X-Forwarded-For is believed.
+	// X-Forwarded-For is believed. With RulesFile, the file says who a
+	// request is from, and KeyBy only labels the built-in upstream's counts.
 	KeyBy          string
 	TrustedProxies []string
 	// OnError is "open", "closed" or "local" (the go engine only);
@@ -76,10 +90,11 @@ func (o Options) Validate() error {
 	if o.Engine != EngineOpenResty {
 		return nil
 	}
+	o, set, _ := o.resolve()
 	switch {
 	case o.Off:
 		return nil
-	case o.Algorithm != "sliding-log":
+	case set == nil && o.Algorithm != "sliding-log":
 		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
 	case o.Shadow:
 		return field.Errorf("Shadow", "is not in the openresty engine")
@@ -87,6 +102,10 @@ func (o Options) Validate() error {
 		return field.Errorf("OnError", "local is not in the openresty engine: its workers keep no limiter of their own")
 	case len(o.TrustedProxies) > 0:
 		return field.Errorf("TrustedProxies", "is not in the openresty engine: use nginx's realip module (set_real_ip_from)")
+	case set != nil:
+		if _, err := RenderRules(set); err != nil {
+			return field.Errorf(rulesField(o), ": %v", err)
+		}
 	}
 	return nil
 }
@@ -106,9 +125,88 @@ func (o Options) CheckRedis(r *redis.UniversalOptions) error {
 	return nil
 }
 
+// resolve reads Limits or RulesFile: it returns o with Policy and
+// Algorithm set from a lone limit, or the rules of several.
+func (o Options) resolve() (Options, *rules.Set, error) {
+	switch {
+	case o.Off:
+		return o, nil, nil
+	case o.RulesFile != "" && len(o.Limits) > 0:
+		return o, nil, field.Errorf("RulesFile", "and {Limits} are two ways to give the limits: give one")
+	case o.RulesFile != "":
+		set, err := LoadRules(o.RulesFile, o.ruleOptions()...)
+		if err != nil {
+			return o, nil, field.Errorf("RulesFile", ": %v", err)
+		}
+		return o, set, nil
+	case len(o.Limits) == 0:
+		return o, nil, nil
+	case len(o.Limits) == 1:
+		pol, alg, named := strings.Cut(o.Limits[0], ":")
+		p, err := algorithms.ParsePolicy(pol)
+		if err != nil {
+			return o, nil, field.Errorf("Limits", "%v", err)
+		}
+		if !named {
+			alg = o.Algorithm
+		}
+		// The nginx module's single limit is the sliding log; any other
+		// algorithm it runs as a rule.
+		if o.Engine != EngineOpenResty || alg == "sliding-log" {
+			o.Policy, o.Algorithm = p, alg
+			return o, nil, nil
+		}
+	}
+	set, err := rules.Shorthand{Limits: o.Limits, KeyBy: o.KeyBy, Algorithm: o.Algorithm}.Set()
+	if err != nil {
+		var re *rules.Error
+		if errors.As(err, &re) {
+			return o, nil, field.Errorf(re.Field, "%s", re.Message)
+		}
+		return o, nil, field.Errorf("Limits", ": %v", err)
+	}
+	return o, set, nil
+}
+
+// rulesField is the field that gave o's rules: RulesFile or Limits.
+func rulesField(o Options) string {
+	if o.RulesFile != "" {
+		return "RulesFile"
+	}
+	return "Limits"
+}
+
+// ruleOptions are Parse's options for a rules file of o.
+func (o Options) ruleOptions() []rules.Option {
+	opts := []rules.Option{rules.ForGateway()}
+	if o.Algorithm != "" {
+		opts = append(opts, rules.WithDefaultAlgorithm(o.Algorithm))
+	}
+	return opts
+}
+
+// checkRules refuses a set that o cannot serve: with --on-redis-error
+// local, a limit below the number of nodes has no share.
+func (o Options) checkRules(set *rules.Set) error {
+	if OnError(o.OnError) != FailLocal {
+		return nil
+	}
+	for _, l := range set.Limits() {
+		if !l.Unlimited && int64(o.Nodes) > l.Policy.Limit {
+			return field.Errorf("Nodes", "must be at most every limit with local: each node's share is the limit over the nodes "+
+				"(got %d nodes, limit %s of %d)", o.Nodes, l.ID, l.Policy.Limit)
+		}
+	}
+	return nil
+}
+
 // config builds the gateway's configuration from o.
 func (o Options) config() (GatewayConfig, error) {
 	var cfg GatewayConfig
+	o, set, err := o.resolve()
+	if err != nil {
+		return cfg, err
+	}
 	switch {
 	case o.Engine != EngineGo && o.Engine != EngineOpenResty:
 		return cfg, field.Errorf("Engine", "%q: want go or openresty", o.Engine)
@@ -133,7 +231,7 @@ func (o Options) config() (GatewayConfig, error) {
 			return cfg, field.Errorf("Admin", "%q: want host:port or :port, or empty for none", o.Admin)
 		}
 	}
-	if !o.Off {
+	if !o.Off && set == nil {
 		if err := o.Policy.Validate(); err != nil {
 			return cfg, err
 		}
@@ -149,7 +247,7 @@ func (o Options) config() (GatewayConfig, error) {
 	if onErr != FailOpen && onErr != FailClosed && onErr != FailLocal {
 		return cfg, field.Errorf("OnError", "%q: want open, closed or local", o.OnError)
 	}
-	if onErr == FailLocal && !o.Off && int64(o.Nodes) > o.Policy.Limit {
+	if onErr == FailLocal && !o.Off && set == nil && int64(o.Nodes) > o.Policy.Limit {
 		return cfg, field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes (got %d nodes, limit %d)",
 			o.Nodes, o.Policy.Limit)
 	}
@@ -157,10 +255,17 @@ func (o Options) config() (GatewayConfig, error) {
 	if !slices.Contains([]Headers{HeadersDraft, HeadersLegacy, HeadersBoth}, headers) {
 		return cfg, field.Errorf("Headers", "%q: want draft, legacy or both", o.Headers)
 	}
-	return GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
+	cfg = GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
 		Limit: Config{Algorithm: o.Algorithm, Policy: o.Policy, Clock: o.Clock, KeyBy: keyBy, OnError: onErr,
 			Timeout: o.Timeout, Headers: headers, DenyCache: o.DenyCache, Shadow: o.Shadow,
-			BreakerFailures: o.BreakerFailures, Log: o.Log}}, nil
+			BreakerFailures: o.BreakerFailures, Log: o.Log}}
+	if set != nil {
+		if err := o.checkRules(set); err != nil {
+			return cfg, err
+		}
+		cfg.Limit.Rules = NewRules(set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Check: o.checkRules, Log: o.Log})
+	}
+	return cfg, nil
 }
 
 func httpURL(s string) bool {
@@ -171,6 +276,10 @@ func httpURL(s string) bool {
 // Serve runs the engine o names until ctx is done, deciding in the Redis
 // that r reaches (addr names it in messages). With Off, r may be nil.
 func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr string) error {
+	o, _, err := o.resolve()
+	if err != nil {
+		return err
+	}
 	cfg, err := o.config()
 	if err != nil {
 		return err
@@ -178,7 +287,26 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if o.Engine == EngineOpenResty {
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
-	if !o.Off {
+	if !o.Off && cfg.Limit.Rules != nil {
+		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+		defer client.Close()
+		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.Load(lctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cannot load the decision's script into Redis at %s: %w", addr, err)
+		}
+		cfg.Limit.Decider = d
+		if cfg.Limit.OnError == FailLocal {
+			local, err := NewLocalRules(o.Nodes)
+			if err != nil {
+				return err
+			}
+			defer local.Close()
+			cfg.Limit.Local = local
+		}
+	} else if !o.Off {
 		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
 		defer client.Close()
 		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
@@ -213,7 +341,8 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 // serveOpenResty renders edge/openresty/nginx.conf for o and runs nginx
 // with the module until ctx is done.
 func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.UniversalOptions, addr string) error {
-	if _, _, err := FindNginx(); err != nil {
+	_, _, err := FindNginx()
+	if err != nil {
 		return err
 	}
 	nc := NginxConfig{
@@ -224,6 +353,12 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	if o.Admin != "" {
 		nc.Admin = hostPort(o.Admin)
+	}
+	rs := cfg.Limit.Rules
+	if rs != nil {
+		if nc.Rules, err = RenderRules(rs.Current().Set); err != nil {
+			return err
+		}
 	}
 	if !o.Off {
 		host, portText, err := net.SplitHostPort(r.Addrs[0])
@@ -243,7 +378,11 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	// What it will serve is said first: clients may reach nginx a moment
 	// before StartNginx sees it accept.
-	if o.Log != nil && !o.Off {
+	if o.Log != nil && !o.Off && rs != nil {
+		set := rs.Current().Set
+		fmt.Fprintf(o.Log, "ratelab edge: rules %s (domain %s, version %s): %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
+			set.File, set.Domain, set.Version, limitsText(set), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+	} else if o.Log != nil && !o.Off {
 		fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
 			o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
 	}
@@ -258,6 +397,34 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
 			nc.Listen, o.Upstream, orNone(nc.Admin), n.Dir())
+	}
+	if rs != nil && o.RulesFile != "" {
+		// A new version is rendered and nginx reloaded: its new workers
+		// decide by it, the old ones finish their requests.
+		watched := NewRules(rs.Current().Set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Log: o.Log,
+			Check: func(set *rules.Set) error {
+				if err := o.checkRules(set); err != nil {
+					return err
+				}
+				_, err := RenderRules(set)
+				return err
+			},
+			Apply: func(set *rules.Set) error {
+				text, err := RenderRules(set)
+				if err != nil {
+					return err
+				}
+				return n.ReloadRules(text)
+			}})
+		wctx, stop := context.WithCancel(ctx)
+		watching := make(chan struct{})
+		go func() {
+			defer close(watching)
+			if err := watched.Watch(wctx); err != nil && o.Log != nil {
+				fmt.Fprintf(o.Log, "ratelab edge: rules do not reload when the file changes: %v\n", err)
+			}
+		}()
+		defer func() { stop(); <-watching }()
 	}
 	select {
 	case <-ctx.Done():

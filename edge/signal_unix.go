@@ -6,4 +6,5 @@ import "syscall"
 const (
 	syscallQuit = syscall.SIGQUIT
 	syscallTerm = syscall.SIGTERM
+	syscallHup  = syscall.SIGHUP // nginx: reload the configuration
 )

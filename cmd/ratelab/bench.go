@@ -17,6 +17,7 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/reports"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // benchOptions are the flags of ratelab bench http; bench.HTTPConfig and
@@ -36,7 +37,10 @@ type benchOptions struct {
 	consumerHeaderSet bool
 	connectionsSet    bool
 	sourceIPs         string
-	expectLimit       string
+	expectLimits      []string
+	expectRules       string
+	paths             []string
+	values            []string
 	threads           int
 	shard             string
 	startAt           string
@@ -49,6 +53,7 @@ type benchOptions struct {
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
+	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "Routes": "--path", "ConsumerValues": "--consumer-values",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
 	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
@@ -78,7 +83,12 @@ stands anywhere else.
 
 --expect-limit audits the consumers, named by the identities sent: admissions against the limit
 (by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
-the rate-limit headers.
+the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
+enforces several limits at once, or --expect-rules with the gateway's own rules file: each limit
+is judged by its own guarantee, on its own counters, and reported on its own line; headers are
+held to the policy they name. --path mixes routes by weight, and --consumer-values sends a
+header whose value depends on the consumer (a plan tier), so that a rules file's routes and
+tiers are exercised.
 The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
@@ -95,6 +105,9 @@ every shard of one run shares): report merge merges only one run's shards.`,
     --consumers 20 --rate 400 --expect-limit 10/1s --expect-algorithm gcra --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --expect-limit 100/1m --expect-algorithm gcra --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 100 --consumers 10 --expect-limit 5/1s --expect-limit 12/10s --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 200 --consumers 20 --expect-rules rules.yaml --path /search:1 --path /items:9 \
+    --consumer-values 'X-Plan: gold:1,free:9' --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --max-p99 20ms --max-error-rate 0.01 -o json > run.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -129,9 +142,15 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)")
-	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
-	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for --expect-limit: "+
+	f.StringArrayVar(&opts.expectLimits, "expect-limit", nil, "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m, "+
+		"or LIMIT/WINDOW:ALGORITHM (repeatable, or a comma list: 5/1s,12/10s: every limit at once, each judged by its own guarantee)")
+	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for the --expect-limit values that name none: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
+	f.StringVar(&opts.expectRules, "expect-rules", "", "audit the endpoint by the gateway's own rules FILE: each request judged by the limits it meets, "+
+		"on the counters they keep (not with --expect-limit)")
+	f.StringArrayVar(&opts.paths, "path", nil, "send to PATH[:WEIGHT] in place of URL's path, mixed by weight (repeatable: --path /search:1 --path /items:9)")
+	f.StringArrayVar(&opts.values, "consumer-values", nil, `a header whose value depends on the consumer, "NAME: VALUE[:WEIGHT],…" `+
+		`(X-Plan: gold:1,free:9: consumer-0 gold, consumer-1 to -9 free, and so on every ten; repeatable)`)
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers")
 	f.BoolVar(&opts.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
 	f.Var(optionalFloat{&opts.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
@@ -178,16 +197,8 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 	if err := sourceIPs(&cfg, opts); err != nil {
 		return cfg, "", err
 	}
-	if opts.expectLimit != "" {
-		p, err := algorithms.ParsePolicy(opts.expectLimit)
-		if err != nil {
-			return cfg, "", usagef("--expect-limit %w", err)
-		}
-		cfg.ExpectLimit, cfg.ExpectWindow = p.Limit, p.Window
-	} else if opts.FailOnLeak {
-		return cfg, "", usagef("--fail-on-leak needs --expect-limit")
-	} else if opts.FailOnUnder != nil {
-		return cfg, "", usagef("--fail-on-under needs --expect-limit")
+	if err := expectConfig(&cfg, opts); err != nil {
+		return cfg, "", err
 	}
 	if opts.shard != "" {
 		i, n, _ := strings.Cut(opts.shard, "/")
@@ -277,6 +288,55 @@ func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
 		// keeps each on one, up to maxSourceConnections.
 		k := len(addrs)
 		cfg.Connections = min(k*((opts.Connections+k-1)/k), max(maxSourceConnections, opts.Connections))
+	}
+	return nil
+}
+
+// expectConfig reads the flags of what the audit expects, and of the mix
+// of requests sent, into cfg.
+func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
+	for _, v := range opts.expectLimits {
+		ls, err := bench.ParseExpectedLimits(v, opts.ExpectAlgorithm)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ExpectLimits = append(cfg.ExpectLimits, ls...)
+	}
+	if len(cfg.ExpectLimits) > 0 {
+		cfg.ExpectAlgorithm = "" // given to each limit that names none
+	}
+	if opts.expectRules != "" {
+		if len(opts.expectLimits) > 0 {
+			return usagef("--expect-rules and --expect-limit are two audits: give one")
+		}
+		if opts.ExpectAlgorithm != "" {
+			return usagef("--expect-algorithm is for --expect-limit: each limit of --expect-rules names its own")
+		}
+		src, err := os.ReadFile(opts.expectRules)
+		if err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+		if cfg.ExpectRules, err = rules.Parse(opts.expectRules, src, rules.ForGateway()); err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+	}
+	if len(opts.expectLimits) == 0 && opts.expectRules == "" {
+		switch {
+		case opts.FailOnLeak:
+			return usagef("--fail-on-leak needs --expect-limit or --expect-rules")
+		case opts.FailOnUnder != nil:
+			return usagef("--fail-on-under needs --expect-limit or --expect-rules")
+		}
+	}
+	for _, p := range opts.paths {
+		cfg.Routes = append(cfg.Routes, bench.ParseRoute(p))
+	}
+	for _, v := range opts.values {
+		cv, err := bench.ParseConsumerValues(v)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ConsumerValues = append(cfg.ConsumerValues, cv)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,15 +16,18 @@ import (
 // edgeOptions are the flags of ratelab edge; edge.Options holds the rest.
 type edgeOptions struct {
 	edge.Options
-	limit, clock string
-	redis        redisFlags
+	limits   []string
+	clock    string
+	limitSet bool // --limit was given
+	keyBySet bool // --key-by was given
+	redis    redisFlags
 }
 
 // edgeNames are the flags that set edge.Options' fields.
 var edgeNames = flagNames{"Engine": "--engine", "Listen": "--listen", "Admin": "--admin", "Upstream": "--upstream",
 	"Algorithm": "--algorithm", "KeyBy": "--key-by", "TrustedProxies": "--trusted-proxies", "OnError": "--on-redis-error",
 	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Shadow": "--shadow", "Redis": "--redis",
-	"Limit": "--limit", "Window": "--limit", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures"}
+	"Limit": "--limit", "Window": "--limit", "Limits": "--limit", "RulesFile": "--rules", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures"}
 
 func newEdgeCmd(io *ioStreams) *cobra.Command {
 	var opts edgeOptions
@@ -39,6 +43,15 @@ runtime's and the process's metrics), /healthz (ok, or since when and why Redis 
 --upstream builtin, the counts the built-in upstream received at /__ratelab/forwarded. With
 --engine openresty it serves /__ratelab/forwarded alone: the nginx module keeps no metrics
 (edge/openresty/README.md). SIGINT or SIGTERM shuts it down gracefully.
+
+--limit is repeatable: --limit 5/1s --limit 12/10s:gcra limits each identity to both, decided
+together in one Redis call (a request is admitted, and counted, only if every limit admits it).
+--rules FILE takes a rules file instead (docs/rules.md: limits per route, plan, consumer, a
+global cap); it reloads on SIGHUP and whenever the file changes, and a version that does not
+validate is logged and refused while the old rules keep serving. /healthz and /metrics show the
+version serving and when it was loaded. With several limits RateLimit-Policy lists every one
+by name, and RateLimit and the legacy fields describe the one closest to exhaustion (on a 429,
+the one that admits again last: Retry-After).
 
 --key-by header:NAME trusts the header as sent: use it only behind something that
 authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only from
@@ -58,15 +71,22 @@ gateways and nginx nodes on hosts whose clocks disagree can share one Redis; wit
 their requests early and over-admits (ratelab skew measures by how much).`,
 		Example: `  ratelab edge --listen :8080 --upstream http://127.0.0.1:9000 --limit 100/1m --key-by header:X-Consumer-Id
   ratelab edge --upstream builtin --limit 10/1s --on-redis-error closed --redis redis://127.0.0.1:6379
-  ratelab edge --engine openresty --upstream builtin --limit 100/1m`,
+  ratelab edge --engine openresty --upstream builtin --limit 100/1m
+  ratelab edge --upstream builtin --limit 5/1s --limit 12/10s --key-by header:X-Consumer-Id
+  ratelab edge --upstream http://127.0.0.1:9000 --rules rules.yaml`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runEdge(cmd.Context(), io, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.limitSet, opts.keyBySet = cmd.Flags().Changed("limit"), cmd.Flags().Changed("key-by")
+			return runEdge(cmd.Context(), io, opts)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", ":8080", "address clients connect to")
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics, /healthz and /__ratelab/forwarded; with --engine openresty, of /__ratelab/forwarded only (empty: none)")
 	f.StringVar(&opts.Upstream, "upstream", "", "URL to proxy to, or builtin (a 200 responder that counts per consumer)")
-	f.StringVar(&opts.limit, "limit", "100/1m", "the policy: requests/window, such as 100/1m or 10/1s; off serves with no limiter")
+	f.StringArrayVar(&opts.limits, "limit", []string{"100/1m"}, "a limit: requests/window, such as 100/1m or 10/1s, optionally :ALGORITHM (5/1s:gcra); "+
+		"repeatable, every limit on the identity --key-by, decided together; off serves with no limiter")
+	f.StringVar(&opts.RulesFile, "rules", "", "a rules file (docs/rules.md) instead of --limit and --key-by; it reloads on SIGHUP and when the file changes")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
 	f.StringVar(&opts.KeyBy, "key-by", "ip", "who a request is from: ip, or header:NAME")
 	f.StringSliceVar(&opts.TrustedProxies, "trusted-proxies", nil, "CIDRs whose X-Forwarded-For is believed (with --key-by ip)")
@@ -94,13 +114,18 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 func edgeConfig(io *ioStreams, opts edgeOptions) (edge.Options, redisrun.TargetConfig, error) {
 	o := opts.Options
 	o.Log = io.err
-	o.Off = opts.limit == "off"
-	if !o.Off {
-		p, err := algorithms.ParsePolicy(opts.limit)
-		if err != nil {
-			return o, redisrun.TargetConfig{}, usagef("--limit %w", err)
+	switch {
+	case opts.RulesFile != "" && opts.limitSet:
+		return o, redisrun.TargetConfig{}, usagef("--rules and --limit are two ways to give the limits: give one")
+	case opts.RulesFile != "" && opts.keyBySet:
+		return o, redisrun.TargetConfig{}, usagef("--key-by is for --limit: with --rules, the file says who a request is from")
+	case opts.RulesFile == "" && len(opts.limits) == 1 && opts.limits[0] == "off":
+		o.Off = true
+	case opts.RulesFile == "":
+		if slices.Contains(opts.limits, "off") {
+			return o, redisrun.TargetConfig{}, usagef("--limit off serves with no limiter: give it alone")
 		}
-		o.Policy = p
+		o.Limits = opts.limits
 	}
 	clock, err := algorithms.ParseClock(opts.clock)
 	if err != nil {

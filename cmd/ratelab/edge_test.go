@@ -1,10 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // TestEdgeOpenRestyWithoutNginx: with no nginx on PATH, ratelab edge
@@ -21,5 +32,248 @@ func TestEdgeOpenRestyWithoutNginx(t *testing.T) {
 	}
 	if after := connections(t, c); after != before {
 		t.Errorf("the server accepted connections (%s, then %s): something was sent", before, after)
+	}
+}
+
+// TestEdgeLimitsRefused: mistakes in --limit and --rules exit 2 naming the
+// flag (and for a file, its line and field), and send nothing to Redis.
+func TestEdgeLimitsRefused(t *testing.T) {
+	c := redistest.Client(t, srv)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	for path, src := range map[string]string{
+		good: "domain: d\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		bad:  "domain: d\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n",
+	} {
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rules", good, "--limit", "5/1s"}, "--rules and --limit are two ways to give the limits: give one"},
+		{[]string{"--rules", good, "--key-by", "ip"}, "--key-by is for --limit"},
+		{[]string{"--rules", bad}, `bad.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not a unit`},
+		{[]string{"--rules", filepath.Join(dir, "none.yaml")}, "--rules: open"},
+		{[]string{"--limit", "5/1s", "--limit", "6/1s"}, "--limit 5/1s and 6/1s are two limits on one window (1s): keep one"},
+		{[]string{"--limit", "5/1s", "--limit", "12/10s:leaky"}, `--limit "12/10s:leaky": "leaky" is not an algorithm`},
+		{[]string{"--limit", "5/1s", "--limit", "off"}, "--limit off serves with no limiter: give it alone"},
+		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--on-redis-error", "local", "--nodes", "6"}, "--nodes must be at most every limit"},
+		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--engine", "openresty", "--trusted-proxies", "10.0.0.0/8"}, "--trusted-proxies is not in the openresty engine"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			before := connections(t, c)
+			code, _, stderr := ratelab(t, append([]string{"edge", "--redis", srv.URL(), "--listen", "127.0.0.1:0", "--admin", "",
+				"--upstream", "builtin"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+			if after := connections(t, c); after != before {
+				t.Errorf("the server accepted connections: something was sent")
+			}
+		})
+	}
+}
+
+// TestEdgeSeveralLimits: --limit given twice limits each consumer to both,
+// and every response names both policies.
+func TestEdgeSeveralLimits(t *testing.T) {
+	t.Parallel()
+	redistest.Client(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := freeAddr(t)
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
+			"--limit", "3/1m", "--limit", "2/1h:gcra", "--key-by", "header:X-Consumer-Id"}, io.Discard, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var codes []int
+	consumer := redistest.Prefix(t)
+	for len(codes) < 3 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set("X-Consumer-Id", consumer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("edge not serving after 10s: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-1m";q=3;w=60, "per-1h";q=2;w=3600` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("statuses %v, want [200 200 429]", codes)
+	}
+	if !strings.Contains(stderr.String(), "2 limits: per-1m 3 per 1m0s (sliding-log), per-1h 2 per 1h0m0s (gcra)") {
+		t.Fatalf("the start-up log does not name the limits: %s", stderr.String())
+	}
+}
+
+// TestEdgeRulesReload: with either engine, ratelab edge --rules serves the
+// file and, once it is rewritten, the new version: the policy the
+// responses name changes without a restart.
+func TestEdgeRulesReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	for _, engine := range []string{"go", "openresty"} {
+		t.Run(engine, func(t *testing.T) {
+			if _, _, err := edge.FindNginx(); engine == "openresty" && err != nil {
+				if redistest.InCI() {
+					t.Fatalf("under CI: %v", err)
+				}
+				t.Skip(err)
+			}
+			file := filepath.Join(t.TempDir(), "rules.yaml")
+			version := func(n int) string {
+				return fmt.Sprintf("domain: %s\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {name: per-consumer, unit: minute, requests_per_unit: %d}\n",
+					redistest.Prefix(t), n)
+			}
+			if err := os.WriteFile(file, []byte(version(100)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			addr := freeAddr(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			var stderr syncWriter
+			go func() {
+				done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+					"--redis-timeout", "5s", "--engine", engine, "--rules", file}, io.Discard, &stderr)
+			}()
+			policy := func() string {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+				req.Header.Set("X-Consumer-Id", "alice")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return ""
+				}
+				resp.Body.Close()
+				return resp.Header.Get("RateLimit-Policy")
+			}
+			stop := sync.OnceValue(func() int { cancel(); return <-done })
+			defer stop()
+			waitPolicy := func(want string, rewrite func()) {
+				t.Helper()
+				testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+					got := policy()
+					if got != want && rewrite != nil {
+						rewrite()
+					}
+					return got == want, fmt.Sprintf("the policy is %q, want %q\n%s", got, want, stderr.String())
+				})
+			}
+			waitPolicy(`"per-consumer";q=100;w=60`, nil)
+			// Rewritten until seen: the watch starts a moment after the gateway serves.
+			waitPolicy(`"per-consumer";q=200;w=60`, func() {
+				if err := os.WriteFile(file, []byte(version(200)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if code := stop(); code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "reloaded: version") {
+				t.Fatalf("the reload is not logged:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// syncWriter is a buffer written by a command's goroutines and read by the test.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestEdgeOpenRestyAnyAlgorithm: the nginx engine runs a lone limit of any
+// algorithm (as a rule), with the headers of the Go gateway's lone limit.
+func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+			"--redis-timeout", "5s", "--engine", "openresty", "--limit", "2/1m", "--algorithm", "gcra", "--key-by", "header:X-Consumer-Id"},
+			io.Discard, &stderr)
+	}()
+	stop := sync.OnceValue(func() int { cancel(); return <-done })
+	defer stop()
+	consumer := redistest.Prefix(t)
+	send := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set("X-Consumer-Id", consumer)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	var codes []int
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		resp, err := send()
+		if err != nil {
+			return false, "nginx does not answer: " + err.Error() + "\n" + stderr.String()
+		}
+		codes = append(codes, resp.StatusCode)
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"default";q=2;w=60` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+		return true, ""
+	})
+	for range 2 {
+		resp, err := send()
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.StatusCode)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("statuses %v, want [200 200 429]\n%s", codes, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "default 2 per 1m0s (gcra)") {
+		t.Fatalf("the start-up log does not name the limit:\n%s", stderr.String())
 	}
 }

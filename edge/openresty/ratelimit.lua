@@ -32,32 +32,41 @@ if not ok then
 end
 
 local cfg
-local script, sha
--- plain is the script without its first line (Redis 7's "#!lua" shebang),
--- run from the first time the server could not compile the shebang (Redis
--- before 7); legacy is set from then on, per worker.
-local plain, plain_sha
-local legacy = false
+-- single is the sliding-log script, decide the multi-limit one (rules
+-- mode); each runs without its first line (Redis 7's "#!lua" shebang) from
+-- the first time the server could not compile it (Redis before 7), per
+-- worker.
+local single, multi
+local rules
 
 local function hex(s)
   return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
-function M.configure(opts)
-  local f = assert(io.open(opts.script_path, "rb"), "cannot read " .. tostring(opts.script_path))
-  script = f:read("*a")
+-- script_of reads a script for run: its text, and its text without the
+-- Redis 7 shebang for older servers, with their SHA-1s.
+local function script_of(path)
+  local f = assert(io.open(path, "rb"), "cannot read " .. tostring(path))
+  local src = f:read("*a")
   f:close()
-  sha = hex(ngx.sha1_bin(script))
-  plain = script:gsub("^#![^\n]*\n", "", 1)
-  plain_sha = hex(ngx.sha1_bin(plain))
+  local p = src:gsub("^#![^\n]*\n", "", 1)
+  return { src = src, sha = hex(ngx.sha1_bin(src)), plain = p, plain_sha = hex(ngx.sha1_bin(p)), legacy = false }
+end
+
+function M.configure(opts)
+  single = script_of(opts.script_path)
+  if opts.rules_path then
+    multi = script_of(assert(opts.decide_path, "decide_path"))
+    rules = dofile(opts.rules_path)
+  end
   cfg = {
     host = opts.redis_host or "127.0.0.1",
     port = tonumber(opts.redis_port) or 6379,
     password = opts.redis_password,
     timeout = tonumber(opts.timeout_ms) or 200,
     pool_size = tonumber(opts.pool_size) or 100,
-    limit = assert(tonumber(opts.limit), "limit"),
-    window = assert(tonumber(opts.window_ms), "window_ms"),
+    limit = tonumber(opts.limit) or 1,
+    window = tonumber(opts.window_ms) or 1000,
     policy = opts.policy_name or "default",
     on_error = opts.on_error or "open",
     headers = opts.headers or "both",
@@ -153,7 +162,11 @@ local function now_arg()
   return string.format("%d", math.floor(ngx.now() * 1000 + 0.5))
 end
 
-local function decide(key, member)
+-- run runs script s with nkeys keys, then the arguments, all in argv:
+-- EVALSHA, and EVAL only on NOSCRIPT; a call that failed otherwise (a
+-- timeout) is never sent again, so nothing counts twice. One budget bounds
+-- the whole decision, as the Go gateway's context does.
+local function run(s, nkeys, argv)
   ngx.update_time()
   local deadline = ngx.now() + cfg.timeout / 1000
   local red = redis:new()
@@ -174,26 +187,25 @@ local function decide(key, member)
     end
   end
   local res
-  local now = now_arg()
-  local src, src_sha = script, sha
-  if legacy then
-    src, src_sha = plain, plain_sha
+  local src, src_sha = s.src, s.sha
+  if s.legacy then
+    src, src_sha = s.plain, s.plain_sha
   end
-  res, err = red:evalsha(src_sha, 1, key, cfg.limit, cfg.window, now, member)
+  res, err = red:evalsha(src_sha, nkeys, unpack(argv))
   if not res and err and err:find("NOSCRIPT", 1, true) then
     if not budget(red, deadline) then
       red:close()
       return nil, "timeout"
     end
-    res, err = red:eval(src, 1, key, cfg.limit, cfg.window, now, member)
-    if not res and err and not legacy and err:find("Error compiling script", 1, true) then
+    res, err = red:eval(src, nkeys, unpack(argv))
+    if not res and err and not s.legacy and err:find("Error compiling script", 1, true) then
       -- Nothing ran: the server cannot read the shebang.
-      legacy = true
+      s.legacy = true
       if not budget(red, deadline) then
         red:close()
         return nil, "timeout"
       end
-      res, err = red:eval(plain, 1, key, cfg.limit, cfg.window, now, member)
+      res, err = red:eval(s.plain, nkeys, unpack(argv))
     end
   end
   if not res then
@@ -201,6 +213,14 @@ local function decide(key, member)
     return nil, err
   end
   red:set_keepalive(10000, cfg.pool_size) -- never close on the hot path
+  return res
+end
+
+local function decide(key, member)
+  local res, err = run(single, 1, { key, cfg.limit, cfg.window, now_arg(), member })
+  if not res then
+    return nil, err
+  end
   if type(res) ~= "table" or not tonumber(res[1]) or not tonumber(res[2]) or not tonumber(res[3]) then
     return nil, "bad reply from the script"
   end
@@ -296,7 +316,328 @@ local function failed(err)
   end
 end
 
+-- Rules mode: the rules ratelab rendered (edge.RenderRules) are walked as
+-- the Go gateway's rules.Set.Match walks them, every limit met is decided in
+-- one call of decide.lua, and the headers say what the Go gateway's say.
+
+-- host_only is a host without its port, in lower case.
+local function host_only(h)
+  if h:sub(1, 1) == "[" then
+    local i = h:find("]", 1, true)
+    if i then
+      h = h:sub(1, i)
+    end
+  else
+    local i = h:find(":", 1, true)
+    if i and not h:find(":", i + 1, true) then
+      h = h:sub(1, i - 1)
+    end
+  end
+  return h:lower()
+end
+
+-- value is the request's value of an attribute; nil when it has none (an
+-- empty value is none).
+local function value(st, kind, name)
+  local v
+  if kind == "remote_address" then
+    v = ngx.var.remote_addr
+  elseif kind == "method" then
+    v = ngx.req.get_method()
+  elseif kind == "path" then
+    v = ngx.var.uri
+  elseif kind == "host" then
+    v = host_only(ngx.var.http_host or "")
+  elseif kind == "header" then
+    v = st.headers[name]
+  elseif kind == "query" then
+    if not st.args then
+      st.args = ngx.req.get_uri_args(100)
+    end
+    v = st.args[name]
+  end
+  if type(v) == "table" then
+    v = v[1]
+  end
+  if type(v) ~= "string" or v == "" then
+    return nil
+  end
+  return v
+end
+
+local function field(s)
+  return #s .. ":" .. s
+end
+
+local walk
+
+-- visit enters node d with the entry key = v at depth (from 0), adds the
+-- hits of its limits with their counter keys, and walks on under it.
+local function visit(st, d, key, v, depth, tag_at, tagged)
+  local n = depth + 1
+  st.entries[n] = { key, v }
+  if not tagged and d.per_value then
+    tag_at, tagged = n, true
+  end
+  if #d.limits > 0 then
+    local sum, tag
+    for _, l in ipairs(d.limits) do
+      local hit = { limit = l }
+      if not l.unlimited then
+        if not sum then
+          local parts = { field(rules.domain) }
+          for i = 1, n do
+            parts[#parts + 1] = field(st.entries[i][1])
+            parts[#parts + 1] = field(st.entries[i][2])
+          end
+          sum = hex(ngx.sha1_bin(table.concat(parts)):sub(1, 16))
+          if tagged then
+            tag = hex(ngx.sha1_bin(st.entries[tag_at][2]):sub(1, 8))
+          else
+            tag = rules.domain_tag
+          end
+        end
+        hit.key = "rl:{" .. tag .. "}:" .. sum .. ":" .. l.id .. ":" .. l.algorithm
+      end
+      st.hits[#st.hits + 1] = hit
+    end
+  end
+  if #d.children > 0 and n < 16 then
+    walk(st, d.children, n, tag_at, tagged)
+  end
+end
+
+walk = function(st, level, depth, tag_at, tagged)
+  for _, g in ipairs(level) do
+    if g.kind == "generic_key" then
+      for _, d in ipairs(g.all) do
+        visit(st, d, g.key, d.value, depth, tag_at, tagged)
+      end
+    else
+      local v = value(st, g.kind, g.name)
+      if not v then
+        local d = g.key_only
+        if d and d.fallback then
+          local fv = value(st, d.fallback.kind, d.fallback.name)
+          if fv then
+            visit(st, d, d.fallback.key, fv, depth, tag_at, tagged)
+          end
+        end
+      else
+        local d = g.exact[v]
+        if not d then
+          for _, p in ipairs(g.prefixes) do
+            if v:sub(1, #p.prefix) == p.prefix then
+              d = p
+              break
+            end
+          end
+        end
+        d = d or g.key_only
+        if d then
+          visit(st, d, g.key, v, depth, tag_at, tagged)
+        end
+      end
+    end
+  end
+end
+
+-- match returns the hits of the request, without those another hit replaces.
+local function match()
+  local st = { headers = ngx.req.get_headers(100), entries = {}, hits = {} }
+  walk(st, rules.root, 0, 0, false)
+  local replaced = {}
+  for _, h in ipairs(st.hits) do
+    for _, r in ipairs(h.limit.replaces) do
+      replaced[r] = true
+    end
+  end
+  if next(replaced) == nil then
+    return st.hits
+  end
+  local kept = {}
+  for _, h in ipairs(st.hits) do
+    if h.limit.name == "" or not replaced[h.limit.name] then
+      kept[#kept + 1] = h
+    end
+  end
+  return kept
+end
+
+-- tightest is the state RateLimit and the legacy fields describe, and
+-- whether a limit denied: of those that denied, the one that admits again
+-- last; else the one closest to exhaustion (the Go gateway's tightest).
+local function reset_of(s)
+  if not s.ok then
+    return ceil_seconds(s.retry)
+  elseif s.reset > 0 then
+    return ceil_seconds(s.reset)
+  end
+  return ceil_seconds(s.limit.window_ms)
+end
+
+local function tightest(states)
+  local best, denied
+  for _, s in ipairs(states) do
+    if not best then
+      best, denied = s, not s.ok
+    elseif not s.ok and not denied then
+      best, denied = s, true
+    elseif not s.ok then
+      if s.retry > best.retry then
+        best = s
+      end
+    elseif not denied then
+      local l, r = s.remaining * best.limit.limit, best.remaining * s.limit.limit
+      if l < r or l == r and (s.remaining < best.remaining or s.remaining == best.remaining and reset_of(s) > reset_of(best)) then
+        best = s
+      end
+    end
+  end
+  return best, denied
+end
+
+-- set_rule_headers writes the draft-10 and legacy fields for states and
+-- returns the retry-after in ms of a denial (0 when admitted).
+local function set_rule_headers(states)
+  if #states == 0 then
+    return 0
+  end
+  local t, denied = tightest(states)
+  local reset = reset_of(t)
+  local remaining = math.max(t.remaining, 0)
+  if cfg.headers ~= "legacy" then
+    local parts = {}
+    for _, s in ipairs(states) do
+      parts[#parts + 1] = string.format('"%s";q=%d;w=%d', s.limit.id, s.limit.limit, ceil_seconds(s.limit.window_ms))
+    end
+    ngx.header["RateLimit-Policy"] = table.concat(parts, ", ")
+    ngx.header["RateLimit"] = string.format('"%s";r=%d;t=%d', t.limit.id, remaining, reset)
+  end
+  if cfg.headers ~= "draft" then
+    ngx.header["RateLimit-Limit"] = t.limit.limit
+    ngx.header["RateLimit-Remaining"] = remaining
+    ngx.header["RateLimit-Reset"] = reset
+  end
+  if denied then
+    return t.retry
+  end
+  return 0
+end
+
+local function too_many_rules(retry_ms, states)
+  local names = {}
+  for _, s in ipairs(states) do
+    if not s.ok then
+      names[#names + 1] = string.format('\\"%s\\" (%d per %dms)', s.limit.id, s.limit.limit, s.limit.window_ms)
+    end
+  end
+  ngx.header["Retry-After"] = ceil_seconds(retry_ms)
+  return problem(429, "Too Many Requests", "rate limit exceeded: " .. table.concat(names, ", "), retry_ms)
+end
+
+local function access_rules()
+  local hits = match()
+  local checks = {}
+  for _, h in ipairs(hits) do
+    if not h.limit.unlimited then
+      checks[#checks + 1] = h
+    end
+  end
+  if #checks == 0 then
+    return
+  end
+  if cfg.deny then
+    ngx.update_time()
+    local now_ms = ngx.now() * 1000
+    local states, cached = {}, false
+    for _, h in ipairs(checks) do
+      if not h.limit.shadow then
+        local s = { limit = h.limit, ok = true, remaining = 0, retry = 0, reset = 0 }
+        local until_ms = cfg.deny:get(h.key)
+        if until_ms and until_ms > now_ms then
+          s.ok, s.retry, cached = false, math.max(math.ceil(until_ms - now_ms), 1), true
+        end
+        states[#states + 1] = s
+      end
+    end
+    if cached then
+      return too_many_rules(set_rule_headers(states), states)
+    end
+  end
+  ngx.update_time()
+  local t0_ms = ngx.now() * 1000
+  local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
+  local keys, args = {}, { "decide", now_arg(), #checks }
+  for _, h in ipairs(checks) do
+    local l = h.limit
+    if l.algorithm == "sliding-counter" then
+      keys[#keys + 1] = h.key .. ":0"
+      keys[#keys + 1] = h.key .. ":1"
+    else
+      keys[#keys + 1] = h.key
+    end
+    local m = ""
+    if l.algorithm == "sliding-log" then
+      m = member
+    end
+    local shadow = 0
+    if l.shadow then
+      shadow = 1
+    end
+    for _, a in ipairs({ l.algorithm, l.limit, l.window_ms, l.cost, shadow, m, "0" }) do
+      args[#args + 1] = a
+    end
+  end
+  local argv = keys
+  local nkeys = #keys
+  for _, a in ipairs(args) do
+    argv[#argv + 1] = a
+  end
+  local res, err
+  if not open then
+    res, err = run(multi, nkeys, argv)
+    if res and (type(res) ~= "table" or #res ~= 1 + 5 * #checks) then
+      res, err = nil, "bad reply from the script"
+    end
+    if res then
+      answered()
+    else
+      failed(err)
+    end
+  end
+  if not res then
+    if cfg.on_error == "closed" then
+      ngx.header["Retry-After"] = 1
+      return problem(503, "Service Unavailable", causes[last_kind], 1000)
+    end
+    return -- fail open
+  end
+  local states, blocked = {}, false
+  for i, h in ipairs(checks) do
+    local b = 1 + (i - 1) * 5
+    local s = { limit = h.limit, ok = tonumber(res[b + 1]) == 1, remaining = tonumber(res[b + 2]),
+      retry = tonumber(res[b + 3]), reset = tonumber(res[b + 4]) }
+    if not s.ok and not h.limit.shadow then
+      blocked = true
+      if cfg.deny and s.retry > 0 then
+        cfg.deny:set(h.key, t0_ms + s.retry, s.retry / 1000)
+      end
+    end
+    if not h.limit.shadow then
+      states[#states + 1] = s
+    end
+  end
+  local retry = set_rule_headers(states)
+  if blocked then
+    return too_many_rules(retry, states)
+  end
+end
+
 function M.access()
+  if rules then
+    return access_rules()
+  end
   local id = identity()
   local key = "rl:{" .. id .. "}:" .. cfg.algorithm
   if cfg.deny then

@@ -1,0 +1,110 @@
+package edge
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+)
+
+// limitState is one limit's part in a decision, as the headers show it.
+type limitState struct {
+	// Name names the policy in the draft's fields: the limit's ID.
+	Name string
+	// Policy is the limit.
+	Policy algorithms.Policy
+	// Allowed reports whether this limit admitted the request.
+	Allowed bool
+	// Remaining is what it admits more now; 0 when it denied.
+	Remaining int64
+	// RetryAfter is, when it denied, how long until it admits again.
+	RetryAfter time.Duration
+	// Reset is, when it admitted, how long until its quota is full again;
+	// zero for "at most the window".
+	Reset time.Duration
+}
+
+// reset is t, the seconds until the limit's quota resets: the retry-after
+// of a denial; for an admission, the limit's Reset or else its window (after
+// at most one window every request has left it).
+func (s limitState) reset() int64 {
+	switch {
+	case !s.Allowed:
+		return ceilSeconds(s.RetryAfter)
+	case s.Reset > 0:
+		return ceilSeconds(s.Reset)
+	}
+	return ceilSeconds(s.Policy.Window)
+}
+
+// tightest is the index of the limit the RateLimit field and the legacy
+// fields describe, and whether any limit denied. When some denied: of those
+// that denied, the one that admits again last (its retry-after is then the
+// response's Retry-After, so that no t the response gives is later). When
+// all admitted: the one closest to exhaustion, the least remaining as a
+// share of its limit, then the least remaining, then the latest reset.
+func tightest(states []limitState) (int, bool) {
+	best, denied := -1, false
+	for i, s := range states {
+		switch {
+		case best < 0:
+			best, denied = i, !s.Allowed
+		case !s.Allowed && !denied:
+			best, denied = i, true
+		case !s.Allowed:
+			if s.RetryAfter > states[best].RetryAfter {
+				best = i
+			}
+		case denied:
+		default:
+			b := states[best]
+			// s.Remaining/s.Limit < b.Remaining/b.Limit, without division.
+			l, r := s.Remaining*b.Policy.Limit, b.Remaining*s.Policy.Limit
+			if l < r || l == r && (s.Remaining < b.Remaining || s.Remaining == b.Remaining && s.reset() > b.reset()) {
+				best = i
+			}
+		}
+	}
+	return best, denied
+}
+
+// setLimitHeaders writes the fields of draft-ietf-httpapi-ratelimit-headers-10
+// for every limit a request met, as mode selects, and returns the
+// Retry-After a denial carries (zero when every limit admitted):
+//
+//   - RateLimit-Policy lists every limit: "per-second";q=5;w=1, "per-10s";q=12;w=10;
+//   - RateLimit gives the tightest (see tightest): "per-second";r=0;t=1;
+//   - RateLimit-Limit, -Remaining and -Reset describe the same one;
+//   - on a denial, Retry-After is when every limit that denied admits again,
+//     the longest of their retry-afters: never earlier than the t given.
+func setLimitHeaders(h http.Header, mode Headers, states []limitState) time.Duration {
+	if len(states) == 0 {
+		return 0
+	}
+	i, denied := tightest(states)
+	t := states[i]
+	reset := t.reset()
+	if mode != HeadersLegacy {
+		var b strings.Builder
+		for j, s := range states {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, ceilSeconds(s.Policy.Window))
+		}
+		h.Set("RateLimit-Policy", b.String())
+		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.Name, max(t.Remaining, 0), reset))
+	}
+	if mode != HeadersDraft {
+		h.Set("RateLimit-Limit", strconv.FormatInt(t.Policy.Limit, 10))
+		h.Set("RateLimit-Remaining", strconv.FormatInt(max(t.Remaining, 0), 10))
+		h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+	if !denied {
+		return 0
+	}
+	return t.RetryAfter
+}

@@ -1,0 +1,126 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// bothEngines are rules every feature of the module's matching meets: a
+// header with a fallback, a nested exact path, a prefix, a host, an
+// unlimited plan that replaces, a global cap, shadow mode and three
+// algorithms.
+const bothEngines = `domain: %s
+descriptors:
+  - key: header:X-Consumer-Id
+    fallback_key: remote_address
+    rate_limits:
+      - {name: per-minute, unit: minute, requests_per_unit: 4}
+      - {name: per-hour, unit: hour, requests_per_unit: 6, algorithm: gcra}
+      - {name: trial, unit: minute, requests_per_unit: 1, shadow_mode: true}
+    descriptors:
+      - key: path
+        value: /search
+        rate_limit: {name: search, unit: minute, requests_per_unit: 2, algorithm: fixed-window}
+      - key: path
+        value: /api/*
+        rate_limit: {name: api, unit: minute, requests_per_unit: 3, algorithm: sliding-counter}
+  - key: header:X-Plan
+    value: internal
+    rate_limit: {name: internal, unlimited: true, replaces: [{name: global}]}
+  - key: host
+    value: Example.COM
+    rate_limit: {name: example, unit: minute, requests_per_unit: 100}
+  - key: generic_key
+    value: all
+    rate_limit: {name: global, unit: minute, requests_per_unit: 1000, algorithm: token-bucket}
+`
+
+// TestOpenRestyRulesSameAsGo: the same rules in both engines give the same
+// statuses and the same headers for the same requests (the times in them
+// aside, which depend on when each ran), and the same counter keys.
+func TestOpenRestyRulesSameAsGo(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t, srv)
+	src := fmt.Sprintf(bothEngines, redistest.Prefix(t))
+	set, err := rules.Parse("rules.yaml", []byte(src), rules.ForGateway())
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := edge.RenderRules(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := startRules(t, rulesSetup{src: src})
+	nc := startNginx(t, srv, edge.NginxConfig{Rules: text})
+
+	type step struct {
+		path   string
+		header map[string]string
+	}
+	var steps []step
+	for range 3 {
+		steps = append(steps, step{"/search", nil})
+	}
+	for range 4 {
+		steps = append(steps, step{"/api/items?x=1", nil})
+	}
+	steps = append(steps, step{"/other", map[string]string{"X-Plan": "internal"}}, step{"/", map[string]string{"Host": "example.com:8080"}})
+	times := regexp.MustCompile(`t=\d+`)
+	answers := func(addr, consumer string) []string {
+		var out []string
+		for _, s := range steps {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+s.path, nil)
+			req.Header.Set("X-Consumer-Id", consumer)
+			for k, v := range s.header {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			h := resp.Header
+			line := fmt.Sprintf("%s %d policy=[%s] ratelimit=[%s] legacy=%s/%s retry=%v", s.path, resp.StatusCode,
+				h.Get("RateLimit-Policy"), times.ReplaceAllString(h.Get("RateLimit"), "t=T"), h.Get("RateLimit-Limit"),
+				h.Get("RateLimit-Remaining"), h.Get("Retry-After") != "")
+			if resp.StatusCode == http.StatusTooManyRequests && "t="+h.Get("Retry-After") != times.FindString(h.Get("RateLimit")) {
+				t.Errorf("%s: Retry-After %s, RateLimit %s: want the t given", addr, h.Get("Retry-After"), h.Get("RateLimit"))
+			}
+			out = append(out, line)
+		}
+		return out
+	}
+	prefix := redistest.Prefix(t)
+	goAnswers := answers(g.Addr(), "go-"+prefix)
+	nginxAnswers := answers(nc.Listen, "nginx-"+prefix)
+	if strings.Join(goAnswers, "\n") != strings.Join(nginxAnswers, "\n") {
+		t.Fatalf("the engines answer differently:\ngo:\n%s\nnginx:\n%s", strings.Join(goAnswers, "\n"), strings.Join(nginxAnswers, "\n"))
+	}
+	if !strings.Contains(goAnswers[2], " 429 ") || !strings.Contains(goAnswers[0], `"search";q=2;w=60`) {
+		t.Fatalf("the rules did not apply as written:\n%s", strings.Join(goAnswers, "\n"))
+	}
+	// Each engine's admissions are in the counter the rules name for its consumer.
+	var logged []int64
+	for _, consumer := range []string{"go-" + prefix, "nginx-" + prefix} {
+		for _, h := range set.Match(rules.Request{Path: "/search", Header: map[string][]string{"X-Consumer-Id": {consumer}}}) {
+			if h.Limit.ID == "per-minute" {
+				logged = append(logged, c.ZCard(context.Background(), h.Key).Val())
+			}
+		}
+	}
+	if len(logged) != 2 || logged[0] != 4 || logged[1] != 4 {
+		t.Fatalf("the consumers' per-minute logs hold %v, want 4 each", logged)
+	}
+}

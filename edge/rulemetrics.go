@@ -1,0 +1,106 @@
+package edge
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of one limit in a decision, as counted per limit.
+const (
+	LimitAllowed      = "allowed"
+	LimitDenied       = "denied"
+	LimitShadowDenied = "shadow_denied" // a shadow limit that would have denied
+)
+
+// maxLimitLabels bounds the limit label of ratelab_edge_limit_decisions_total
+// across reloads: limit IDs come from the rules file, so the set is bounded
+// by the files loaded; past this many, further IDs count as "(other)".
+const maxLimitLabels = 1000
+
+// limitCounts counts decisions per limit ID and outcome. Its children are
+// looked up without a lock: every request counts each of its limits.
+type limitCounts struct {
+	vec      *prometheus.CounterVec
+	children sync.Map // [2]string{id, outcome} -> prometheus.Counter
+
+	mu sync.Mutex // adding a child
+	n  int
+}
+
+func newLimitCounts() *limitCounts {
+	return &limitCounts{
+		vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelab_edge_limit_decisions_total",
+			Help: "Decisions per limit of the rules (its ID) and outcome: allowed, denied, shadow_denied.",
+		}, []string{"limit", "outcome"}),
+	}
+}
+
+func (c *limitCounts) counter(id, outcome string) prometheus.Counter {
+	k := [2]string{id, outcome}
+	if ch, ok := c.children.Load(k); ok {
+		return ch.(prometheus.Counter)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.children.Load(k); ok {
+		return ch.(prometheus.Counter)
+	}
+	if c.n >= maxLimitLabels*3 {
+		return c.vec.WithLabelValues("(other)", outcome) // not kept: the map stays bounded too
+	}
+	ch := c.vec.WithLabelValues(id, outcome)
+	c.children.Store(k, ch)
+	c.n++
+	return ch
+}
+
+// ruleGauges say which rules serve and since when.
+type ruleGauges struct {
+	info     *prometheus.GaugeVec
+	reloaded prometheus.Gauge
+	reloads  *prometheus.CounterVec
+}
+
+func newRuleGauges() ruleGauges {
+	return ruleGauges{
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelab_edge_rules_info",
+			Help: "1 for the version (a hash of the file) of the rules serving; one series at a time.",
+		}, []string{"version"}),
+		reloaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelab_edge_rules_loaded_timestamp_seconds",
+			Help: "When the rules serving were loaded, in Unix seconds.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelab_edge_rules_reloads_total",
+			Help: "Reloads of the rules file by result: applied, or refused (it did not validate; the old rules kept serving).",
+		}, []string{"result"}),
+	}
+}
+
+// limitDecision counts one decision of the limit id with outcome, one of
+// the Limit constants.
+func (m *Metrics) limitDecision(id, outcome string) { m.limits.counter(id, outcome).Inc() }
+
+// LimitDecisions returns the count of decisions of the limit id with outcome.
+func (m *Metrics) LimitDecisions(id, outcome string) int64 {
+	return counterValue(m.limits.counter(id, outcome))
+}
+
+// rulesLoaded records the version serving and when it was loaded.
+func (m *Metrics) rulesLoaded(version string, at time.Time) {
+	m.rules.info.Reset()
+	m.rules.info.WithLabelValues(version).Set(1)
+	m.rules.reloaded.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// rulesReload counts one reload with result "applied" or "refused".
+func (m *Metrics) rulesReload(result string) { m.rules.reloads.WithLabelValues(result).Inc() }
+
+// RulesReloads returns the count of reloads with result "applied" or "refused".
+func (m *Metrics) RulesReloads(result string) int64 {
+	return counterValue(m.rules.reloads.WithLabelValues(result))
+}

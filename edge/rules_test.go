@@ -1,0 +1,297 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// rulesSetup is a gateway deciding by a rules file.
+type rulesSetup struct {
+	src       string // the rules file's text
+	redis     string // the Redis address; the test package's server when empty
+	onError   edge.OnError
+	nodes     int // with onError local: the nodes sharing each limit
+	denyCache bool
+	shadow    bool
+	breaker   int // failures in a row that open the circuit
+	log       *syncBuffer
+}
+
+// startRules serves a gateway with the built-in upstream deciding by the
+// rules in s.src, written to a file of its own; it returns the gateway and
+// the file's path.
+func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(s.src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := edge.LoadRules(file, rules.ForGateway())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := s.redis
+	if addr == "" {
+		addr = srv.Addr
+	}
+	timeout := 5 * time.Second
+	if s.onError != "" {
+		timeout = 500 * time.Millisecond
+	}
+	c := client(t, addr, timeout)
+	var local *edge.LocalLimiter
+	if s.onError == edge.FailLocal {
+		if local, err = edge.NewLocalRules(s.nodes); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(local.Close)
+	}
+	var log *syncBuffer
+	if s.log != nil {
+		log = s.log
+	} else {
+		log = &syncBuffer{}
+	}
+	g, err := edge.NewGateway(edge.GatewayConfig{
+		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
+		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{File: file, Options: []rules.Option{rules.ForGateway()}, Log: log}),
+			Decider: algorithms.NewDecider(c), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, OnError: s.onError, Local: local,
+			Timeout: timeout, DenyCache: s.denyCache, Shadow: s.shadow, BreakerFailures: s.breaker, Log: log},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx) }()
+	t.Cleanup(func() {
+		httpClient.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return g, file
+}
+
+const twoLimits = `domain: two
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: per-minute, unit: minute, requests_per_unit: 3}
+      - {name: per-hour, unit: hour, requests_per_unit: 5}
+`
+
+// TestRulesEveryLimitApplies: a consumer under two limits is admitted until
+// the tighter denies; every response names both policies, RateLimit and
+// the legacy fields the one closest to exhaustion, and a 429's Retry-After
+// is never earlier than its t.
+func TestRulesEveryLimitApplies(t *testing.T) {
+	t.Parallel()
+	redistest.Client(t, srv)
+	for _, denyCache := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deny cache %v", denyCache), func(t *testing.T) {
+			g, _ := startRules(t, rulesSetup{src: twoLimits, denyCache: denyCache})
+			consumer := map[string]string{"X-Consumer-Id": redistest.Prefix(t)}
+			for i := range 5 {
+				resp, _ := get(t, "http://"+g.Addr()+"/", consumer)
+				h := resp.Header
+				if got := h.Get("RateLimit-Policy"); got != `"per-minute";q=3;w=60, "per-hour";q=5;w=3600` {
+					t.Fatalf("request %d: RateLimit-Policy %q", i+1, got)
+				}
+				if i < 3 {
+					if resp.StatusCode != http.StatusOK {
+						t.Fatalf("request %d: %d, want 200", i+1, resp.StatusCode)
+					}
+					want := fmt.Sprintf(`"per-minute";r=%d;t=60`, 2-i)
+					if got := h.Get("RateLimit"); got != want || h.Get("RateLimit-Limit") != "3" || h.Get("RateLimit-Remaining") != fmt.Sprint(2-i) {
+						t.Fatalf("request %d: RateLimit %q, legacy %s/%s; want %s", i+1, got, h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), want)
+					}
+					continue
+				}
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("request %d: %d, want 429", i+1, resp.StatusCode)
+				}
+				var retry, reset int
+				fmt.Sscan(h.Get("Retry-After"), &retry)
+				if _, err := fmt.Sscanf(h.Get("RateLimit"), `"per-minute";r=0;t=%d`, &reset); err != nil || retry < reset || retry < 1 || retry > 60 {
+					t.Fatalf("request %d: RateLimit %q, Retry-After %q", i+1, h.Get("RateLimit"), h.Get("Retry-After"))
+				}
+			}
+			if f := forwarded(t, g.AdminAddr()); f.Total != 3 {
+				t.Fatalf("the upstream received %d, want 3", f.Total)
+			}
+			m := g.Metrics()
+			if a, d := m.LimitDecisions("per-minute", edge.LimitAllowed), m.Decisions(edge.OutcomeAllowed); a != 3 || d != 3 {
+				t.Fatalf("per-minute allowed %d, decisions allowed %d; want 3 and 3", a, d)
+			}
+		})
+	}
+}
+
+// TestRulesUnlimitedAndShadow: an unlimited limit is answered without
+// Redis, and a limit in shadow mode counts what it would deny and never
+// blocks, nor shows in the headers.
+func TestRulesUnlimitedAndShadow(t *testing.T) {
+	t.Parallel()
+	r := privateRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r})
+	defer c.Close()
+	g, _ := startRules(t, rulesSetup{redis: r, src: `domain: us
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: enforced, unit: minute, requests_per_unit: 4}
+      - {name: trial, unit: minute, requests_per_unit: 1, shadow_mode: true}
+  - key: header:X-Plan
+    value: internal
+    rate_limit: {name: internal, unlimited: true}
+`})
+	before := scriptCalls(t, c)
+	internal := map[string]string{"X-Plan": "internal"}
+	for range 3 {
+		if resp, _ := get(t, "http://"+g.Addr()+"/", internal); resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit-Policy") != "" {
+			t.Fatalf("unlimited: %d, RateLimit-Policy %q; want 200 and none", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+		}
+	}
+	if n := scriptCalls(t, c) - before; n != 0 {
+		t.Fatalf("unlimited requests made %d script calls, want none", n)
+	}
+	consumer := map[string]string{"X-Consumer-Id": redistest.Prefix(t)}
+	codes := map[int]int{}
+	for range 5 {
+		resp, _ := get(t, "http://"+g.Addr()+"/", consumer)
+		codes[resp.StatusCode]++
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"enforced";q=4;w=60` {
+			t.Fatalf("RateLimit-Policy %q: want the enforced limit alone", got)
+		}
+	}
+	if codes[200] != 4 || codes[429] != 1 {
+		t.Fatalf("statuses %v, want 4 × 200 and 1 × 429", codes)
+	}
+	m := g.Metrics()
+	if n := m.LimitDecisions("trial", edge.LimitShadowDenied); n < 3 {
+		t.Fatalf("trial would have denied %d, want at least 3", n)
+	}
+	if n := m.LimitDecisions("internal", edge.LimitAllowed); n != 3 {
+		t.Fatalf("internal allowed %d, want 3", n)
+	}
+}
+
+// privateRedis starts a redis-server of the test's own, whose counts no
+// other test touches.
+func privateRedis(t *testing.T) string {
+	t.Helper()
+	r, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r.Addr
+}
+
+// TestRulesLocalFallback: while Redis is unreachable, --on-redis-error local
+// applies every limit at this gateway's share.
+func TestRulesLocalFallback(t *testing.T) {
+	t.Parallel()
+	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: `domain: local
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: per-minute, unit: minute, requests_per_unit: 10}
+      - {name: per-hour, unit: hour, requests_per_unit: 6}
+`})
+	consumer := map[string]string{"X-Consumer-Id": "alice"}
+	codes := map[int]int{}
+	for range 5 {
+		resp, _ := get(t, "http://"+g.Addr()+"/", consumer)
+		codes[resp.StatusCode]++
+	}
+	// The shares: 5 per minute and 3 per hour; the hour's denies the fourth.
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Fatalf("statuses %v, want 3 × 200 and 2 × 429 (the hour's share is 3)", codes)
+	}
+	if n := g.Metrics().Decisions(edge.OutcomeErrorLocalDenied); n != 2 {
+		t.Fatalf("%d local denials counted, want 2", n)
+	}
+}
+
+// TestRulesOneCallPerRequest: a request meeting three limits costs one
+// Redis call, as Redis's own INFO commandstats counts them.
+func TestRulesOneCallPerRequest(t *testing.T) {
+	t.Parallel()
+	r := privateRedis(t)
+	g, _ := startRules(t, rulesSetup{redis: r, src: `domain: three
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: per-second, unit: second, requests_per_unit: 1000}
+      - {name: per-minute, unit: minute, requests_per_unit: 10000, algorithm: gcra}
+      - {name: per-hour, unit: hour, requests_per_unit: 100000, algorithm: fixed-window}
+`})
+	c := redis.NewClient(&redis.Options{Addr: r})
+	defer c.Close()
+	consumer := map[string]string{"X-Consumer-Id": "alice"}
+	get(t, "http://"+g.Addr()+"/", consumer) // the scripts are loaded
+	before := scriptCalls(t, c)
+	const requests = 50
+	for range requests {
+		if resp, _ := get(t, "http://"+g.Addr()+"/", consumer); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d, want 200", resp.StatusCode)
+		}
+	}
+	if calls := scriptCalls(t, c) - before; calls != requests {
+		t.Fatalf("%d requests of three limits each took %d script calls, want %d", requests, calls, requests)
+	}
+}
+
+// TestRulesCircuitBreaker: under rules too, after three failures in a row
+// the circuit opens and requests are answered in the fail mode without
+// Redis; once Redis answers the probe, which decides through the Decider,
+// closes it.
+func TestRulesCircuitBreaker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	r := startRedis(t)
+	g, _ := startRules(t, rulesSetup{redis: r.Addr, onError: edge.FailClosed, breaker: 3, src: twoLimits})
+	url := "http://" + g.Addr() + "/"
+	hdr := map[string]string{"X-Consumer-Id": "breaker"}
+	if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d with Redis hung, fail closed: %d", i+1, resp.StatusCode)
+		}
+	}
+	if n := redisCalls(t, g.Metrics()); n != 4 {
+		t.Fatalf("%d decisions asked Redis, want 4: the first, and the 3 failures that opened the circuit", n)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		resp, _ := get(t, url, hdr)
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("RateLimit-Policy") != "",
+			fmt.Sprintf("once Redis answers: %d, RateLimit-Policy %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	})
+}
