@@ -181,14 +181,15 @@ func newRequest(cfg HTTPConfig) (*request, *url.URL, error) {
 }
 
 // header is the headers sent, by canonical name: Header's, and the
-// consumer header's {consumer} after them.
+// consumer header's {consumer} after them when there are consumers (with
+// none, no request names one).
 func (c HTTPConfig) header() map[string][]string {
 	h := map[string][]string{}
 	for name, vs := range c.Header {
 		name = http.CanonicalHeaderKey(name)
 		h[name] = append(h[name], vs...)
 	}
-	if c.ConsumerHeader != "" {
+	if c.ConsumerHeader != "" && c.Consumers > 0 {
 		name := http.CanonicalHeaderKey(c.ConsumerHeader)
 		h[name] = append(h[name], "{consumer}")
 	}
