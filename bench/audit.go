@@ -15,8 +15,17 @@ import (
 // sample is one request of a consumer, kept for the audit: a response, or
 // a transport error (status 0).
 type sample struct {
-	consumer   int32
-	status     int16         // 0 for a transport error
+	consumer int32
+	status   int16  // 0 for a transport error
+	route    uint16 // the route of a mix (Routes) it was sent to
+	// otherMayDeny, on a denial judged for one limit, says that another
+	// limit the request met may have denied it: the denial is then not
+	// judged for under-admission of this one.
+	otherMayDeny bool
+	// adverts are the policies its response spoke of: advs[advAt:advAt+advN]
+	// of the slice kept beside the samples.
+	advN       uint8
+	advAt      uint32
 	sent, done time.Duration // since the measured run began
 	retryAfter time.Duration // -1 when absent
 	limit      int64         // advertised limit; -1 when absent
@@ -49,6 +58,9 @@ const (
 	NoVerdict Verdict = "no verdict"
 	// Held: the audit could judge, and no consumer got beyond the rule.
 	Held Verdict = "held"
+	// NotJudged: a limit the audit reports and never judges (shadow,
+	// unlimited, cost 0); it never makes the verdict of the run.
+	NotJudged Verdict = "not judged"
 )
 
 // Audit is what the audit found. It runs when ExpectLimit is set.
@@ -72,13 +84,31 @@ type Audit struct {
 	// denials whose whole lookback lies after it are judged for
 	// under-admission.
 	CompleteFromMillis int64 `json:"complete_from_ms"`
-	// Limits holds what the audit found for each limit it judged: one
-	// today, --expect-limit's.
+	// Limits holds what the audit found for each limit: each of
+	// --expect-limit's, or each of the rules file's (--expect-rules), in
+	// order.
 	Limits []LimitAudit `json:"limits"`
 }
 
 // LimitAudit is what the audit found for one limit.
 type LimitAudit struct {
+	// ID names the limit: LIMIT/WINDOW (5/1s, 100/1m:gcra) for
+	// --expect-limit, the limit's ID for --expect-rules; Descriptor is the
+	// rule it is on (header:X-Consumer-Id > path=/search), empty for
+	// --expect-limit. Shadow and Unlimited are the rules' own (NotJudged).
+	ID         string `json:"id"`
+	Descriptor string `json:"descriptor,omitempty"`
+	Shadow     bool   `json:"shadow,omitempty"`
+	Unlimited  bool   `json:"unlimited,omitempty"`
+	// Requests counts the requests that met the limit, and Admitted their
+	// 2xx: each counts against every limit it met.
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"`
+	// Cost is what one request takes of a rules limit (1 but in rules; 0
+	// checks without consuming).
+	Cost int64 `json:"cost"`
+	// Limit per WindowMillis is the limit in whole requests (a rules
+	// limit's requests per unit over its cost).
 	Limit        int64 `json:"limit"`
 	WindowMillis int64 `json:"window_ms"`
 	// Algorithm is the algorithm the endpoint was held to (--expect-algorithm);
@@ -110,6 +140,10 @@ type LimitAudit struct {
 	// answered before CappedFromMillis.
 	Denials       int64 `json:"denials"`
 	DenialsJudged int64 `json:"denials_judged"`
+	// DenialsElsewhere counts the denials not judged because the request
+	// met another limit that may have denied it (one that would not surely
+	// have admitted it): which one denied is not known.
+	DenialsElsewhere int64 `json:"denials_elsewhere"`
 	// UnderAdmitted counts the judged denials that the rule would surely
 	// have admitted: fewer than the limit of the consumer's other requests
 	// (any but a 429, a transport error included) had flights that reach
@@ -230,12 +264,25 @@ type expectation struct {
 	// empty for the sliding-window rule.
 	algorithm string
 	guarantee algorithms.Guarantee
+	// id names the limit in reasons and reports: 5/1s, or a rules limit's
+	// ID; names are the names a response's headers may give it (a rules
+	// limit's ID and name); descriptor is the rule it is on, in words.
+	id         string
+	names      []string
+	descriptor string
+	// quota is the limit as the gateway advertises it (before cost); cost
+	// is what one request takes (1 but in rules); shadow and unlimited as
+	// in rules.Limit.
+	quota             int64
+	cost              int64
+	shadow, unlimited bool
 }
 
 // newExpectation makes the expectation of limit per window under
 // algorithm ("" for the sliding-window rule).
 func newExpectation(limit int64, window time.Duration, algorithm string) (expectation, error) {
-	e := expectation{policy: algorithms.Policy{Limit: limit, Window: window}, algorithm: algorithm, guarantee: algorithms.SlidingWindow}
+	e := expectation{policy: algorithms.Policy{Limit: limit, Window: window}, algorithm: algorithm, guarantee: algorithms.SlidingWindow,
+		quota: limit, cost: 1}
 	if algorithm != "" {
 		info, ok := algorithms.Lookup(algorithm)
 		if !ok || !info.Algorithm {
@@ -266,40 +313,38 @@ type coverage struct {
 	skipUnder string
 }
 
-// audit judges the samples against each expectation, naming consumers
-// with name, and makes the verdict of them all.
+// audit judges the samples against each expectation, on each consumer's
+// own counter (named by name), and makes the verdict of them all.
 func audit(samples []sample, exps []expectation, consumers int, cov coverage, name func(int32) string) Audit {
-	// Rounded up: a merge that reads it back judges no denial earlier.
-	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
-	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
-	if cov.horizon >= 0 {
-		ms := cov.horizon.Milliseconds()
-		a.CappedFromMillis = &ms
-	}
-	for _, exp := range exps {
-		a.Limits = append(a.Limits, judgeLimit(samples, exp, consumers, cov, name))
-	}
-	a.Verdict, a.Reasons = overall(a.Limits)
-	return a
+	return auditLimits(samples, nil, exps, everyConsumer(samples, len(exps), consumers, name), cov)
 }
 
 // overall is the verdict of several limits: the worst of theirs, with the
 // reasons of each limit that has it, named when there are several.
 func overall(limits []LimitAudit) (Verdict, []string) {
 	v := Held
+	judged := 0
 	for _, l := range limits {
+		if l.Verdict == NotJudged {
+			continue
+		}
+		judged++
 		if rank(l.Verdict) < rank(v) {
 			v = l.Verdict
 		}
 	}
 	reasons := []string{}
+	if judged == 0 && len(limits) > 0 {
+		v = NoVerdict
+		reasons = append(reasons, "no limit the audit could judge: each is shadow, unlimited or of cost 0")
+	}
 	for _, l := range limits {
 		if l.Verdict != v {
 			continue
 		}
 		for _, r := range l.Reasons {
 			if len(limits) > 1 {
-				r = fmt.Sprintf("%d per %s: %s", l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, r)
+				r = l.Label() + ": " + r
 			}
 			reasons = append(reasons, r)
 		}
@@ -316,6 +361,15 @@ func rank(v Verdict) int {
 		return 1
 	}
 	return 2
+}
+
+// Label names the limit in messages: its ID, or LIMIT per WINDOW when it
+// has none (a result written before limits had IDs).
+func (l LimitAudit) Label() string {
+	if l.ID != "" {
+		return l.ID
+	}
+	return fmt.Sprintf("%d per %s", l.Limit, time.Duration(l.WindowMillis)*time.Millisecond)
 }
 
 func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }

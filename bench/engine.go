@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -41,12 +42,15 @@ type plan struct {
 	firstMeasured int64
 	requests      int64
 	consumers     int
-	req           *request
+	req           *mix
+	// names are the audit's limits by the names a response may give them.
+	names         map[string]int16
 	head          bool // HEAD: responses have no body
 	audit         bool
 	keepResponses bool // KeepResponses
 	sampleCap     int  // samples (and responses) one connection keeps
 	addr          string
+	sources       []netip.Addr // consumer i's connections are sent from sources[i]; nil: any address
 	tls           *tls.Config
 	tally         *tally
 	// probes is when the Retry-After probes will be over (Unix ns), while
@@ -105,6 +109,7 @@ type conn struct {
 	nc        net.Conn
 	cancelled bool
 	deadline  time.Time // nc's deadline
+	from      int       // with sources, the consumer whose address nc is sent from
 
 	br      *bufio.Reader
 	buf     []byte
@@ -115,6 +120,9 @@ type conn struct {
 	unsent  int64
 	first   [numKinds]string // the first message of each error kind
 	samples []sample
+	advs    []advert // the samples' adverts
+	// source is the address the connection was first opened from.
+	source string
 	// responses are kept with KeepResponses.
 	responses []Response
 	// cappedAt is when this connection stopped keeping samples, since the
@@ -181,7 +189,8 @@ func (c *conn) run(ctx context.Context) {
 			measured++
 		}
 		consumer := p.consumer(j)
-		err := c.roundTrip(ctx, sentAt, consumer)
+		route := p.req.route(j, consumer, p.ownConsumers())
+		err := c.roundTrip(ctx, sentAt, consumer, route)
 		doneAt := time.Now()
 		if err != nil && ctx.Err() != nil {
 			return // cut short by the cancel, not by the server
@@ -198,7 +207,7 @@ func (c *conn) run(ctx context.Context) {
 			}
 			c.hangUp()
 			if p.audit && !warm { // it may have been admitted: the audit weighs it
-				c.keepSample(consumer, sent-p.warmup, e.done, false)
+				c.keepSample(consumer, route, sent-p.warmup, e.done, false)
 			}
 		} else {
 			e.status = int32(c.resp.status)
@@ -207,7 +216,7 @@ func (c *conn) run(ctx context.Context) {
 				c.hangUp()
 			}
 			if p.audit && !warm {
-				c.keepSample(consumer, sent-p.warmup, e.done, true)
+				c.keepSample(consumer, route, sent-p.warmup, e.done, true)
 			}
 		}
 		if warm {
@@ -217,13 +226,16 @@ func (c *conn) run(ctx context.Context) {
 	}
 }
 
-// roundTrip sends one request on the connection, opening it first when
-// needed, and reads the response into c.resp.
-func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) error {
+// roundTrip sends one request, of consumer to route, on the connection,
+// opening it first when needed, and reads the response into c.resp.
+func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer, route int) error {
 	p := c.p
 	deadline := sentAt.Add(p.timeout)
+	if c.nc != nil && p.sources != nil && c.from != consumer {
+		c.hangUp() // sent from another consumer's address
+	}
 	if c.nc == nil {
-		if err := c.dial(ctx, deadline); err != nil {
+		if err := c.dial(ctx, deadline, consumer); err != nil {
 			return err
 		}
 	}
@@ -238,10 +250,11 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	req := p.req.render(&c.buf, consumer)
+	r := p.req.request(route, consumer)
+	req := r.render(&c.buf, consumer)
 	var err error
-	if p.req.body != nil {
-		bufs := net.Buffers{req, p.req.body}
+	if r.body != nil {
+		bufs := net.Buffers{req, r.body}
 		_, err = bufs.WriteTo(c.nc)
 	} else {
 		_, err = c.nc.Write(req)
@@ -256,10 +269,12 @@ func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer int) er
 	return readResponse(c.br, p.head, p.audit || p.keepResponses, &c.resp)
 }
 
-// dial opens the connection, with TLS for https.
-func (c *conn) dial(ctx context.Context, deadline time.Time) error {
+// dial opens the connection for consumer, from its source address when
+// it has one, with TLS for https.
+func (c *conn) dial(ctx context.Context, deadline time.Time, consumer int) error {
 	p := c.p
-	d := net.Dialer{Deadline: deadline}
+	d := net.Dialer{Deadline: deadline, LocalAddr: p.localAddr(consumer)}
+	c.from = consumer
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return err
@@ -279,6 +294,9 @@ func (c *conn) dial(ctx context.Context, deadline time.Time) error {
 		c.br.Reset(nc)
 	}
 	c.deadline = time.Time{}
+	if c.source == "" {
+		c.source = localAddress(nc)
+	}
 	c.mu.Lock()
 	c.nc = nc
 	if c.cancelled {
@@ -369,7 +387,8 @@ func (c *conn) flush() {
 // c.resp when answered, a transport error when not, up to the
 // connection's share of the samples; past it, it notes from when samples
 // are missing.
-func (c *conn) keepSample(consumer int, sent, done time.Duration, answered bool) {
+func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answered bool) {
+	consumer = max(consumer, 0) // one anonymous client: the audit's consumer 0
 	if len(c.samples) >= c.p.sampleCap {
 		if c.cappedAt < 0 {
 			c.cappedAt = sent
@@ -377,10 +396,17 @@ func (c *conn) keepSample(consumer int, sent, done time.Duration, answered bool)
 		return
 	}
 	if !answered {
-		c.samples = append(c.samples, newSample(consumer, sent, done, 0, &limitFields{}))
+		s := newSample(consumer, sent, done, 0, &limitFields{})
+		s.route = uint16(route)
+		c.samples = append(c.samples, s)
 		return
 	}
-	c.samples = append(c.samples, newSample(consumer, sent, done, c.resp.status, &c.resp.limits))
+	s := newSample(consumer, sent, done, c.resp.status, &c.resp.limits)
+	s.route = uint16(route)
+	at := len(c.advs)
+	c.advs = parseAdverts(c.advs, &c.resp.limits, c.p.names)
+	s.advAt, s.advN = uint32(at), uint8(len(c.advs)-at)
+	c.samples = append(c.samples, s)
 }
 
 // Response is one measured request as KeepResponses keeps it.
@@ -447,7 +473,7 @@ func classify(err error) errKind {
 
 // newPlan builds what the connections share, from a validated cfg.
 func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
-	req, u, err := newRequest(cfg)
+	req, u, err := newMix(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -464,9 +490,10 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		consumers:       cfg.Consumers,
 		req:             req,
 		head:            cfg.Method == http.MethodHead,
-		audit:           cfg.ExpectLimit > 0,
+		audit:           cfg.auditing(),
 		keepResponses:   cfg.KeepResponses,
 		addr:            u.Host,
+		sources:         cfg.SourceIPs,
 		tally:           t,
 	}
 	if u.Port() == "" {
@@ -483,5 +510,11 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 		p.firstMeasured = int64(math.Ceil(float64(cfg.Warmup) / p.every))
 	}
 	p.sampleCap = max(maxSamples/cfg.Connections, 1)
+	p.names = map[string]int16{}
+	for k, exp := range cfg.expectations() {
+		for _, name := range exp.names {
+			p.names[name] = int16(k)
+		}
+	}
 	return p, nil
 }

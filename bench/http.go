@@ -12,6 +12,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // HTTPConfig is one load run.
@@ -50,6 +52,11 @@ type HTTPConfig struct {
 	// when 0. {{ writes a literal {.
 	Consumers      int
 	ConsumerHeader string
+	// SourceIPs, when set, sends each consumer's connections from an
+	// address of its own, consumer i's from SourceIPs[i] (one per
+	// consumer), for gateways that key by client address; the audit then
+	// names each consumer by its address. ConsumerHeader may then be empty.
+	SourceIPs []netip.Addr
 	// Identities, when set, are the consumers' identities (API keys,
 	// tokens), instead of consumer-0 …: Consumers of them, each once.
 	Identities []string
@@ -76,6 +83,10 @@ type HTTPConfig struct {
 	// StartAt, when set, is the wall-clock time the run begins at (every
 	// shard of a run gets the same); the run waits for it.
 	StartAt time.Time
+	// RunID names the run every shard of it is part of, for report merge;
+	// when empty, a hash of the settings every shard is given alike (see
+	// Result.RunID).
+	RunID string
 	// ExpectLimit and ExpectWindow, when set, audit the endpoint: no
 	// consumer may get more than ExpectLimit successes in any ExpectWindow.
 	ExpectLimit  int64
@@ -84,6 +95,19 @@ type HTTPConfig struct {
 	// guarantee (algorithms.Algorithms()) for ExpectLimit per ExpectWindow,
 	// instead of the sliding-window rule.
 	ExpectAlgorithm string
+	// ExpectLimits are limits the endpoint enforces on each consumer all at
+	// once (5 per 1s and 12 per 10s), each judged by its own guarantee;
+	// with ExpectLimit, that one first. No two on one window.
+	ExpectLimits []ExpectedLimit
+	// ExpectRules, when set, audits the endpoint by its own rules file
+	// (parsed rules.ForGateway): each request is judged by the limits it
+	// meets, on the counters they keep. Not with ExpectLimit(s).
+	ExpectRules *rules.Set
+	// Routes, when set, mixes paths by weight in place of Target's path
+	// and query; ConsumerValues sends headers whose value depends on the
+	// consumer (a plan tier).
+	Routes         []Route
+	ConsumerValues []ConsumerValues
 	// KeepResponses keeps every measured request, answered or failed, with
 	// its rate-limit fields read, for Result.Responses (up to 5,000,000).
 	KeepResponses bool
@@ -169,6 +193,11 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("SharedConsumers", "needs {Shard}")
 	case !c.StartAt.IsZero() && (time.Until(c.StartAt) < -time.Second || time.Until(c.StartAt) > 24*time.Hour):
 		return field.Errorf("StartAt", "must be within the next 24 hours (got %s)", c.StartAt.Format(time.RFC3339))
+	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
+		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
+	}
+	if err := c.validateSourceIPs(); err != nil {
+		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Header)) {
 		if !isToken(name) {
@@ -187,6 +216,12 @@ func (c HTTPConfig) Validate() error {
 		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
 			return err
 		}
+	}
+	if err := c.validateExpect(); err != nil {
+		return err
+	}
+	if err := c.validateMix(); err != nil {
+		return err
 	}
 	if c.Rate > 0 && c.Duration > 0 && c.Rate*(c.Duration+c.Warmup).Seconds() > 1e12 {
 		return field.Errorf("Rate", "× {Duration} is over 10^12 requests")
@@ -233,6 +268,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	runID := cfg.runID() // before the defaults make cfg this shard's share
 	cfg.defaults()
 	t := newTally(cfg.Interval)
 	t.timeline.end = cfg.Duration
@@ -287,8 +323,14 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	}
 	res := newResult(cfg, t, max(elapsed, 0))
 	res.Config.Identities = p.req.labels()
+	if len(cfg.SourceIPs) > 0 {
+		res.Config.Identities = addrNames(cfg.SourceIPs) // the gateway tells them by address
+	}
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
+	res.RunID = runID
 	var samples []sample
+	var advs []advert
+	source := ""
 	horizon, warmUntil := time.Duration(-1), time.Duration(0)
 	for _, c := range conns {
 		warmUntil = max(warmUntil, c.warmUntil)
@@ -303,14 +345,21 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 				}
 			}
 		}
-		samples = append(samples, c.samples...)
+		base := uint32(len(advs))
+		advs = append(advs, c.advs...)
+		for _, s := range c.samples {
+			s.advAt += base
+			samples = append(samples, s)
+		}
+		if source == "" {
+			source = c.source
+		}
 		res.responses = append(res.responses, c.responses...)
 		if c.cappedAt >= 0 && (horizon < 0 || c.cappedAt < horizon) {
 			horizon = c.cappedAt
 		}
 	}
 	if p.audit {
-		exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm) // validated
 		cov := coverage{from: warmUntil, horizon: horizon, partial: cfg.Shards > 1 && cfg.SharedConsumers}
 		switch {
 		case cov.partial:
@@ -318,23 +367,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		case ctx.Err() != nil:
 			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
 		}
-		a := audit(samples, []expectation{exp}, cfg.Consumers, cov, p.req.name)
-		for i := range a.Limits {
-			l := &a.Limits[i]
-			switch {
-			case cov.partial:
-				// Another machine may be asking the same consumer meanwhile.
-				l.RetryAfter.Skipped = sharedNote
-			case cfg.NoProbes:
-				l.RetryAfter.Skipped = "probes turned off (--no-probes)"
-			case ctx.Err() != nil:
-				l.RetryAfter.Skipped = "the run was interrupted"
-			default:
-				probeRetryAfter(ctx, p, samples, l)
-			}
-		}
+		a, m := runAudit(ctx, cfg, p, samples, advs, cov, source)
 		res.Audit = &a
-		res.AuditSamples = encodeSamples(samples)
+		res.AuditSamples = encodeSamplesWith(samples, advs, m)
 	}
 	close(stopProgress)
 	wg.Wait()

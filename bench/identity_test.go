@@ -218,11 +218,22 @@ func TestIdentitiesSent(t *testing.T) {
 			t.Fatalf("worst consumers %+v: want the identities sent, each 2 admitted and 8 denied", a.Limits[0].WorstConsumers)
 		}
 	}
+	// The HTML page's audit chart names them alike.
+	windows, err := res.RollingAdmissions(3)
+	if err != nil || len(windows) != 3 {
+		t.Fatalf("rolling admissions %+v, %v", windows, err)
+	}
+	for _, w := range windows {
+		if !slices.Contains(ids, w.Consumer) {
+			t.Fatalf("the audit chart names %q, not an identity sent", w.Consumer)
+		}
+	}
 }
 
 // TestMergeKeysByIdentity: two runs that share one identity, each with it
-// under another number, merge into three consumers named by identity, the
-// shared one's requests together.
+// under another number, are two runs (their identities differ): merged
+// --as-one-run, they make three consumers named by identity, the shared
+// one's requests together.
 func TestMergeKeysByIdentity(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -245,7 +256,10 @@ func TestMergeKeysByIdentity(t *testing.T) {
 		}
 		runs = append(runs, res)
 	}
-	m, err := bench.Merge(runs, 0)
+	if _, err := bench.Merge(runs, 0); err == nil {
+		t.Fatal("two runs merged as shards of one")
+	}
+	m, err := bench.MergeWith(runs, bench.MergeOptions{AsOneRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}

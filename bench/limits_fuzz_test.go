@@ -94,6 +94,16 @@ func FuzzRateLimitFields(f *testing.F) {
 				t.Errorf("reset at %d read as %s from now", reset, s.reset)
 			}
 		}
+		// Every policy is read as well, the first with the quota and
+		// remaining sent (when an int32 holds them), each named or not.
+		advs := parseAdverts(nil, &lf, map[string]int16{name: 3})
+		sent := q >= 0 && q < 1<<31 && r >= 0 && r < 1<<31
+		if len(advs) > maxAdverts || sent && len(advs) == 0 {
+			t.Fatalf("%d policies read from %+v", len(advs), lf)
+		}
+		if len(advs) > 0 && q >= 0 && q < 1<<31 && r >= 0 && r < 1<<31 && (int64(advs[0].q) != q || int64(advs[0].r) != r || draft && advs[0].name != 3) {
+			t.Errorf("first policy read as %+v from %+v", advs[0], lf)
+		}
 		switch {
 		case retry < 0 && s.retryAfter >= 0:
 			t.Errorf("Retry-After %d read as %s", retry, s.retryAfter)

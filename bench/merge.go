@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,11 +16,14 @@ import (
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
-// Merge combines runs of one test from several load machines into one
-// result: counts add up, and the percentiles come from the merged
-// histograms, so they are exact, not averages of percentiles. Throughput is
-// the sum of the runs' (they ran at the same time); the duration is the
-// longest. Timelines are lined up by the wall-clock time each run began.
+// Merge combines shards of one run (results with the same run id) from
+// several load machines into one result: counts add up, and the
+// percentiles come from the merged histograms, so they are exact, not
+// averages of percentiles. Throughput is the sum of the runs' (they ran at
+// the same time); the duration is the longest. Timelines are lined up by
+// the wall-clock time each run began. Results of different runs, or
+// without a run id when there are several, are refused with a *RunsError;
+// MergeWith merges them with AsOneRun.
 //
 // When every run was audited against the same limit and kept its samples,
 // the merged result carries one audit over all of them, as if one machine
@@ -28,9 +32,43 @@ import (
 // clocks that disagree by up to that much cannot make an honest limiter
 // look leaky. Otherwise AuditNote says why there is no audit.
 func Merge(runs []Result, tolerance time.Duration) (Result, error) {
+	return MergeWith(runs, MergeOptions{Tolerance: tolerance})
+}
+
+// MergeOptions say how MergeWith merges.
+type MergeOptions struct {
+	// Tolerance is how far the load machines' clocks may disagree: every
+	// flight is widened by it on both sides.
+	Tolerance time.Duration
+	// AsOneRun merges results of different runs (or without a run id) as
+	// if they were one. A consumer with an identity of its own
+	// (Settings.Identities) is one consumer whichever runs sent it; those
+	// named consumer-N are each run's own, followed by the run's label
+	// ("consumer-0 (a.json)") when two runs' names clash. The runs must
+	// have measured one endpoint (their targets may differ in the query),
+	// and may hold 1,000,000 consumers in all.
+	AsOneRun bool
+	// Labels name the runs, in order (their files), in consumers' names
+	// and in a *RunsError's text; "run N" without.
+	Labels []string
+}
+
+// MergeWith is Merge with options.
+func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if len(runs) == 0 {
 		return Result{}, errors.New("nothing to merge")
 	}
+	for i, r := range runs {
+		if r.Command != "bench_http" {
+			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http", i+1, r.Command)
+		}
+	}
+	if !opts.AsOneRun {
+		if err := oneRun(runs); err != nil {
+			return Result{}, err
+		}
+	}
+	tolerance := opts.Tolerance
 	hists := map[string]*hdrhistogram.Histogram{}
 	for _, name := range []string{"all", "2xx", "429", "other", "errors", "send_lag"} {
 		hists[name] = hdr.New()
@@ -41,10 +79,7 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	var longest float64
 	var rps float64
 	for i, r := range runs {
-		if r.Command != "bench_http" {
-			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http", i+1, r.Command)
-		}
-		if r.Target != runs[0].Target {
+		if !sameEndpoint(r.Target, runs[0].Target, opts.AsOneRun) {
 			return Result{}, fmt.Errorf("run %d measured %s, run 1 %s: merge runs of one target", i+1, r.Target, runs[0].Target)
 		}
 		if err := r.mergeable(runs[0].StartedUnixMillis); err != nil {
@@ -88,13 +123,19 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		rps += r.ThroughputRPS
 	}
 	t.all, t.ok, t.limited, t.other, t.failed, t.lag = hists["all"], hists["2xx"], hists["429"], hists["other"], hists["errors"], hists["send_lag"]
-	cfg := HTTPConfig{Target: runs[0].Target, Method: runs[0].Config.Method}
+	lay, err := oneRunLayout(runs)
+	if opts.AsOneRun {
+		lay, err = apartLayout(runs, opts.Labels)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	cfg := HTTPConfig{Target: mergedTarget(runs), Method: runs[0].Config.Method, Consumers: lay.total}
 	startAt := runs[0].Config.StartAt
 	for _, r := range runs {
 		c := r.Config
 		cfg.Rate += c.RatePerSec
 		cfg.Connections += c.Connections
-		cfg.Consumers = max(cfg.Consumers, c.Consumers)
 		cfg.Timeout = max(cfg.Timeout, time.Duration(c.TimeoutMillis)*time.Millisecond)
 		cfg.Warmup = max(cfg.Warmup, time.Duration(c.WarmupMillis)*time.Millisecond)
 		cfg.SharedConsumers = cfg.SharedConsumers || c.SharedConsumers
@@ -108,8 +149,6 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 		}
 	}
 	cfg.ConsumerHeader = runs[0].Config.ConsumerHeader
-	names := newConsumerNames(runs)
-	cfg.Consumers = names.count(cfg.Consumers)
 	cfg.Duration = time.Duration(longest * float64(time.Second))
 	cfg.Interval = time.Duration(runs[0].Timeline.IntervalMillis) * time.Millisecond
 	t.timeline = timeline{interval: cfg.Interval}
@@ -122,20 +161,28 @@ func Merge(runs []Result, tolerance time.Duration) (Result, error) {
 	}
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = began
+	res.RunID = runs[0].RunID
+	if opts.AsOneRun && len(runs) > 1 {
+		res.RunID = mergedRunID(runs)
+	}
+	res.Config.Identities = lay.names
+	res.Config.SourceIPs = runs[0].Config.SourceIPs
+	if lay.apart {
+		res.Config.SourceIPs = "" // the names say each consumer's
+	}
 	res.Config.StartAt = startAt
-	res.Config.Identities, res.Config.IdentityIn = names.names, runs[0].Config.IdentityIn
+	res.Config.IdentityIn = runs[0].Config.IdentityIn
 	res.Config.Threads = 0
 	for _, r := range runs {
 		res.Config.Threads += r.Config.Threads
 	}
-	var err error
-	var samples []sample
-	res.Audit, res.AuditNote, samples, err = mergeAudits(runs, began, tolerance)
+	ma, err := mergeAudits(runs, lay, began, tolerance)
 	if err != nil {
 		return Result{}, err
 	}
+	res.Audit, res.AuditNote = ma.audit, ma.note
 	if res.Audit != nil {
-		res.AuditSamples = encodeSamples(samples) // so that a merge can be merged again
+		res.AuditSamples = encodeSamplesWith(ma.samples, ma.advs, ma.meeting) // so that a merge can be merged again
 	}
 	res.Bytes = bytes
 	for k, msg := range first {
@@ -183,8 +230,17 @@ func (r Result) mergeable(first int64) error {
 	case first < 0 || first > 1<<53 || r.StartedUnixMillis < first-spread || r.StartedUnixMillis > first+spread:
 		return fmt.Errorf("began at %d ms, more than %s from run 1 (%d ms): merge runs of one test", r.StartedUnixMillis, maxStartSpread, first)
 	}
+	if err := r.checkNames(); err != nil {
+		return err
+	}
 	if r.Audit != nil {
+		if len(r.Audit.Limits) > maxExpected {
+			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), maxExpected)
+		}
 		for i := range r.Audit.Limits {
+			if r.Audit.Limits[i].Unlimited {
+				continue // no policy: never judged
+			}
 			if _, err := r.Audit.Limits[i].policy(); err != nil {
 				return err
 			}
@@ -249,9 +305,19 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	return nil
 }
 
-// mergeAudits audits the runs' samples as one run, or says why it cannot;
-// it returns the samples it audited.
-func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, string, []sample, error) {
+// mergedAudit is the audit of several runs' samples as one run's: with the
+// samples it judged, their adverts and counters; or a note that says why
+// there is none.
+type mergedAudit struct {
+	audit   *Audit
+	note    string
+	samples []sample
+	advs    []advert
+	meeting *meeting
+}
+
+// mergeAudits audits the runs' samples as one run, or says why it cannot.
+func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (mergedAudit, error) {
 	var with, without []int
 	for i, r := range runs {
 		if r.Audit != nil {
@@ -260,23 +326,28 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			without = append(without, i+1)
 		}
 	}
+	none := func(format string, a ...any) (mergedAudit, error) {
+		return mergedAudit{note: fmt.Sprintf(format, a...)}, nil
+	}
 	switch {
 	case len(with) == 0:
-		return nil, "", nil, nil
+		return mergedAudit{}, nil
 	case len(without) > 0:
-		return nil, fmt.Sprintf("no merged audit: run %v ran without --expect-limit", without), nil, nil
+		return none("no merged audit: run %v ran without --expect-limit or --expect-rules", without)
 	}
 	first := runs[0].Audit.Limits
 	if len(first) == 0 {
-		return nil, "no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)", nil, nil
+		return none("no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)")
+	}
+	// An audit by rules keeps which counters each request met: the merge
+	// judges each counter on every run's requests that met it.
+	var counters *counterMerge
+	if byRules(first) {
+		counters = newCounterMerge(len(first))
 	}
 	var all []sample
+	var advs []advert
 	cov := coverage{horizon: -1}
-	consumers := 0
-	for _, r := range runs {
-		consumers = max(consumers, r.Config.Consumers)
-	}
-	names := newConsumerNames(runs)
 	probes := make([]RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))
 	for k := range honest {
@@ -285,24 +356,37 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for i, r := range runs {
 		a := r.Audit
 		if !sameLimits(a.Limits, first) {
-			return nil, fmt.Sprintf("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first)), nil, nil
+			return none("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first))
 		}
 		if r.AuditSamples == nil {
-			return nil, fmt.Sprintf("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1), nil, nil
+			return none("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1)
+		}
+		if counters != nil && len(r.AuditSamples.Counters) != len(first) {
+			return none("no merged audit: run %d kept no counters of its rules' limits", i+1)
 		}
 		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		bound := consumers
-		if names.byName != nil { // each run's numbers name its own identities
-			bound = r.Config.Consumers
+		bound := max(lay.total, 1) // an anonymous run's requests are consumer 0's
+		if lay.apart {
+			bound = max(r.Config.Consumers, 1)
 		}
-		ss, err := r.AuditSamples.decode(offset, bound)
+		ss, ads, hits, err := r.AuditSamples.decodeAll(offset, bound)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run %d: %w", i+1, err)
+			return mergedAudit{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
-		names.renumber(r, ss)
+		if counters != nil {
+			if err := counters.add(len(all), hits, r.AuditSamples.Counters); err != nil {
+				return mergedAudit{}, fmt.Errorf("run %d: audit samples: %w", i+1, err)
+			}
+		}
+		base := uint32(len(advs))
+		advs = append(advs, ads...)
 		for k := range ss {
+			if of := lay.of[i]; of != nil {
+				ss[k].consumer = of[ss[k].consumer]
+			}
 			ss[k].sent -= tolerance
 			ss[k].done += tolerance
+			ss[k].advAt += base
 		}
 		all = append(all, ss...)
 		if a.CappedFromMillis != nil {
@@ -332,11 +416,20 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 	for k, l := range first {
 		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("run 1: audit: %w", err)
+			return mergedAudit{}, fmt.Errorf("run 1: audit: %w", err)
+		}
+		exp.id = l.ID
+		if counters != nil { // a rules limit, as the run's audit described it
+			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
+			exp.quota = l.Limit * max(l.Cost, 1)
 		}
 		exps[k] = exp
 	}
-	a := audit(all, exps, names.count(consumers), cov, names.name)
+	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
+	if counters != nil {
+		m = counters.m
+	}
+	a := auditLimits(all, advs, exps, m, cov)
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {
@@ -344,13 +437,19 @@ func mergeAudits(runs []Result, began int64, tolerance time.Duration) (*Audit, s
 			a.Limits[k].RetryAfter.Skipped = ""
 		}
 	}
-	return &a, "", all, nil
+	return mergedAudit{audit: &a, samples: all, advs: advs, meeting: &m}, nil
+}
+
+// byRules says whether an audit's limits are a rules file's.
+func byRules(limits []LimitAudit) bool {
+	return len(limits) > 0 && limits[0].Descriptor != ""
 }
 
 // sameLimits says whether two audits judged the same limits, in order.
 func sameLimits(a, b []LimitAudit) bool {
 	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
-		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm
+		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID &&
+			x.Descriptor == y.Descriptor && x.Shadow == y.Shadow && x.Unlimited == y.Unlimited && x.Cost == y.Cost
 	})
 }
 
@@ -371,4 +470,32 @@ func orRule(algorithm string) string {
 		return "the sliding-window rule"
 	}
 	return algorithm
+}
+
+// sameEndpoint says whether two runs' targets can be merged: the same
+// URL, or with anyQuery the same but for the query (which may carry the
+// identity).
+func sameEndpoint(a, b string, anyQuery bool) bool {
+	if a == b {
+		return true
+	}
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	return anyQuery && errA == nil && errB == nil &&
+		ua.Scheme == ub.Scheme && ua.Host == ub.Host && ua.Path == ub.Path
+}
+
+// mergedTarget is the runs' target, or without its query when their
+// queries differ.
+func mergedTarget(runs []Result) string {
+	t := runs[0].Target
+	for _, r := range runs {
+		if r.Target != t {
+			if u, err := url.Parse(t); err == nil {
+				u.RawQuery = ""
+				return u.String()
+			}
+		}
+	}
+	return t
 }

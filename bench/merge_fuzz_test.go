@@ -26,6 +26,7 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 	t.add(events)
 	res := newResult(cfg, t, cfg.Duration)
 	res.StartedUnixMillis = start
+	res.RunID = cfg.runID()
 	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
 	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
 	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
@@ -59,6 +60,11 @@ func FuzzMerge(f *testing.F) {
 		func(r *Result) { r.Audit.Limits[0].Limit = math.MaxInt64 },
 		func(r *Result) { r.Audit.Limits = nil },
 		func(r *Result) { r.Audit.CompleteFromMillis = math.MinInt64 },
+		func(r *Result) { r.RunID = "another-run" },
+		func(r *Result) { r.RunID = "" },
+		func(r *Result) { r.Config.Identities = []string{"10.0.0.1", "10.0.0.2"} },
+		func(r *Result) { r.Config.Identities = []string{"consumer-0", "\x1b[2J"} },
+		func(r *Result) { r.Config.Identities = []string{"only one"} },
 	} {
 		var r Result
 		_ = json.Unmarshal(b, &r)
@@ -81,42 +87,52 @@ func FuzzMerge(f *testing.F) {
 			}
 			runs = append(runs, r)
 		}
-		m, err := Merge(runs, time.Duration(toleranceMillis)*time.Millisecond)
-		if err != nil {
-			return
+		tolerance := time.Duration(toleranceMillis) * time.Millisecond
+		// As shards of one run, and as runs apart merged as one.
+		if m, err := Merge(runs, tolerance); err == nil {
+			checkMerged(t, m)
 		}
-		negative := m.Requests < 0 || m.Errors < 0 || m.Bytes < 0 || m.WarmupRequests < 0 || m.Unsent < 0
-		for _, n := range m.StatusCounts {
-			negative = negative || n < 0
-		}
-		for _, e := range m.ErrorKinds {
-			negative = negative || e.Count < 0
-		}
-		for _, iv := range m.Timeline.Intervals {
-			negative = negative || iv.Requests < 0
-			for _, n := range iv.Status {
-				negative = negative || n < 0
-			}
-		}
-		if m.Audit != nil {
-			negative = negative || m.Audit.Samples < 0
-			for _, l := range m.Audit.Limits {
-				negative = negative || l.OverAdmitted < 0 || l.UnderAdmitted < 0 || l.Headers.Checked < 0 || l.Headers.Violations < 0
-			}
-		}
-		if negative {
-			t.Fatalf("merged a negative count: %+v", m)
-		}
-		data, err := json.Marshal(m)
-		if err != nil {
-			t.Fatalf("the merge cannot be written: %v", err)
-		}
-		var again Result
-		if err := json.Unmarshal(data, &again); err != nil {
-			t.Fatalf("the merge written cannot be read: %v", err)
-		}
-		if _, err := Merge([]Result{again}, 0); err != nil {
-			t.Fatalf("the merge cannot be merged again: %v", err)
+		if m, err := MergeWith(runs, MergeOptions{Tolerance: tolerance, AsOneRun: true, Labels: []string{"a.json", "b.json"}}); err == nil {
+			checkMerged(t, m)
 		}
 	})
+}
+
+// checkMerged fails t when m has a negative count, or cannot be written,
+// read back and merged again.
+func checkMerged(t *testing.T, m Result) {
+	t.Helper()
+	negative := m.Requests < 0 || m.Errors < 0 || m.Bytes < 0 || m.WarmupRequests < 0 || m.Unsent < 0
+	for _, n := range m.StatusCounts {
+		negative = negative || n < 0
+	}
+	for _, e := range m.ErrorKinds {
+		negative = negative || e.Count < 0
+	}
+	for _, iv := range m.Timeline.Intervals {
+		negative = negative || iv.Requests < 0
+		for _, n := range iv.Status {
+			negative = negative || n < 0
+		}
+	}
+	if m.Audit != nil {
+		negative = negative || m.Audit.Samples < 0
+		for _, l := range m.Audit.Limits {
+			negative = negative || l.OverAdmitted < 0 || l.UnderAdmitted < 0 || l.Headers.Checked < 0 || l.Headers.Violations < 0
+		}
+	}
+	if negative {
+		t.Fatalf("merged a negative count: %+v", m)
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatalf("the merge cannot be written: %v", err)
+	}
+	var again Result
+	if err := json.Unmarshal(data, &again); err != nil {
+		t.Fatalf("the merge written cannot be read: %v", err)
+	}
+	if _, err := Merge([]Result{again}, 0); err != nil {
+		t.Fatalf("the merge cannot be merged again: %v", err)
+	}
 }

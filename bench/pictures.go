@@ -46,10 +46,19 @@ const maxWindowPoints = 2000
 // admitted most), their admissions over rolling windows of the window of
 // the audit's first limit. It needs audit samples (a run with --expect-limit).
 func (r Result) RollingAdmissions(n int) ([]ConsumerWindows, error) {
-	if r.Audit == nil || r.AuditSamples == nil || len(r.Audit.Limits) == 0 {
+	return r.RollingAdmissionsOf(0, n)
+}
+
+// RollingAdmissionsOf is RollingAdmissions for the audit's limit k, whose
+// counters are the consumers' own (a limit of --expect-limit).
+func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
+	if r.Audit == nil || r.AuditSamples == nil || k < 0 || k >= len(r.Audit.Limits) {
 		return nil, errors.New("no audit samples")
 	}
-	a := &r.Audit.Limits[0]
+	a := &r.Audit.Limits[k]
+	if a.Descriptor != "" {
+		return nil, errors.New("a limit of a rules file counts on its own counters, not the consumers'")
+	}
 	samples, err := r.AuditSamples.decode(0, max(r.Config.Consumers, 1))
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ func (p *plan) denials(ctx context.Context, n int, limit int64) []sample {
 		c := newConn(p, 0)
 		deadline := time.Now().Add(10 * time.Second)
 		for range min(2*limit+2, 1000) {
-			s, err := c.ask(ctx, consumer)
+			s, err := c.ask(ctx, consumer, 0)
 			if err != nil || time.Now().After(deadline) {
 				break
 			}
@@ -62,6 +62,9 @@ func (p *plan) retry(ctx context.Context, denials []sample) []retried {
 // retryOne asks the consumer of the denial s again, as retry says.
 func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retried {
 	consumer := int(s.consumer)
+	if p.consumers == 0 {
+		consumer = -1 // the one anonymous client
+	}
 	// The decision was made after s was sent, and the slot cannot free
 	// before its Retry-After, rounded up to a whole second, less that
 	// second: probe just before then, when it is still ahead.
@@ -69,7 +72,7 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 		if wait(ctx, before) != nil {
 			return retried{}
 		}
-		if status, _ := p.single(ctx, consumer); status >= 200 && status < 300 {
+		if status, _ := p.single(ctx, consumer, int(s.route)); status >= 200 && status < 300 {
 			return retried{asked: true, early: true}
 		}
 	}
@@ -82,7 +85,7 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	}
 	first := true
 	for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
-		status, err := p.single(ctx, consumer)
+		status, err := p.single(ctx, consumer, int(s.route))
 		if err == nil && status >= 200 && status < 300 {
 			return retried{asked: true, admitted: true, first: first, late: t.Sub(advertised)}
 		}
@@ -97,31 +100,34 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	return retried{asked: true}
 }
 
-// single sends one request for consumer on a connection of its own, apart
-// from the run's measurements, and returns the response's status.
-func (p *plan) single(ctx context.Context, consumer int) (int, error) {
+// single sends one request for consumer to route on a connection of its
+// own, apart from the run's measurements, and returns the response's
+// status.
+func (p *plan) single(ctx context.Context, consumer, route int) (int, error) {
 	c := newConn(p, 0)
 	defer c.hangUp()
-	s, err := c.ask(ctx, consumer)
+	s, err := c.ask(ctx, consumer, route)
 	return int(s.status), err
 }
 
-// ask sends one request for consumer on c, apart from the run's
+// ask sends one request for consumer to route on c, apart from the run's
 // measurements, and returns the response as a sample timed from when the
 // measured run began.
-func (c *conn) ask(ctx context.Context, consumer int) (sample, error) {
+func (c *conn) ask(ctx context.Context, consumer, route int) (sample, error) {
 	stop := context.AfterFunc(ctx, c.cancel)
 	defer stop()
 	runStart := c.p.start.Add(c.p.warmup)
 	sent := time.Now()
-	if err := c.roundTrip(ctx, sent, consumer); err != nil {
+	if err := c.roundTrip(ctx, sent, consumer, route); err != nil {
 		c.hangUp()
 		return sample{}, err
 	}
 	if c.resp.close {
 		c.hangUp()
 	}
-	return newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits), nil
+	s := newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits)
+	s.route = uint16(route)
+	return s, nil
 }
 
 func later(a, b time.Time) time.Time {

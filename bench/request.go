@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/url"
@@ -144,12 +145,16 @@ func newRequest(cfg HTTPConfig) (*request, *url.URL, error) {
 		return nil, nil, err
 	}
 	named := body.uses(consumerPlaceholder) || body.uses(jwtPlaceholder)
+	text := cfg.Body // the body, {{ written as {, when it names no consumer
+	if !named && bytes.Contains(text, []byte("{{")) {
+		text = []byte(body.render(nil))
+	}
 	if len(cfg.Body) > 0 || cfg.Method == http.MethodPost || cfg.Method == http.MethodPut || cfg.Method == http.MethodPatch {
 		l.text("Content-Length: ")
 		if named {
 			l.value(valueLength)
 		} else {
-			l.text(strconv.Itoa(len(cfg.Body)))
+			l.text(strconv.Itoa(len(text)))
 		}
 		l.text("\r\n")
 	}
@@ -158,10 +163,10 @@ func newRequest(cfg HTTPConfig) (*request, *url.URL, error) {
 	switch {
 	case named:
 		l.template(body, valueConsumer)
-	case len(cfg.Body) <= bodyInline:
-		l.text(string(cfg.Body))
+	case len(text) <= bodyInline:
+		l.text(string(text))
 	default:
-		r.body = cfg.Body
+		r.body = text
 	}
 	if len(l) == 1 && l[0].value == valueNone {
 		r.whole = l[0].text
@@ -176,14 +181,15 @@ func newRequest(cfg HTTPConfig) (*request, *url.URL, error) {
 }
 
 // header is the headers sent, by canonical name: Header's, and the
-// consumer header's {consumer} after them.
+// consumer header's {consumer} after them when there are consumers (with
+// none, no request names one).
 func (c HTTPConfig) header() map[string][]string {
 	h := map[string][]string{}
 	for name, vs := range c.Header {
 		name = http.CanonicalHeaderKey(name)
 		h[name] = append(h[name], vs...)
 	}
-	if c.ConsumerHeader != "" {
+	if c.ConsumerHeader != "" && c.Consumers > 0 {
 		name := http.CanonicalHeaderKey(c.ConsumerHeader)
 		h[name] = append(h[name], "{consumer}")
 	}

@@ -72,7 +72,7 @@ func (c HTTPConfig) validateRequest() error {
 		consumerIn = jwtIn
 	}
 	switch {
-	case c.Consumers > 0 && consumerIn == "" && c.ConsumerHeader == "":
+	case c.Consumers > 0 && consumerIn == "" && c.ConsumerHeader == "" && len(c.SourceIPs) == 0:
 		return field.Errorf("Consumers", "needs {consumer} in {Target}, {Header} or {Body}, or a {ConsumerHeader}")
 	case c.Consumers == 0 && (consumerIn != "" || jwtIn != ""):
 		return field.Errorf("Consumers", "must be at least 1 for the {consumer} or {jwt} in {%s}", cmp.Or(consumerIn, jwtIn))

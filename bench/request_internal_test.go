@@ -76,3 +76,23 @@ func BenchmarkRender(b *testing.B) {
 		}
 	})
 }
+
+// TestNoConsumersNoConsumerHeader: with no consumers, a ConsumerHeader
+// names nobody: the request is sent whole, without that header.
+func TestNoConsumersNoConsumerHeader(t *testing.T) {
+	cfg := HTTPConfig{Target: "http://h/", ConsumerHeader: "X-Id", Requests: 1}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.defaults()
+	r, _, err := newRequest(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf []byte
+	got := r.render(&buf, -1)
+	want := "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: ratelab\r\n\r\n"
+	if string(got) != want {
+		t.Fatalf("sent %q, want %q", got, want)
+	}
+}

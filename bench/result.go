@@ -25,12 +25,19 @@ type Settings struct {
 	Consumers      int     `json:"consumers"`
 	ConsumerHeader string  `json:"consumer_header"`
 	// Identities are the identities sent, by consumer number, when they
-	// are not consumer-0 … (--consumers-from); omitted then.
+	// are not consumer-0 … (--consumers-from, or their source addresses
+	// with SourceIPs; for a merge --as-one-run, every identity its runs
+	// sent, then each run's consumer-N, named by run when two clash);
+	// omitted then.
 	Identities []string `json:"identities,omitempty"`
 	// IdentityIn says where the requests carry the identity: "URL",
 	// "body", a header's name, each followed by " (JWT)" when a token
 	// minted for the consumer carries it.
 	IdentityIn []string `json:"identity_in,omitempty"`
+	// SourceIPs are the addresses the consumers were sent from, one each,
+	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
+	// they were not bound to addresses.
+	SourceIPs string `json:"source_ips,omitempty"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
@@ -57,9 +64,14 @@ type ErrorKind struct {
 
 // Result is one run, measured after the warm-up.
 type Result struct {
-	Command string   `json:"command"` // "bench_http"
-	Target  string   `json:"target"`
-	Config  Settings `json:"config"`
+	Command string `json:"command"` // "bench_http"
+	Target  string `json:"target"`
+	// RunID is the run this result is part of: every shard of one run has
+	// the same (HTTPConfig.RunID, or a hash of the settings they share),
+	// and report merge merges only results of one run. Empty in results
+	// written before results carried one.
+	RunID  string   `json:"run_id"`
+	Config Settings `json:"config"`
 	// StartedUnixMillis is the wall-clock time at which the measured run
 	// began, so that runs from several machines can be lined up.
 	StartedUnixMillis int64 `json:"started_unix_ms"`
@@ -235,7 +247,7 @@ func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
 			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
 			Identities: cfg.Identities, IdentityIn: cfg.identityIn(),
 			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
-			SharedConsumers: cfg.SharedConsumers, StartAt: startAt},
+			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs)},
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},

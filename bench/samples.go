@@ -15,36 +15,66 @@ import (
 // limiter that leaks across machines is caught although each machine alone
 // saw too little to tell.
 type AuditSamples struct {
-	// Encoding names the format of Data: "ratelab-samples-v1", a sequence
+	// Encoding names the format of Data: "ratelab-samples-v2", a sequence
 	// of unsigned varints per response, in consumer and send order:
 	// consumer (delta), sent in µs since the measured run began (delta
 	// within a consumer), flight in µs (received − sent, rounded up),
 	// status, and Retry-After in ms, limit, remaining and reset in s, each
-	// plus one (0: the field was absent).
+	// plus one (0: the field was absent); then the route (of --path's, from
+	// 0) and the number of policies the response gave, and for each: the
+	// index of the limit its name names plus one (0: none), 1 for legacy
+	// fields (else 0), and its q, w, r and t, each plus one.
+	// "ratelab-samples-v1" is the same without the route and policies.
 	Encoding string `json:"encoding"`
 	// Count is the number of responses in Data.
 	Count int `json:"count"`
 	// Data is the encoded responses, base64 (standard, padded).
 	Data string `json:"data"`
+	// Counters, for an audit by a rules file, are each limit's counters:
+	// Data then gives, after each response's policies, the number of
+	// limits its request met and, for each, the limit's index and the
+	// counter's index in its Keys.
+	Counters []SampleCounters `json:"counters,omitempty"`
 }
 
-const samplesEncoding = "ratelab-samples-v1"
+// SampleCounters are one limit's counters in AuditSamples: their Redis
+// keys (rules.Hit.Key), which tell one counter from another across runs,
+// and their names in reports.
+type SampleCounters struct {
+	Keys  []string `json:"keys"`
+	Names []string `json:"names"`
+}
 
-// encodeSamples packs samples for JSON. Times are kept in whole µs, sent
-// rounded down and received rounded up, so that a flight only ever grows:
-// the audit stays sound on what it reads back.
-func encodeSamples(samples []sample) *AuditSamples {
-	ss := slices.Clone(samples)
-	slices.SortFunc(ss, func(a, b sample) int {
+const (
+	samplesEncoding   = "ratelab-samples-v2"
+	samplesEncodingV1 = "ratelab-samples-v1"
+)
+
+// encodeSamples packs samples without adverts for JSON.
+func encodeSamples(samples []sample) *AuditSamples { return encodeSamplesWith(samples, nil, nil) }
+
+// encodeSamplesWith packs samples, with their adverts in advs and, for an
+// audit by rules, the counters m says they met, for JSON. Times are kept in
+// whole µs, sent rounded down and received rounded up, so that a flight
+// only ever grows: the audit stays sound on what it reads back.
+func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSamples {
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := samples[i], samples[j]
 		if a.consumer != b.consumer {
 			return int(a.consumer - b.consumer)
 		}
 		return cmpDur(a.sent, b.sent)
 	})
-	buf := make([]byte, 0, len(ss)*10)
+	hits := m.perSample(len(samples))
+	buf := make([]byte, 0, len(samples)*10)
 	var consumer int64
 	var sent int64
-	for _, s := range ss {
+	for _, i := range order {
+		s := samples[i]
 		c := int64(s.consumer)
 		if c != consumer {
 			sent = 0
@@ -61,8 +91,38 @@ func encodeSamples(samples []sample) *AuditSamples {
 		buf = binary.AppendUvarint(buf, plusOne(s.limit, s.limit >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(s.remaining, s.remaining >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(int64(s.reset/time.Second), s.reset >= 0))
+		buf = binary.AppendUvarint(buf, uint64(s.route))
+		var ads []advert
+		if s.advN > 0 && int(s.advAt)+int(s.advN) <= len(advs) {
+			ads = advs[s.advAt : s.advAt+uint32(s.advN)]
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(ads)))
+		for _, a := range ads {
+			legacy := uint64(0)
+			if a.legacy {
+				legacy = 1
+			}
+			buf = binary.AppendUvarint(buf, uint64(int64(a.name)+1))
+			buf = binary.AppendUvarint(buf, legacy)
+			for _, v := range [4]int32{a.q, a.w, a.r, a.t} {
+				buf = binary.AppendUvarint(buf, plusOne(int64(v), v >= 0))
+			}
+		}
+		if hits != nil {
+			buf = binary.AppendUvarint(buf, uint64(len(hits[i])))
+			for _, h := range hits[i] {
+				buf = binary.AppendUvarint(buf, uint64(h.k))
+				buf = binary.AppendUvarint(buf, uint64(h.c))
+			}
+		}
 	}
-	return &AuditSamples{Encoding: samplesEncoding, Count: len(ss), Data: base64.StdEncoding.EncodeToString(buf)}
+	a := &AuditSamples{Encoding: samplesEncoding, Count: len(samples), Data: base64.StdEncoding.EncodeToString(buf)}
+	if hits != nil {
+		for _, lc := range m.of {
+			a.Counters = append(a.Counters, SampleCounters{Keys: lc.keys, Names: lc.names})
+		}
+	}
+	return a
 }
 
 func plusOne(v int64, present bool) uint64 {
@@ -84,21 +144,34 @@ const (
 )
 
 // decode unpacks the samples, shifted by offset (the run's start less the
-// earliest start of the runs merged).
+// earliest start of the runs merged), without their adverts.
 func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, error) {
-	if a.Encoding != samplesEncoding {
-		return nil, fmt.Errorf("audit samples in %q, want %s", a.Encoding, samplesEncoding)
+	ss, _, _, err := a.decodeAll(offset, consumers)
+	return ss, err
+}
+
+// decodeAll unpacks the samples, shifted by offset, their adverts, and for
+// an audit by rules the counters each met (nil otherwise).
+func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample, []advert, [][]counterHit, error) {
+	v2 := a.Encoding == samplesEncoding
+	if !v2 && a.Encoding != samplesEncodingV1 {
+		return nil, nil, nil, fmt.Errorf("audit samples in %q, want %s", a.Encoding, samplesEncoding)
 	}
 	buf, err := base64.StdEncoding.DecodeString(a.Data)
 	if err != nil {
-		return nil, fmt.Errorf("audit samples: %w", err)
+		return nil, nil, nil, fmt.Errorf("audit samples: %w", err)
 	}
 	if a.Count < 0 {
-		return nil, fmt.Errorf("audit samples: count %d", a.Count)
+		return nil, nil, nil, fmt.Errorf("audit samples: count %d", a.Count)
 	}
 	// A response takes 8 bytes at least: what Data holds bounds what to
 	// make room for, whatever Count says.
 	out := make([]sample, 0, min(a.Count, len(buf)/8))
+	var advs []advert
+	var hits [][]counterHit
+	if err := a.checkCounters(); err != nil {
+		return nil, nil, nil, err
+	}
 	var consumer, sent int64
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(buf)
@@ -112,7 +185,7 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 		var f [8]uint64
 		for i := range f {
 			if f[i], err = next(); err != nil {
-				return nil, err
+				return nil, nil, nil, err
 			}
 		}
 		if f[0] > 0 {
@@ -126,7 +199,7 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 		if consumers < 1 || f[0] >= uint64(consumers)-uint64(consumer) || d < -maxSampleMicros || d > maxSampleMicros ||
 			sent+d < -maxSampleMicros || sent+d > maxSampleMicros || f[2] > uint64(maxSampleMicros) ||
 			f[3] > 999 || f[4] > maxMillis+1 || f[5] > 1<<63 || f[6] > 1<<63 || f[7] > maxResetSeconds+1 {
-			return nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
+			return nil, nil, nil, fmt.Errorf("audit samples: response %d of consumer %d is out of range %v", len(out)+1, consumer, f)
 		}
 		consumer += int64(f[0])
 		sent += d
@@ -140,10 +213,54 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 		if f[7] > 0 {
 			s.reset = time.Duration(minusOne(f[7])) * time.Second
 		}
+		if v2 {
+			if advs, err = decodeAdverts(&s, advs, next); err != nil {
+				return nil, nil, nil, err
+			}
+			if len(a.Counters) > 0 {
+				hs, err := a.decodeHits(next)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				hits = append(hits, hs)
+			}
+		}
 		out = append(out, s)
 	}
 	if len(out) != a.Count {
-		return nil, fmt.Errorf("audit samples: %d decoded, %d announced", len(out), a.Count)
+		return nil, nil, nil, fmt.Errorf("audit samples: %d decoded, %d announced", len(out), a.Count)
 	}
-	return out, nil
+	return out, advs, hits, nil
+}
+
+// decodeAdverts reads a v2 sample's route and adverts into s and advs.
+func decodeAdverts(s *sample, advs []advert, next func() (uint64, error)) ([]advert, error) {
+	var head [2]uint64
+	for i := range head {
+		v, err := next()
+		if err != nil {
+			return nil, err
+		}
+		head[i] = v
+	}
+	if head[0] >= maxRoutes || head[1] > maxAdverts {
+		return nil, fmt.Errorf("audit samples: route %d or %d policies out of range", head[0], head[1])
+	}
+	s.route, s.advAt, s.advN = uint16(head[0]), uint32(len(advs)), uint8(head[1])
+	for range head[1] {
+		var f [6]uint64
+		for i := range f {
+			v, err := next()
+			if err != nil {
+				return nil, err
+			}
+			f[i] = v
+		}
+		if f[0] > maxExpected || f[1] > 1 || f[2] > 1<<31 || f[3] > 1<<31 || f[4] > 1<<31 || f[5] > 1<<31 {
+			return nil, fmt.Errorf("audit samples: policy %v out of range", f)
+		}
+		advs = append(advs, advert{name: int16(minusOne(f[0])), legacy: f[1] == 1,
+			q: int32(minusOne(f[2])), w: int32(minusOne(f[3])), r: int32(minusOne(f[4])), t: int32(minusOne(f[5]))})
+	}
+	return advs, nil
 }

@@ -1,8 +1,8 @@
 package bench
 
 import (
-	"cmp"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -37,7 +37,7 @@ func FuzzAuditSamples(f *testing.F) {
 		}
 		offset := time.Duration(offsetMillis) * time.Millisecond
 		a := &AuditSamples{Encoding: samplesEncoding, Count: count, Data: base64.StdEncoding.EncodeToString(data)}
-		ss, err := a.decode(offset, consumers)
+		ss, advs, _, err := a.decodeAll(offset, consumers)
 		if err != nil {
 			return
 		}
@@ -50,22 +50,24 @@ func FuzzAuditSamples(f *testing.F) {
 				t.Fatalf("decoded %+v of %d consumers", s, consumers)
 			}
 		}
-		again, err := encodeSamples(ss).decode(0, consumers)
+		again, advsAgain, _, err := encodeSamplesWith(ss, advs, nil).decodeAll(0, consumers)
 		if err != nil {
 			t.Fatalf("decoded samples do not decode again: %v", err)
 		}
-		// The same responses, in the order encodeSamples writes them.
-		slices.SortFunc(ss, cmpSample)
-		slices.SortFunc(again, cmpSample)
-		if !slices.Equal(ss, again) {
-			t.Fatalf("decoded, encoded and decoded again:\n%+v\n%+v", ss, again)
+		// The same responses, with the same policies, in the order
+		// encodeSamples writes them.
+		withAdverts := func(ss []sample, advs []advert) []string {
+			out := make([]string, len(ss))
+			for i, s := range ss {
+				ads := advs[s.advAt : s.advAt+uint32(s.advN)]
+				s.advAt = 0
+				out[i] = fmt.Sprintf("%+v %+v", s, ads)
+			}
+			slices.Sort(out)
+			return out
+		}
+		if a, b := withAdverts(ss, advs), withAdverts(again, advsAgain); !slices.Equal(a, b) {
+			t.Fatalf("decoded, encoded and decoded again:\n%v\n%v", a, b)
 		}
 	})
-}
-
-// cmpSample orders samples by every field, the consumer and send time first.
-func cmpSample(a, b sample) int {
-	return cmp.Or(cmp.Compare(a.consumer, b.consumer), cmp.Compare(a.sent, b.sent), cmp.Compare(a.done, b.done),
-		cmp.Compare(a.status, b.status), cmp.Compare(a.retryAfter, b.retryAfter), cmp.Compare(a.limit, b.limit),
-		cmp.Compare(a.remaining, b.remaining), cmp.Compare(a.reset, b.reset))
 }

@@ -72,12 +72,22 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		return crossed
 	}
 	for _, l := range a.Limits {
+		if l.Verdict == NotJudged {
+			continue
+		}
+		var found []*field.Error
 		if t.FailOnLeak {
-			crossed = append(crossed, l.crossedLeak(r, t.AllowNoVerdict)...)
+			found = append(found, l.crossedLeak(r, t.AllowNoVerdict)...)
 		}
 		if t.FailOnUnder != nil {
-			crossed = append(crossed, l.crossedUnder(*t.FailOnUnder)...)
+			found = append(found, l.crossedUnder(*t.FailOnUnder)...)
 		}
+		if len(a.Limits) > 1 { // say which limit
+			for _, e := range found {
+				e.Reason = ": " + l.Label() + e.Reason
+			}
+		}
+		crossed = append(crossed, found...)
 	}
 	return crossed
 }

@@ -218,8 +218,21 @@ func judgeConsumer(ss []sample, exp expectation, lookback time.Duration, cov cov
 // it came back. Fewer than limit such requests, and the denial was false:
 // at every instant its decision could have been made, the rule admitted
 // it. Only denials whose span lies inside what the samples hold (cov) are
-// judged. O(n log n).
+// judged, and none that another limit the request met may have denied
+// (otherMayDeny). O(n log n).
 func falseDenials(ss []sample, limit int64, lookback time.Duration, cov coverage) (judgedN, under int64) {
+	eachDenial(ss, limit, lookback, cov, func(_ int, surely bool) {
+		judgedN++
+		if surely {
+			under++
+		}
+	})
+	return judgedN, under
+}
+
+// eachDenial calls f with each denial of ss that falseDenials judges: its
+// index in ss, and whether the rule would surely have admitted it.
+func eachDenial(ss []sample, limit int64, lookback time.Duration, cov coverage, f func(i int, surely bool)) {
 	var sents, dones []time.Duration
 	for _, s := range ss {
 		if !s.denied() {
@@ -230,24 +243,20 @@ func falseDenials(ss []sample, limit int64, lookback time.Duration, cov coverage
 	slices.Sort(sents)
 	slices.Sort(dones)
 	margin := time.Millisecond + lookback/500
-	for _, d := range ss {
-		if !d.denied() {
+	for i, d := range ss {
+		if !d.denied() || d.otherMayDeny {
 			continue
 		}
 		from := d.sent - lookback - margin
 		if from < cov.from || (cov.horizon >= 0 && d.done >= cov.horizon) {
 			continue
 		}
-		judgedN++
 		// Flights that reach into (from, d.done): those sent before it
 		// ended, less those that ended by from.
 		sentBefore := sort.Search(len(sents), func(i int) bool { return sents[i] >= d.done })
 		endedBy := sort.Search(len(dones), func(i int) bool { return dones[i] > from })
-		if int64(sentBefore-endedBy) < limit {
-			under++
-		}
+		f(i, int64(sentBefore-endedBy) < limit)
 	}
-	return judgedN, under
 }
 
 // mostOffered is the span in which a consumer sent the most beyond the

@@ -19,8 +19,10 @@ import (
 
 // Loaded is a rule set as it serves: the Set and when it was loaded.
 type Loaded struct {
+	// Set is the rules.
 	Set *rules.Set
-	At  time.Time
+	// At is when they were loaded.
+	At time.Time
 }
 
 // Rules holds the rules a gateway serves. A request reads them once

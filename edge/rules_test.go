@@ -15,6 +15,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -26,6 +27,7 @@ type rulesSetup struct {
 	nodes     int // with onError local: the nodes sharing each limit
 	denyCache bool
 	shadow    bool
+	breaker   int // failures in a row that open the circuit
 	log       *syncBuffer
 }
 
@@ -68,7 +70,7 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
 		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{File: file, Options: []rules.Option{rules.ForGateway()}, Log: log}),
 			Decider: algorithms.NewDecider(c), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, OnError: s.onError, Local: local,
-			Timeout: timeout, DenyCache: s.denyCache, Shadow: s.shadow, Log: log},
+			Timeout: timeout, DenyCache: s.denyCache, Shadow: s.shadow, BreakerFailures: s.breaker, Log: log},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -255,4 +257,41 @@ descriptors:
 	if calls := scriptCalls(t, c) - before; calls != requests {
 		t.Fatalf("%d requests of three limits each took %d script calls, want %d", requests, calls, requests)
 	}
+}
+
+// TestRulesCircuitBreaker: under rules too, after three failures in a row
+// the circuit opens and requests are answered in the fail mode without
+// Redis; once Redis answers the probe, which decides through the Decider,
+// closes it.
+func TestRulesCircuitBreaker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	r := startRedis(t)
+	g, _ := startRules(t, rulesSetup{redis: r.Addr, onError: edge.FailClosed, breaker: 3, src: twoLimits})
+	url := "http://" + g.Addr() + "/"
+	hdr := map[string]string{"X-Consumer-Id": "breaker"}
+	if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d with Redis hung, fail closed: %d", i+1, resp.StatusCode)
+		}
+	}
+	if n := redisCalls(t, g.Metrics()); n != 4 {
+		t.Fatalf("%d decisions asked Redis, want 4: the first, and the 3 failures that opened the circuit", n)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		resp, _ := get(t, url, hdr)
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("RateLimit-Policy") != "",
+			fmt.Sprintf("once Redis answers: %d, RateLimit-Policy %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	})
 }

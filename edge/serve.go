@@ -147,11 +147,15 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 		if err != nil {
 			return o, nil, field.Errorf("Limits", "%v", err)
 		}
-		o.Policy = p
-		if named {
-			o.Algorithm = alg
+		if !named {
+			alg = o.Algorithm
 		}
-		return o, nil, nil
+		// The nginx module's single limit is the sliding log; any other
+		// algorithm it runs as a rule.
+		if o.Engine != EngineOpenResty || alg == "sliding-log" {
+			o.Policy, o.Algorithm = p, alg
+			return o, nil, nil
+		}
 	}
 	set, err := rules.Shorthand{Limits: o.Limits, KeyBy: o.KeyBy, Algorithm: o.Algorithm}.Set()
 	if err != nil {

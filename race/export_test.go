@@ -149,3 +149,6 @@ func (d delay) wait(ctx context.Context, cmd redis.Cmder) {
 	case <-ctx.Done():
 	}
 }
+
+// JudgeLimits is judgeLimits, for tests.
+var JudgeLimits = judgeLimits

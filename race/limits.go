@@ -70,7 +70,6 @@ func judgeLimits(ctx context.Context, client redis.UniversalClient, checks []alg
 	for _, c := range checks {
 		shortest = min(shortest, c.Policy.Window)
 	}
-	fresh := time.Since(first) < shortest
 	verified, read := true, false
 	for i, c := range checks {
 		info, _ := algorithms.Lookup(c.Algorithm)
@@ -80,10 +79,16 @@ func judgeLimits(ctx context.Context, client redis.UniversalClient, checks []alg
 			t.Bound = lt.Bound
 		}
 		t.Minimum = min(t.Minimum, c.Policy.Limit)
-		if info.State == algorithms.StateLog && fresh {
+		// A log read once the shortest window has passed may have expired
+		// before the read: it is read first, and kept only if it was not.
+		if info.State == algorithms.StateLog && time.Since(first) < shortest {
 			n, err := client.ZCard(ctx, c.Key).Result()
 			if err != nil {
 				return err
+			}
+			if time.Since(first) >= shortest {
+				t.Limits[i] = lt
+				continue
 			}
 			lt.StateChecked, lt.Held = true, n
 			lt.WronglyConsumed = max(n-t.Admitted, 0)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/race"
@@ -62,4 +64,63 @@ func TestMultiLimitPair(t *testing.T) {
 			t.Errorf("%s: the 10/10h limit %+v; want %d wrongly consumed over %d trials", tc.name, l, wrong, r.Trials)
 		}
 	}
+}
+
+// TestJudgeLimitsLateRead: a limit's log read back only once its window has
+// passed since the trial's first send may have expired meanwhile (here, it
+// has: the read waits for the window to pass, and Redis's expiry is played
+// by a DEL just before it); it is then not checked, never taken for a key
+// that disagreed with what the trial admitted.
+func TestJudgeLimitsLateRead(t *testing.T) {
+	c := redistest.Client(t, srv)
+	ctx := context.Background()
+	key := redistest.Prefix(t) + ":log"
+	window := 500 * time.Millisecond
+	checks := []algorithms.Check{{Key: key, Algorithm: "sliding-log", Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1}}
+	first := time.Now()
+	for _, m := range []string{"a", "b", "c"} {
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(first.UnixMilli()), Member: m}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { c.Del(context.Background(), key) })
+	c.AddHook(expireBefore{key: key, at: first.Add(window)})
+	tr := race.Trial{Admitted: 3}
+	if err := race.JudgeLimits(ctx, c, checks, &tr, 3, first, first, 0, first); err != nil {
+		t.Fatal(err)
+	}
+	if l := tr.Limits[0]; l.StateChecked || (tr.StateVerified != nil && !*tr.StateVerified) {
+		t.Fatalf("a log read after its window: %+v, state verified %v; want it not checked", l, ptr(tr.StateVerified))
+	}
+}
+
+// expireBefore is a go-redis hook that holds a ZCARD of key until the time
+// at has passed, and deletes key before it, as Redis expires a key.
+type expireBefore struct {
+	key string
+	at  time.Time
+}
+
+func (h expireBefore) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h expireBefore) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "zcard" && len(args) == 2 && args[1] == h.key {
+			timer := time.NewTimer(time.Until(h.at) + time.Millisecond)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := next(ctx, redis.NewIntCmd(ctx, "del", h.key)); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h expireBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // BenchHTTP renders an HTTP load run in the given format.
@@ -37,7 +38,10 @@ func benchSummary(r bench.Result) string {
 		load += fmt.Sprintf(", %d threads", c.Threads)
 	}
 	consumers := ""
-	if c.Consumers > 0 {
+	switch {
+	case c.SourceIPs != "":
+		consumers = fmt.Sprintf(" · %s from %s", plural.Count(c.Consumers, "consumer"), c.SourceIPs)
+	case c.Consumers > 0:
 		in := c.ConsumerHeader
 		if len(c.IdentityIn) > 0 {
 			in = strings.Join(c.IdentityIn, ", ")
@@ -131,49 +135,64 @@ func benchNotes(r bench.Result) []string {
 	return notes
 }
 
-// auditNotes say what the audit found: per limit, its verdict and then,
-// unless it could not judge (when it says why, and nothing else), what
-// it found of admissions, denials, Retry-After and the headers.
+// auditNotes say what the audit found: per limit, what limitNotes say, in
+// one line each when there are several.
 func auditNotes(r bench.Result, a *bench.Audit) []string {
 	var notes []string
 	if len(a.Limits) > 1 {
 		notes = append(notes, fmt.Sprintf("Audit of %d limits: %s.", len(a.Limits), verdictWord(a.Verdict)))
 	}
 	for _, l := range a.Limits {
-		held := "the sliding-window rule"
-		if l.Algorithm != "" {
-			held = l.Algorithm
+		lines := limitNotes(r, l)
+		if len(a.Limits) > 1 {
+			lines = []string{strings.Join(lines, " ")} // one line per limit
 		}
-		head := fmt.Sprintf("Audit against %d per %s as %s (%s): %s", l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, held, l.Rule,
-			verdictWord(l.Verdict))
-		got := fmt.Sprintf("got %d through in %s where %d were allowed", l.WorstWindowAdmitted,
-			time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed)
-		switch l.Verdict {
-		case bench.NoVerdict:
-			notes = append(notes, fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r)))
-			continue
-		case bench.Leaked:
-			notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
-		default:
-			notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
-		}
-		notes = append(notes, underNote(l))
-		ra := l.RetryAfter
-		switch {
-		case ra.Honest == nil:
-			notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
-		case *ra.Honest:
-			notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
-		default:
-			notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
-		}
-		h := fmt.Sprintf("Headers: %d responses checked, %d violations", l.Headers.Checked, l.Headers.Violations)
-		if l.Headers.Example != "" {
-			h += " (" + l.Headers.Example + ")"
-		}
-		notes = append(notes, h+".")
+		notes = append(notes, lines...)
 	}
 	return notes
+}
+
+// limitNotes say what the audit found of one limit: its verdict and then,
+// unless it could not judge (when it says why, and nothing else), what it
+// found of admissions, denials, Retry-After and the headers.
+func limitNotes(r bench.Result, l bench.LimitAudit) []string {
+	held := "the sliding-window rule"
+	if l.Algorithm != "" {
+		held = l.Algorithm
+	}
+	window := time.Duration(l.WindowMillis) * time.Millisecond
+	head := fmt.Sprintf("Audit against %d per %s as %s (%s): %s", l.Limit, window, held, l.Rule, verdictWord(l.Verdict))
+	if l.Descriptor != "" { // a limit of a rules file
+		head = fmt.Sprintf("Limit %s (%s), %d per %s as %s (%s): %s", l.ID, l.Descriptor, l.Limit, window, held, l.Rule, verdictWord(l.Verdict))
+	}
+	got := fmt.Sprintf("got %d through in %s where %d were allowed", l.WorstWindowAdmitted,
+		time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed)
+	var notes []string
+	switch l.Verdict {
+	case bench.NotJudged:
+		return []string{fmt.Sprintf("%s: %s; %d requests met it, %d admitted.", head, strings.Join(l.Reasons, "; "), l.Requests, l.Admitted)}
+	case bench.NoVerdict:
+		return []string{fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r))}
+	case bench.Leaked:
+		notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
+	default:
+		notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
+	}
+	notes = append(notes, underNote(l))
+	ra := l.RetryAfter
+	switch {
+	case ra.Honest == nil:
+		notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
+	case *ra.Honest:
+		notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
+	default:
+		notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
+	}
+	h := fmt.Sprintf("Headers: %d responses checked, %d violations", l.Headers.Checked, l.Headers.Violations)
+	if l.Headers.Example != "" {
+		h += " (" + l.Headers.Example + ")"
+	}
+	return append(notes, h+".")
 }
 
 // verdictWord is a verdict as the notes shout it.
@@ -188,6 +207,10 @@ func underNote(l bench.LimitAudit) string {
 		return "Under-admission: not judged (" + l.UnderSkipped + ")."
 	case l.Denials == 0:
 		return "Under-admission: no request was denied."
+	case l.DenialsJudged == 0 && l.DenialsElsewhere > 0:
+		return fmt.Sprintf("Under-admission: none of the %d denials could be judged: %d met another limit that may have denied them, "+
+			"and the rest came too soon after the run began (or the warm-up ended) for everything they could count to be known.",
+			l.Denials, l.DenialsElsewhere)
 	case l.DenialsJudged == 0:
 		return fmt.Sprintf("Under-admission: none of the %d denials could be judged: each came too soon after the run began "+
 			"(or the warm-up ended) for everything it could count to be known.", l.Denials)

@@ -86,6 +86,7 @@ func TestBenchGolden(t *testing.T) {
 		{"bench_held", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audit(bench.Held, nil, under))},
 		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audit(bench.Leaked, leak.Reasons, leak))},
 		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audit(bench.NoVerdict, refused, none))},
+		{"bench_rules", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, rulesAudit())},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldens(t, tc.name, func(w io.Writer, f reports.Format) error {
@@ -93,4 +94,22 @@ func TestBenchGolden(t *testing.T) {
 			})
 		})
 	}
+}
+
+// rulesAudit is an audit by a rules file: a limit per consumer that held,
+// a stricter one on /search that leaked, and a shadow limit not judged.
+func rulesAudit() *bench.Audit {
+	perSecond := limit(bench.Held)
+	perSecond.ID, perSecond.Descriptor, perSecond.Requests, perSecond.Admitted = "per-second", "header:X-Consumer-Id", 98, 30
+	perSecond.DenialsJudged, perSecond.DenialsElsewhere = 0, 40
+	search := limit(bench.Leaked, "consumer-1 got 4 through in 999ms where 2 were allowed (at most 2 in any 1s span)")
+	search.ID, search.Descriptor, search.Requests, search.Admitted = "search", "header:X-Consumer-Id > path=/search", 49, 16
+	search.Limit, search.Rule, search.WorstConsumer, search.WorstWindowAdmitted, search.WorstSpanAllowed, search.OverAdmitted =
+		2, "at most 2 in any 1s span", "consumer-1", 4, 2, 2
+	trial := bench.LimitAudit{ID: "trial", Descriptor: "header:X-Plan=trial", Shadow: true, Requests: 49, Admitted: 15, Limit: 1,
+		WindowMillis: 1000, Rule: "at most 1 in any 1s span", Verdict: bench.NotJudged,
+		Reasons:        []string{"shadow: counted by the gateway and never enforced, so never judged as a leak of it"},
+		WorstConsumers: []bench.ConsumerAudit{}}
+	return &bench.Audit{Verdict: bench.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
+		Limits: []bench.LimitAudit{perSecond, search, trial}}
 }

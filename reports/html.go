@@ -171,47 +171,72 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 		if a == nil || len(a.Limits) == 0 {
 			continue
 		}
-		windows, err := r.Result.RollingAdmissions(max(r.Result.Config.Consumers, 1))
-		if err != nil {
-			note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
+		drawn := true
+		for k, lim := range a.Limits {
+			if lim.Descriptor != "" || lim.Verdict == bench.NotJudged {
+				continue // drawn per consumer: a rules limit counts on counters of its own
+			}
+			if drawn = auditChart(b, r, i, k, lim, a); !drawn {
+				break
+			}
+		}
+		if !drawn {
 			continue
-		}
-		lim := a.Limits[0]
-		end := int64(r.Result.DurationSeconds * 1000)
-		if a.CappedFromMillis != nil {
-			end = min(end, *a.CappedFromMillis)
-		}
-		windows, cut := wholeWindows(windows, lim.WindowMillis, end)
-		shown := worstFirst(windows)[:min(len(windows), maxSeries)]
-		title := fmt.Sprintf("Admissions per consumer in each %d ms window: %s", lim.WindowMillis, r.Name)
-		if len(shown) < len(windows) {
-			title = fmt.Sprintf("Admissions per consumer in each %d ms window, the worst %d of %d: %s",
-				lim.WindowMillis, len(shown), len(windows), r.Name)
-		}
-		c := chart{id: fmt.Sprintf("bench-audit-%d", i), title: title, xLabel: "window start (s)", yLabel: "admitted in the window"}
-		for _, cw := range shown {
-			var pts []point
-			for _, p := range cw.Points {
-				pts = append(pts, point{x: float64(p.AtMillis) / 1000, y: float64(p.Admitted), bad: p.Admitted > cw.Allowed})
-			}
-			c.series = append(c.series, series{name: cw.Consumer, points: pts})
-			if len(c.limits) == 0 {
-				c.limits = append(c.limits, limitLine{y: float64(cw.Allowed), label: "allowed: " + strconv.FormatInt(cw.Allowed, 10)})
-			}
-		}
-		b.WriteString(c.svg())
-		if len(shown) < len(windows) {
-			note(b, fmt.Sprintf("%s: the chart draws the worst %d consumers, those admitted the most in one window; the other %d are not drawn.",
-				r.Name, len(shown), len(windows)-len(shown)))
-		}
-		if cut {
-			note(b, fmt.Sprintf("%s: windows that begin less than %d ms before the run's end are not drawn: the run stopped inside them.",
-				r.Name, lim.WindowMillis))
 		}
 		for _, n := range benchNotes(r.Result)[1:] {
 			note(b, n)
 		}
 	}
+}
+
+// auditChart draws the admissions of each consumer (the worst eight) in
+// each window of the audit's limit k of run i. It says false when the
+// run's responses were not kept, and nothing can be drawn of it.
+func auditChart(b *strings.Builder, r Named[bench.Result], i, k int, lim bench.LimitAudit, a *bench.Audit) bool {
+	windows, err := r.Result.RollingAdmissionsOf(k, max(r.Result.Config.Consumers, 1))
+	if err != nil {
+		note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
+		return false
+	}
+	end := int64(r.Result.DurationSeconds * 1000)
+	if a.CappedFromMillis != nil {
+		end = min(end, *a.CappedFromMillis)
+	}
+	windows, cut := wholeWindows(windows, lim.WindowMillis, end)
+	shown := worstFirst(windows)[:min(len(windows), maxSeries)]
+	title := fmt.Sprintf("Admissions per consumer in each %d ms window: %s", lim.WindowMillis, r.Name)
+	if len(shown) < len(windows) {
+		title = fmt.Sprintf("Admissions per consumer in each %d ms window, the worst %d of %d: %s",
+			lim.WindowMillis, len(shown), len(windows), r.Name)
+	}
+	if len(a.Limits) > 1 {
+		title += " (" + lim.Label() + ")"
+	}
+	id := fmt.Sprintf("bench-audit-%d", i)
+	if k > 0 {
+		id = fmt.Sprintf("bench-audit-%d-%d", i, k)
+	}
+	c := chart{id: id, title: title, xLabel: "window start (s)", yLabel: "admitted in the window"}
+	for _, cw := range shown {
+		var pts []point
+		for _, p := range cw.Points {
+			pts = append(pts, point{x: float64(p.AtMillis) / 1000, y: float64(p.Admitted), bad: p.Admitted > cw.Allowed})
+		}
+		c.series = append(c.series, series{name: cw.Consumer, points: pts})
+		if len(c.limits) == 0 {
+			c.limits = append(c.limits, limitLine{y: float64(cw.Allowed), label: "allowed: " + strconv.FormatInt(cw.Allowed, 10)})
+		}
+	}
+	b.WriteString(c.svg())
+	if len(shown) < len(windows) {
+		note(b, fmt.Sprintf("%s: the chart draws the worst %d consumers, those admitted the most in one window; the other %d are not drawn.",
+			r.Name, len(shown), len(windows)-len(shown)))
+	}
+	if cut {
+		note(b, fmt.Sprintf("%s: windows that begin less than %d ms before the run's end are not drawn: the run stopped inside them.",
+			r.Name, lim.WindowMillis))
+	}
+	return true
 }
 
 // wholeWindows keeps, of each consumer's windows, those that end by end

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/reports"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // benchOptions are the flags of ratelab bench http; bench.HTTPConfig and
@@ -27,13 +28,19 @@ type benchOptions struct {
 	headers []string
 	body    string
 	// consumersFrom, jwtSecret and jwtClaims name the consumers; the Set
-	// fields say whether --consumers and --consumer-header were given.
+	// fields say whether --consumers, --consumer-header and --connections
+	// were given.
 	consumersFrom     string
 	jwtSecret         string
 	jwtClaims         []string
 	consumersSet      bool
 	consumerHeaderSet bool
-	expectLimit       string
+	connectionsSet    bool
+	sourceIPs         string
+	expectLimits      []string
+	expectRules       string
+	paths             []string
+	values            []string
 	threads           int
 	shard             string
 	startAt           string
@@ -46,10 +53,12 @@ type benchOptions struct {
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
+	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "Routes": "--path", "ConsumerValues": "--consumer-values",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
 	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
-	"Body": "--body", "Identities": "--consumers-from", "JWTSecret": "--jwt-secret", "JWTClaims": "--jwt-claim"}
+	"Body": "--body", "Identities": "--consumers-from", "JWTSecret": "--jwt-secret", "JWTClaims": "--jwt-claim",
+	"RunID": "--run-id", "SourceIPs": "--source-ips"}
 
 func newBenchCmd(io *ioStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load-test a live endpoint"}
@@ -74,18 +83,31 @@ stands anywhere else.
 
 --expect-limit audits the consumers, named by the identities sent: admissions against the limit
 (by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
-the rate-limit headers.
+the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
+enforces several limits at once, or --expect-rules with the gateway's own rules file: each limit
+is judged by its own guarantee, on its own counters, and reported on its own line; headers are
+held to the policy they name. --path mixes routes by weight, and --consumer-values sends a
+header whose value depends on the consumer (a plan tier), so that a rules file's routes and
+tiers are exercised.
 The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
 responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
 the gateway seems to share one limit across the identities sent: it says why.
 A run in which no request got a response exits 1.
-Ctrl-C stops the run and still reports what was measured.`,
+Ctrl-C stops the run and still reports what was measured.
+
+For gateways keyed by client IP, --source-ips sends each consumer from an address of its own
+(127.0.0.2-127.0.0.60: one per consumer), and the audit names each consumer by its address.
+Every result carries a run id (--run-id, or a hash of the target, the load and --start-at that
+every shard of one run shares): report merge merges only one run's shards.`,
 		Example: `  ratelab bench http http://127.0.0.1:8080/v1/ping --rate 2000 --duration 60s --consumers 50
   ratelab bench http 'http://127.0.0.1:8080/?apikey={consumer}' --consumers-from keys.txt --rate 200 --expect-limit 10/1s
   ratelab bench http http://127.0.0.1:8080/ -H 'Authorization: Bearer {jwt}' --jwt-secret @secret --jwt-claim sub={consumer} \
     --consumers 20 --rate 400 --expect-limit 10/1s --expect-algorithm gcra --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 0 --connections 64 --duration 10s
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --expect-limit 100/1m --expect-algorithm gcra --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 100 --consumers 10 --expect-limit 5/1s --expect-limit 12/10s --fail-on-leak
+  ratelab bench http http://127.0.0.1:8080/ --rate 200 --consumers 20 --expect-rules rules.yaml --path /search:1 --path /items:9 \
+    --consumer-values 'X-Plan: gold:1,free:9' --fail-on-leak
   ratelab bench http http://127.0.0.1:8080/ --rate 500 --max-p99 20ms --max-error-rate 0.01 -o json > run.json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -95,6 +117,7 @@ Ctrl-C stops the run and still reports what was measured.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.consumersSet, opts.consumerHeaderSet = cmd.Flags().Changed("consumers"), cmd.Flags().Changed("consumer-header")
+			opts.connectionsSet = cmd.Flags().Changed("connections")
 			return runBench(cmd.Context(), io, args[0], opts)
 		},
 	}
@@ -119,9 +142,15 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)")
-	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m")
-	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for --expect-limit: "+
+	f.StringArrayVar(&opts.expectLimits, "expect-limit", nil, "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m, "+
+		"or LIMIT/WINDOW:ALGORITHM (repeatable, or a comma list: 5/1s,12/10s: every limit at once, each judged by its own guarantee)")
+	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for the --expect-limit values that name none: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
+	f.StringVar(&opts.expectRules, "expect-rules", "", "audit the endpoint by the gateway's own rules FILE: each request judged by the limits it meets, "+
+		"on the counters they keep (not with --expect-limit)")
+	f.StringArrayVar(&opts.paths, "path", nil, "send to PATH[:WEIGHT] in place of URL's path, mixed by weight (repeatable: --path /search:1 --path /items:9)")
+	f.StringArrayVar(&opts.values, "consumer-values", nil, `a header whose value depends on the consumer, "NAME: VALUE[:WEIGHT],…" `+
+		`(X-Plan: gold:1,free:9: consumer-0 gold, consumer-1 to -9 free, and so on every ten; repeatable)`)
 	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers")
 	f.BoolVar(&opts.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
 	f.Var(optionalFloat{&opts.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
@@ -130,6 +159,10 @@ Ctrl-C stops the run and still reports what was measured.`,
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
 	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
+	f.StringVar(&opts.sourceIPs, "source-ips", "", "send each consumer from an address of its own, for gateways that key by client IP: "+
+		"FROM-TO or a comma-separated list, one address per consumer (127.0.0.2-127.0.0.60: Linux routes all of 127/8 to lo); "+
+		"--connections then defaults to a multiple of the addresses, up to 1000")
+	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
 	cmd.AddCommand(http)
@@ -161,16 +194,11 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 	if err := identityFlags(&cfg, opts); err != nil {
 		return cfg, "", err
 	}
-	if opts.expectLimit != "" {
-		p, err := algorithms.ParsePolicy(opts.expectLimit)
-		if err != nil {
-			return cfg, "", usagef("--expect-limit %w", err)
-		}
-		cfg.ExpectLimit, cfg.ExpectWindow = p.Limit, p.Window
-	} else if opts.FailOnLeak {
-		return cfg, "", usagef("--fail-on-leak needs --expect-limit")
-	} else if opts.FailOnUnder != nil {
-		return cfg, "", usagef("--fail-on-under needs --expect-limit")
+	if err := sourceIPs(&cfg, opts); err != nil {
+		return cfg, "", err
+	}
+	if err := expectConfig(&cfg, opts); err != nil {
+		return cfg, "", err
 	}
 	if opts.shard != "" {
 		i, n, _ := strings.Cut(opts.shard, "/")
@@ -231,6 +259,91 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	}
 	return crossed(opts.Thresholds.Crossed(res))
 }
+
+// sourceIPs reads --source-ips into cfg: one address per consumer, whose
+// number it sets, or must match when --consumers is given.
+func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
+	if opts.sourceIPs == "" {
+		return nil
+	}
+	addrs, err := bench.ParseSourceIPs(opts.sourceIPs)
+	if err != nil {
+		return flagError(err, benchNames)
+	}
+	if cfg.Identities != nil && len(cfg.Identities) != len(addrs) {
+		return usagef("--source-ips gives %d addresses for the %d identities of --consumers-from: one address per consumer",
+			len(addrs), len(cfg.Identities))
+	}
+	if opts.consumersSet && opts.Consumers != len(addrs) {
+		n := fmt.Sprintf("%d addresses", len(addrs))
+		if len(addrs) == 1 {
+			n = "1 address"
+		}
+		return usagef("--source-ips gives %s for --consumers %d: one address per consumer (or leave --consumers out)", n, opts.Consumers)
+	}
+	cfg.Consumers, cfg.SourceIPs = len(addrs), addrs
+	if !opts.connectionsSet {
+		// A connection reopens whenever it sends for another consumer than
+		// its last: a multiple of the addresses (at least the default),
+		// keeps each on one, up to maxSourceConnections.
+		k := len(addrs)
+		cfg.Connections = min(k*((opts.Connections+k-1)/k), max(maxSourceConnections, opts.Connections))
+	}
+	return nil
+}
+
+// expectConfig reads the flags of what the audit expects, and of the mix
+// of requests sent, into cfg.
+func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
+	for _, v := range opts.expectLimits {
+		ls, err := bench.ParseExpectedLimits(v, opts.ExpectAlgorithm)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ExpectLimits = append(cfg.ExpectLimits, ls...)
+	}
+	if len(cfg.ExpectLimits) > 0 {
+		cfg.ExpectAlgorithm = "" // given to each limit that names none
+	}
+	if opts.expectRules != "" {
+		if len(opts.expectLimits) > 0 {
+			return usagef("--expect-rules and --expect-limit are two audits: give one")
+		}
+		if opts.ExpectAlgorithm != "" {
+			return usagef("--expect-algorithm is for --expect-limit: each limit of --expect-rules names its own")
+		}
+		src, err := os.ReadFile(opts.expectRules)
+		if err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+		if cfg.ExpectRules, err = rules.Parse(opts.expectRules, src, rules.ForGateway()); err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+	}
+	if len(opts.expectLimits) == 0 && opts.expectRules == "" {
+		switch {
+		case opts.FailOnLeak:
+			return usagef("--fail-on-leak needs --expect-limit or --expect-rules")
+		case opts.FailOnUnder != nil:
+			return usagef("--fail-on-under needs --expect-limit or --expect-rules")
+		}
+	}
+	for _, p := range opts.paths {
+		cfg.Routes = append(cfg.Routes, bench.ParseRoute(p))
+	}
+	for _, v := range opts.values {
+		cv, err := bench.ParseConsumerValues(v)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ConsumerValues = append(cfg.ConsumerValues, cv)
+	}
+	return nil
+}
+
+// maxSourceConnections bounds the connections --source-ips opens by
+// default, one per address.
+const maxSourceConnections = 1000
 
 // optionalFloat is a float flag that sets *p when given and leaves it nil
 // when not, for a threshold that is off unless asked for.

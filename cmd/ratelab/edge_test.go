@@ -212,3 +212,68 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestEdgeOpenRestyAnyAlgorithm: the nginx engine runs a lone limit of any
+// algorithm (as a rule), with the headers of the Go gateway's lone limit.
+func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+			"--redis-timeout", "5s", "--engine", "openresty", "--limit", "2/1m", "--algorithm", "gcra", "--key-by", "header:X-Consumer-Id"},
+			io.Discard, &stderr)
+	}()
+	stop := sync.OnceValue(func() int { cancel(); return <-done })
+	defer stop()
+	consumer := redistest.Prefix(t)
+	send := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set("X-Consumer-Id", consumer)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	var codes []int
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		resp, err := send()
+		if err != nil {
+			return false, "nginx does not answer: " + err.Error() + "\n" + stderr.String()
+		}
+		codes = append(codes, resp.StatusCode)
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"default";q=2;w=60` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+		return true, ""
+	})
+	for range 2 {
+		resp, err := send()
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.StatusCode)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("statuses %v, want [200 200 429]\n%s", codes, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "default 2 per 1m0s (gcra)") {
+		t.Fatalf("the start-up log does not name the limit:\n%s", stderr.String())
+	}
+}

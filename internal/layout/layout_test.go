@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 	"race":                        {"algorithms", "internal/"},
 	"compare":                     {"algorithms", "race", "internal/"},
 	"skew":                        {"algorithms", "internal/"},
-	"bench":                       {"algorithms", "internal/"},
+	"bench":                       {"algorithms", "rules", "internal/"},
 	"edge":                        {"algorithms", "rules", "internal/"},
 	"rules":                       {"algorithms"},
 	"drill":                       {"algorithms", "bench", "edge", "internal/"},

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// ExpectedLimit is one limit the audit holds each consumer to.
+type ExpectedLimit struct {
+	Limit  int64
+	Window time.Duration
+	// Algorithm is the algorithm whose guarantee it is held to; empty for
+	// the sliding-window rule (at most Limit in any Window).
+	Algorithm string
+}
+
+// String is the limit as --expect-limit takes it: 5/1s, 100/1m0s:gcra.
+func (e ExpectedLimit) String() string {
+	s := fmt.Sprintf("%d/%s", e.Limit, rules.Window(e.Window))
+	if e.Algorithm != "" {
+		s += ":" + e.Algorithm
+	}
+	return s
+}
+
+// maxExpected bounds the limits of one audit: a request's limits are a
+// bit mask.
+const maxExpected = 64
+
+// ParseExpectedLimits reads an --expect-limit value: a comma list of
+// LIMIT/WINDOW or LIMIT/WINDOW:ALGORITHM (5/1s,12/10s:gcra); a limit that
+// names no algorithm gets algorithm ("" for the sliding-window rule).
+func ParseExpectedLimits(s, algorithm string) ([]ExpectedLimit, error) {
+	var out []ExpectedLimit
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		pol, alg, ok := strings.Cut(item, ":")
+		if !ok {
+			alg = algorithm
+		}
+		p, err := algorithms.ParsePolicy(pol)
+		if err != nil {
+			return nil, field.Errorf("ExpectLimits", "%q: %v", item, err)
+		}
+		e := ExpectedLimit{Limit: p.Limit, Window: p.Window, Algorithm: alg}
+		switch {
+		case !ok && !knownAlgorithm(alg):
+			return nil, field.Errorf("ExpectAlgorithm", "%q: want one of %s", alg, strings.Join(algorithms.Algorithms(), ", "))
+		case !knownAlgorithm(alg):
+			return nil, field.Errorf("ExpectLimits", "%q: %q is not an algorithm (want %s)", item, alg, strings.Join(algorithms.Algorithms(), ", "))
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// knownAlgorithm says whether name is "" (the sliding-window rule) or an
+// algorithm an endpoint can be held to.
+func knownAlgorithm(name string) bool {
+	if name == "" {
+		return true
+	}
+	info, ok := algorithms.Lookup(name)
+	return ok && info.Algorithm
+}
+
+// expected is every limit of ExpectLimit and ExpectLimits, in order.
+func (c HTTPConfig) expected() []ExpectedLimit {
+	var all []ExpectedLimit
+	if c.ExpectLimit > 0 {
+		all = append(all, ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm})
+	}
+	return append(all, c.ExpectLimits...)
+}
+
+// auditing says whether the run is audited.
+func (c HTTPConfig) auditing() bool {
+	return c.ExpectLimit > 0 || len(c.ExpectLimits) > 0 || c.ExpectRules != nil
+}
+
+// validateExpect checks ExpectLimits and ExpectRules.
+func (c HTTPConfig) validateExpect() error {
+	all := c.expected()
+	switch {
+	case c.ExpectRules != nil && len(all) > 0:
+		return field.Errorf("ExpectRules", "and {ExpectLimits} are two audits: give one")
+	case c.ExpectRules != nil && !c.ExpectRules.Gateway():
+		return field.Errorf("ExpectRules", "%s: rules not checked for the gateway", c.ExpectRules.File)
+	case c.ExpectRules != nil && len(c.ExpectRules.Limits()) > maxExpected:
+		return field.Errorf("ExpectRules", "%s: at most %d limits (got %d)", c.ExpectRules.File, maxExpected, len(c.ExpectRules.Limits()))
+	case len(all) > maxExpected:
+		return field.Errorf("ExpectLimits", "at most %d limits (got %d)", maxExpected, len(all))
+	case len(c.ExpectLimits) > 0 && c.Consumers == 0:
+		return field.Errorf("ExpectLimits", "audit per consumer: they need {ConsumerHeader}")
+	}
+	for i, e := range all {
+		if err := (algorithms.Policy{Limit: e.Limit, Window: e.Window}).Validate(); err != nil {
+			return field.Errorf("ExpectLimits", "%s: %v", e, err)
+		}
+		if !knownAlgorithm(e.Algorithm) {
+			return field.Errorf("ExpectLimits", "%s: %q is not an algorithm (want %s)", e, e.Algorithm, strings.Join(algorithms.Algorithms(), ", "))
+		}
+		if j := slices.IndexFunc(all[:i], func(o ExpectedLimit) bool { return o.Window == e.Window }); j >= 0 {
+			return field.Errorf("ExpectLimits", "%s and %s are two limits on one window (%s): keep one", all[j], e, rules.Window(e.Window))
+		}
+	}
+	return nil
+}
+
+// expectations are what the audit holds the endpoint to, one per limit.
+func (c HTTPConfig) expectations() []expectation {
+	if c.ExpectRules != nil {
+		return rulesExpectations(c.ExpectRules)
+	}
+	var exps []expectation
+	for _, e := range c.expected() {
+		exp, _ := newExpectation(e.Limit, e.Window, e.Algorithm) // validated
+		exp.id = e.String()
+		exps = append(exps, exp)
+	}
+	return exps
+}
+
+// rulesExpectations are the limits of a rules file, in file order.
+func rulesExpectations(set *rules.Set) []expectation {
+	var exps []expectation
+	for _, l := range set.Limits() {
+		exp := expectation{policy: l.Policy, algorithm: l.Algorithm, guarantee: algorithms.SlidingWindow, id: l.ID,
+			names: []string{l.ID}, descriptor: descriptorText(l.Descriptor), shadow: l.Shadow, unlimited: l.Unlimited, cost: l.Cost, quota: l.Policy.Limit}
+		if l.Name != "" && l.Name != l.ID {
+			exp.names = append(exp.names, l.Name)
+		}
+		if info, ok := algorithms.Lookup(l.Algorithm); ok && info.Algorithm {
+			exp.guarantee = info.Guarantee
+		}
+		if l.Cost > 1 && !l.Unlimited {
+			// What one request takes: the limit admits whole requests.
+			exp.policy.Limit = l.Policy.Limit / l.Cost
+		}
+		exps = append(exps, exp)
+	}
+	return exps
+}
+
+// descriptorText is the rule a limit is on, its descriptors from the top:
+// header:X-Consumer-Id > path=/search.
+func descriptorText(d *rules.Descriptor) string {
+	var parts []string
+	for ; d != nil; d = d.Parent {
+		p := d.Key
+		if d.Value != "" {
+			p += "=" + d.Value
+		}
+		parts = append(parts, p)
+	}
+	slices.Reverse(parts)
+	return strings.Join(parts, " > ")
+}
+
+// judged reports whether the audit judges the limit: a shadow limit never
+// blocks, an unlimited one always admits, and one of cost 0 (or more than
+// its limit) takes nothing a request could be judged by.
+func (e expectation) judged() bool {
+	return !e.shadow && !e.unlimited && e.cost != 0 && e.policy.Limit > 0
+}
+
+// unjudgedReason says why the audit does not judge the limit.
+func (e expectation) unjudgedReason() string {
+	switch {
+	case e.unlimited:
+		return "unlimited: always admitted, never judged"
+	case e.shadow:
+		return "shadow: counted by the gateway and never enforced, so never judged as a leak of it"
+	case e.cost == 0:
+		return "cost 0: checks without consuming, so nothing it admits counts"
+	}
+	return fmt.Sprintf("cost %d is above its limit of %d: no request fits", e.cost, e.policy.Limit)
+}

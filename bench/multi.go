@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"time"
+)
+
+// meeting says which limits each sample met, and on which counter of each:
+// requests that share a counter are judged together.
+type meeting struct {
+	// met[i] is the mask of the limits sample i met (bit k: limit k).
+	met []uint64
+	// of[k] is limit k's part: the samples that met it and their counters.
+	of []limitCounters
+}
+
+// limitCounters are the samples that met one limit, each with the counter
+// it counts against (0 … len(names)-1), and the counters' names.
+type limitCounters struct {
+	idx, counter []int32
+	names        []string
+	// consumers says that every sample met the limit on its consumer's
+	// counter (idx is every index, counter every consumer).
+	consumers bool
+	// keys are, for an audit by rules, the counters' Redis keys
+	// (rules.Hit.Key): one counter whatever run met it.
+	keys []string
+}
+
+// everyConsumer is the meeting of limits that each consumer has its own of,
+// and that every request meets: --expect-limit's. name names the consumers.
+func everyConsumer(samples []sample, limits, consumers int, name func(int32) string) meeting {
+	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, limits)}
+	all := uint64(1)<<limits - 1
+	idx := make([]int32, len(samples))
+	counter := make([]int32, len(samples))
+	for i, s := range samples {
+		m.met[i] = all
+		idx[i], counter[i] = int32(i), s.consumer
+	}
+	names := make([]string, consumers)
+	for c := range names {
+		names[c] = name(int32(c))
+	}
+	for k := range m.of {
+		m.of[k] = limitCounters{idx: idx, counter: counter, names: names, consumers: true}
+	}
+	return m
+}
+
+// auditLimits judges the samples against several limits at once, each by
+// its own guarantee on its own counters (m), and makes the verdict of them
+// all. advs holds the samples' adverts.
+//
+// A request admitted counts against every limit it met. A request denied
+// is judged for under-admission of a limit only when every other limit it
+// met would surely have admitted it too: which one denied is not known,
+// and each is given the benefit of the doubt. Shadow, unlimited and cost 0
+// limits are reported, never judged.
+func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting, cov coverage) Audit {
+	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
+	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
+	if cov.horizon >= 0 {
+		ms := cov.horizon.Milliseconds()
+		a.CappedFromMillis = &ms
+	}
+	var enforcing uint64
+	for k, exp := range exps {
+		if exp.judged() {
+			enforcing |= 1 << k
+		}
+	}
+	// Which limits would surely have admitted each denial, by its own
+	// counter alone.
+	surely := make([]uint64, len(samples))
+	if cov.skipUnder == "" {
+		for k, exp := range exps {
+			if !exp.judged() {
+				continue
+			}
+			lookback := exp.guarantee.Lookback(exp.policy)
+			forCounters(samples, m.of[k], func(ss []sample, idx []int32) {
+				eachDenial(ss, exp.policy.Limit, lookback, cov, func(i int, yes bool) {
+					if yes {
+						surely[idx[i]] |= 1 << k
+					}
+				})
+			})
+		}
+	}
+	for k, exp := range exps {
+		lc := m.of[k]
+		var proj []sample
+		if len(exps) == 1 && lc.consumers {
+			// The one limit, on the consumers' own counters: the samples
+			// are projected where they are (what they read is not lost:
+			// their adverts stay).
+			proj = samples
+		} else {
+			proj = make([]sample, len(lc.idx))
+		}
+		var elsewhere int64
+		for j, i := range lc.idx {
+			s := samples[i]
+			s.consumer = lc.counter[j]
+			s.otherMayDeny = s.denied() && m.met[i]&enforcing&^(1<<k)&^surely[i] != 0
+			project(&s, advs, k, m.met[i], enforcing, exps)
+			proj[j] = s
+			if s.otherMayDeny && cov.skipUnder == "" {
+				elsewhere++
+			}
+		}
+		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0)
+		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
+		if exp.judged() {
+			l.DenialsElsewhere = elsewhere
+		}
+		for _, s := range proj {
+			if s.ok() {
+				l.Admitted++
+			}
+		}
+		a.Limits = append(a.Limits, l)
+	}
+	a.Verdict, a.Reasons = overall(a.Limits)
+	return a
+}
+
+// limitLine is what the audit found of one limit, from the samples that
+// met it, projected on its counters (named by names). sent says the run
+// sent requests at all.
+func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool) LimitAudit {
+	name := func(c int32) string { return names[c] }
+	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.guarantee.Rule(exp.policy), WorstConsumers: []ConsumerAudit{}}
+	switch {
+	case !exp.judged():
+		l := blank
+		if exp.unlimited {
+			l.Rule = "unlimited"
+		}
+		l.Verdict, l.Reasons, l.Consumers = NotJudged, []string{exp.unjudgedReason()}, len(names)
+		for _, s := range proj {
+			if s.denied() {
+				l.Denials++
+			}
+		}
+		return l
+	case len(proj) == 0 && sent:
+		l := blank
+		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: send what it matches (its route, its headers)"}
+		return l
+	}
+	l := judgeLimit(proj, exp, len(names), cov, name)
+	retryAfterBeforeReset(proj, &l.Headers, name)
+	return l
+}
+
+// forCounters calls f with each counter's samples of lc (the samples'
+// consumer set to the counter), in send order, and their indexes in
+// samples.
+func forCounters(samples []sample, lc limitCounters, f func(ss []sample, idx []int32)) {
+	per := make([][]int32, len(lc.names))
+	for j, i := range lc.idx {
+		per[lc.counter[j]] = append(per[lc.counter[j]], i)
+	}
+	var ss []sample
+	for c, idx := range per {
+		ss = ss[:0]
+		for _, i := range idx {
+			s := samples[i]
+			s.consumer = int32(c)
+			ss = append(ss, s)
+		}
+		f(ss, idx)
+	}
+}
+
+// project makes s speak of limit k alone: its advertised limit, remaining
+// and reset become those of the policy its response gave for k, if any
+// (met: the limits its request met; enforcing: those judged). A sample
+// without adverts keeps what it read.
+//
+// A draft-10 policy is limit k's when its name is k's (ID or name), or,
+// unnamed so, when its quota and window are k's. When none of a response's
+// policies is any limit its request met, its first is held to the tightest
+// of them (the lowest rate), as are legacy fields whose limit is none of
+// them.
+func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expectation) {
+	if s.advN == 0 {
+		return
+	}
+	ads := advs[s.advAt : s.advAt+uint32(s.advN)]
+	tight := tightest(met&enforcing, exps)
+	if tight < 0 {
+		tight = tightest(met, exps)
+	}
+	var draft, legacy = -1, -1 // the advert for k
+	resolvedAny, firstDraft := false, -1
+	for i, a := range ads {
+		to := resolve(a, met, exps)
+		if !a.legacy {
+			if firstDraft < 0 && a.q >= 0 {
+				firstDraft = i
+			}
+			if to >= 0 || to == ambiguous {
+				resolvedAny = true
+			}
+			if to == k && draft < 0 {
+				draft = i
+			}
+			continue
+		}
+		if to == -1 {
+			to = tight
+		}
+		if to == k {
+			legacy = i
+		}
+	}
+	if !resolvedAny && firstDraft >= 0 && tight == k {
+		draft = firstDraft
+	}
+	s.limit, s.remaining, s.reset = -1, -1, -1
+	pick := draft
+	if pick < 0 {
+		pick = legacy
+	}
+	if pick < 0 {
+		return
+	}
+	a := ads[pick]
+	cost := max(exps[k].cost, 1)
+	if a.q >= 0 {
+		s.limit = int64(a.q) / cost
+	}
+	if a.r >= 0 {
+		s.remaining = int64(a.r) / cost
+	}
+	if a.t >= 0 {
+		s.reset = time.Duration(a.t) * time.Second
+	}
+}
+
+// resolve is the limit among met that an advert speaks of: by name, else
+// by quota and window (w in whole seconds, rounded either way); -1 when
+// none, ambiguous when several. An item of RateLimit alone (no quota)
+// speaks of the one limit met, when there is one.
+func resolve(a advert, met uint64, exps []expectation) int {
+	if a.name >= 0 {
+		if met&(1<<a.name) != 0 {
+			return int(a.name)
+		}
+		return -1
+	}
+	if a.q < 0 {
+		if bits.OnesCount64(met) == 1 && !a.legacy {
+			return bits.TrailingZeros64(met)
+		}
+		return -1
+	}
+	found := -1
+	for m := met; m != 0; m &= m - 1 {
+		k := bits.TrailingZeros64(m)
+		e := exps[k]
+		w := e.policy.Window
+		if int64(a.q) == e.quota && (a.w < 0 || int64(a.w) == int64(w/time.Second) || int64(a.w) == int64((w+time.Second-1)/time.Second)) {
+			if found >= 0 {
+				return ambiguous // two limits of that quota (and window)
+			}
+			found = k
+		}
+	}
+	return found
+}
+
+// ambiguous is an advert that two of the limits met could be: it is held
+// to neither.
+const ambiguous = -2
+
+// tightest is the limit of mask with the lowest rate (limit per window);
+// -1 for none.
+func tightest(mask uint64, exps []expectation) int {
+	best := -1
+	for m := mask; m != 0; m &= m - 1 {
+		k := bits.TrailingZeros64(m)
+		if best < 0 {
+			best = k
+			continue
+		}
+		p, b := exps[k].policy, exps[best].policy
+		if float64(p.Limit)/p.Window.Seconds() < float64(b.Limit)/b.Window.Seconds() {
+			best = k
+		}
+	}
+	return best
+}
+
+// retryAfterBeforeReset counts the denials whose Retry-After came more than
+// a second (its rounding) before the reset the same response gave for a
+// policy it said had nothing remaining: that policy denies until then, so
+// the client was told to come back too soon.
+func retryAfterBeforeReset(proj []sample, h *HeadersAudit, name func(int32) string) {
+	for _, s := range proj {
+		if !s.denied() || s.retryAfter < 0 || s.remaining != 0 || s.reset <= s.retryAfter+time.Second {
+			continue
+		}
+		h.Violations++
+		if h.Example == "" {
+			h.Example = fmt.Sprintf("%s was told Retry-After %s, but the policy said nothing remained for %s",
+				name(s.consumer), s.retryAfter, strconv.FormatInt(int64(s.reset/time.Second), 10)+"s")
+		}
+	}
+}

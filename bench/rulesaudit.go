@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+
+	"github.com/ratelab/ratelab/rules"
+)
+
+// sent describes the requests of a run as a gateway reads them, for the
+// rules they meet: each is read back from the bytes the engine sends, so
+// that every identity, route and header is the one sent.
+type sent struct {
+	mix       *mix
+	consumers int
+	source    string
+	buf       []byte
+}
+
+// request is the request of consumer to route, as the rules read it, sent
+// from source (no port); with no consumer, that of the one client.
+func (s *sent) request(route, consumer int) rules.Request {
+	if s.consumers == 0 {
+		consumer = -1 // the one client, as the engine sends it
+	}
+	raw := s.mix.request(route, consumer).render(&s.buf, consumer)
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+	if err != nil { // the engine's own request: never
+		return rules.Request{RemoteAddress: s.source}
+	}
+	return rules.Request{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Host: req.Host,
+		RemoteAddress: s.source, Header: req.Header}
+}
+
+// rulesMeeting finds the limits of set that each sample's request met, and
+// its counter of each (Hit.Key): requests of one counter are judged
+// together. A counter is named after its consumer while it has one, and
+// by the hit's label (domain, entries, limit) when several share it.
+func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int) rules.Request, name func(int32) string) meeting {
+	limits := set.Limits()
+	index := make(map[*rules.Limit]int, len(limits))
+	for k, l := range limits {
+		index[l] = k
+	}
+	// Each kind of request (a route and a consumer) meets the same limits
+	// on the same counters: found once, on its first sample.
+	type hit struct{ k, c int32 }
+	cache := map[[2]int32][]hit{}
+	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
+	for k := range m.of {
+		m.of[k].keys = []string{}
+	}
+	counters := make([]map[string]int32, len(limits))
+	owner := make([][]int32, len(limits)) // each counter's consumer; -2 when several
+	for k := range counters {
+		counters[k] = map[string]int32{}
+	}
+	for i, s := range samples {
+		at := [2]int32{int32(s.route), s.consumer}
+		hs, ok := cache[at]
+		if !ok {
+			hs = []hit{}
+			for _, h := range set.Match(req(int(s.route), int(s.consumer))) {
+				k := int32(index[h.Limit])
+				key := h.Key
+				if key == "" { // unlimited: no counter; one per entries
+					key = h.Label()
+				}
+				lc := &m.of[k]
+				c, seen := counters[k][key]
+				switch {
+				case !seen:
+					c = int32(len(lc.names))
+					counters[k][key] = c
+					lc.names = append(lc.names, name(s.consumer))
+					lc.keys = append(lc.keys, key)
+					owner[k] = append(owner[k], s.consumer)
+				case owner[k][c] != s.consumer && owner[k][c] != -2:
+					owner[k][c] = -2
+					lc.names[c] = h.Label()
+				}
+				hs = append(hs, hit{k: k, c: c})
+			}
+			cache[at] = hs
+		}
+		for _, h := range hs {
+			m.met[i] |= 1 << h.k
+			lc := &m.of[h.k]
+			lc.idx = append(lc.idx, int32(i))
+			lc.counter = append(lc.counter, h.c)
+		}
+	}
+	return m
+}
+
+// localAddress is the address, without its port, that conn was opened
+// from: the remote_address a gateway sees when no proxy is in between.
+func localAddress(nc net.Conn) string {
+	if host, _, err := net.SplitHostPort(nc.LocalAddr().String()); err == nil {
+		return host
+	}
+	return ""
+}
+
+// runAudit judges a run's samples (with their adverts) by cfg's limits,
+// and asks the engine for the Retry-After probes. It returns the meeting
+// of samples and limits it judged by.
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (Audit, *meeting) {
+	exps := cfg.expectations()
+	var m meeting
+	if cfg.ExpectRules != nil {
+		s := &sent{mix: p.req, consumers: cfg.Consumers, source: source}
+		name := p.consumerName
+		if cfg.Consumers == 0 {
+			name = func(int32) string { return "the client" }
+		}
+		m = rulesMeeting(samples, cfg.ExpectRules, s.request, name)
+	} else {
+		m = everyConsumer(samples, len(exps), cfg.Consumers, p.consumerName)
+	}
+	a := auditLimits(samples, advs, exps, m, cov)
+	// One set of probes for every limit: a consumer denied must be
+	// admitted again once its Retry-After has passed, by every limit that
+	// could have denied it.
+	var probed *RetryAfterAudit
+	for i := range a.Limits {
+		l := &a.Limits[i]
+		switch {
+		case l.Verdict == NotJudged:
+			l.RetryAfter.Skipped = "not judged"
+		case cov.partial:
+			// Another machine may be asking the same consumer meanwhile.
+			l.RetryAfter.Skipped = sharedNote
+		case cfg.NoProbes:
+			l.RetryAfter.Skipped = "probes turned off (--no-probes)"
+		case ctx.Err() != nil:
+			l.RetryAfter.Skipped = "the run was interrupted"
+		case probed != nil:
+			l.RetryAfter = *probed
+		default:
+			largest := *l
+			for _, o := range a.Limits {
+				if o.Verdict != NotJudged && o.Limit > largest.Limit {
+					largest.Limit = o.Limit
+				}
+			}
+			probeRetryAfter(ctx, p, samples, &largest)
+			l.RetryAfter = largest.RetryAfter
+			probed = &l.RetryAfter
+		}
+	}
+	return a, &m
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ratelab/ratelab/bench"
+)
+
+// keyedOnce admits the first limit requests of each API key (the apikey
+// query parameter) and denies every later one: it never admits more than
+// limit in any span.
+func keyedOnce(t *testing.T, limit int) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	count := map[string]int{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.URL.Query().Get("apikey")
+		count[key]++
+		if count[key] > limit {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestReportMergeOnlyMergesOneRun: five single-key runs, each of one
+// consumer (consumer-0) held to 10, are five runs: report merge refuses
+// them, exit 2, naming every file with its run id, and sends nothing;
+// --as-one-run merges them as five consumers, each held, named by file.
+func TestReportMergeOnlyMergesOneRun(t *testing.T) {
+	t.Parallel()
+	srv := keyedOnce(t, 10)
+	dir := t.TempDir()
+	var files []string
+	for i := range 5 {
+		file := filepath.Join(dir, fmt.Sprintf("key%d.json", i))
+		code, stdout, stderr := ratelab(t, "bench", "http", fmt.Sprintf("%s/?apikey=k%d", srv.URL, i), "--rate", "60", "--requests", "30", "--duration", "0s",
+			"--consumers", "1", "--expect-limit", "10/1s", "--no-probes", "--fail-on-leak", "-o", "json", "--out", file)
+		if code != exitOK {
+			t.Fatalf("key %d alone: exit %d (%s) %s", i, code, stderr, stdout)
+		}
+		files = append(files, file)
+	}
+	code, stdout, stderr := ratelab(t, append([]string{"report", "merge", "--fail-on-leak"}, files...)...)
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "not shards of one run") || !strings.Contains(stderr, "--as-one-run") {
+		t.Fatalf("merged five runs: exit %d, stdout %q, stderr %q; want 2", code, stdout, stderr)
+	}
+	for _, f := range files {
+		if !strings.Contains(stderr, f+" is run ") {
+			t.Errorf("stderr %q does not name %s and its run id", stderr, f)
+		}
+	}
+
+	code, stdout, stderr = ratelab(t, append([]string{"report", "merge", "--as-one-run", "--fail-on-leak", "-o", "json"}, files...)...)
+	if code != exitOK {
+		t.Fatalf("--as-one-run: exit %d, %s", code, stderr)
+	}
+	var m bench.Result
+	decodeJSON(t, stdout, &m)
+	if m.Config.Consumers != 5 || m.Audit == nil || m.Audit.Verdict != bench.Held || m.Audit.Limits[0].Consumers != 5 || m.Audit.Limits[0].OverAdmitted != 0 {
+		t.Fatalf("--as-one-run: %d consumers, audit %+v; want five, held", m.Config.Consumers, m.Audit)
+	}
+	if len(m.Config.Identities) != 5 || m.Config.Identities[3] != "consumer-0 ("+files[3]+")" {
+		t.Fatalf("consumer names %q: want each named by its file", m.Config.Identities)
+	}
+	merged := filepath.Join(dir, "merged.json")
+	if err := os.WriteFile(merged, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := ratelab(t, "report", "merge", merged, "--fail-on-leak"); code != exitOK {
+		t.Fatalf("the merge merged again: exit %d, %s", code, stderr)
+	}
+}
