@@ -196,6 +196,9 @@ type RetryAfterAudit struct {
 	// probe was admitted, when it was denied at its first try after it
 	// (0 when every probe was admitted at its first try).
 	MaxErrorMillis int64 `json:"max_error_ms"`
+	// Early counts the probes admitted, reply and all, a second or more
+	// before their advertised time: a Retry-After longer than the wait.
+	Early int `json:"early"`
 	// Honest is false when a consumer was still denied after its
 	// Retry-After, or admitted a whole second before it; null when no
 	// probe was made (Skipped says why).

@@ -46,7 +46,8 @@ func ParseExpectedLimits(s, algorithm string) ([]ExpectedLimit, error) {
 		}
 		p, err := algorithms.ParsePolicy(pol)
 		if err != nil {
-			return nil, field.Errorf("ExpectLimits", "%q: %v", item, err)
+			// ParsePolicy's error names the policy already: "0/1s": ...
+			return nil, field.Errorf("ExpectLimits", "%v", err)
 		}
 		e := ExpectedLimit{Limit: p.Limit, Window: p.Window, Algorithm: alg}
 		switch {

@@ -404,6 +404,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 			ra := l.RetryAfter
 			probes[k].Probes += ra.Probes
 			probes[k].MaxErrorMillis = max(probes[k].MaxErrorMillis, ra.MaxErrorMillis)
+			probes[k].Early += ra.Early
 			if ra.Honest != nil {
 				probed[k] = true
 				honest[k] = honest[k] && *ra.Honest

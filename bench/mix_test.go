@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,9 +175,17 @@ func TestExpectRefused(t *testing.T) {
 	if _, err := ParseExpectedLimits("5/1s,12/10s:gcra", ""); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []string{"5/1s,", "5/1s:nope", "x/1s"} {
-		if _, err := ParseExpectedLimits(bad, ""); err == nil {
-			t.Errorf("%q parsed", bad)
+	for bad, want := range map[string]string{
+		"5/1s,":      `ExpectLimits "": want requests/window, such as 100/1m`,
+		"5/1s:nope":  `ExpectLimits "5/1s:nope": "nope" is not an algorithm`,
+		"x/1s":       `ExpectLimits "x/1s": "x" is not a whole number`,
+		"0/1s":       `ExpectLimits "0/1s": limit must be at least 1 (got 0)`,
+		"0/1s:gcra":  `ExpectLimits "0/1s": limit must be at least 1 (got 0)`,
+		"5/1s,0/10s": `ExpectLimits "0/10s": limit must be at least 1 (got 0)`,
+	} {
+		_, err := ParseExpectedLimits(bad, "")
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", bad, err, want)
 		}
 	}
 }

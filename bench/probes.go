@@ -73,6 +73,14 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 			return retried{}
 		}
 		if status, _ := p.single(ctx, consumer, int(s.route)); status >= 200 && status < 300 {
+			// An honest slot frees after the denial's send plus its
+			// Retry-After less the second: only a reply back by then proves
+			// the admission early. A later one (a slow reply on a loaded
+			// machine) may have been decided once the slot was free; it
+			// tells neither way, and spent the slot.
+			if time.Now().After(runStart.Add(s.sent + s.retryAfter - time.Second)) {
+				return retried{asked: true, unsure: true}
+			}
 			return retried{asked: true, early: true}
 		}
 	}

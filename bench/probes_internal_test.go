@@ -56,6 +56,11 @@ func TestRetryAfterVerdict(t *testing.T) {
 			asked: []int32{0, 1}},
 		{name: "never admitted", samples: []sample{denial(0, 1, time.Second)},
 			found: []retried{{asked: true}}, honest: "false", maxErr: 10_000, probes: 1, asked: []int32{0}},
+		// Admitted just before, its reply back too late to tell: no claim.
+		{name: "too slow to tell", samples: []sample{denial(0, 1, time.Second)},
+			found: []retried{{asked: true, unsure: true}}, probes: 0, skipped: true, asked: []int32{0}},
+		{name: "one too slow to tell", samples: []sample{denial(0, 1, time.Second), denial(1, 1, time.Second)},
+			found: []retried{{asked: true, unsure: true}, onTime}, honest: "true", probes: 1, asked: []int32{0, 1}},
 		{name: "not asked", samples: []sample{denial(0, 1, time.Second)},
 			found: []retried{{}}, probes: 0, asked: []int32{0}},
 		// A 429 that a success came back after tells nothing: drive one.
@@ -86,5 +91,26 @@ func TestRetryAfterVerdict(t *testing.T) {
 				t.Fatalf("retried %v, want consumers %v once", f.retries, tc.asked)
 			}
 		})
+	}
+}
+
+// TestRetryAfterFault: a false Retry-After is reported with what the probes
+// found wrong, never as an error of 0 ms.
+func TestRetryAfterFault(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		ra   RetryAfterAudit
+		want string
+	}{
+		{RetryAfterAudit{Probes: 2, Honest: &yes}, ""},
+		{RetryAfterAudit{}, ""},
+		{RetryAfterAudit{Probes: 2, Early: 2, Honest: &no}, "2 of 2 probes were admitted a second or more before it"},
+		{RetryAfterAudit{Probes: 3, MaxErrorMillis: 1201, Honest: &no}, "a probe was still denied 1201 ms after it"},
+		{RetryAfterAudit{Probes: 3, Early: 1, MaxErrorMillis: 10_000, Honest: &no},
+			"1 of 3 probes were admitted a second or more before it, and a probe was still denied 10000 ms after it"},
+	} {
+		if got := tc.ra.Fault(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.ra, got, tc.want)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,5 +65,70 @@ func TestShardedProbesAskOnlyTheirConsumers(t *testing.T) {
 		if sent <= r.Requests {
 			t.Errorf("shard %d: %d requests in all, %d in the run: no probe was sent", i, sent, r.Requests)
 		}
+	}
+}
+
+// penaltyBox is an honest test limiter: per consumer, it admits the first
+// admit requests, then denies each until a moment it names (Retry-After,
+// rounded up) and keeps: each of the run's denials sets it free 1,050 ms
+// after. Once the run's requests have come (the probes), it decides each
+// request only after slow has passed, as a loaded gateway does.
+type penaltyBox struct {
+	admit, run int
+	slow       time.Duration
+
+	mu     sync.Mutex
+	seen   int
+	count  map[string]int
+	freeAt map[string]time.Time
+}
+
+func (b *penaltyBox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := r.Header.Get("X-Consumer-Id")
+	b.mu.Lock()
+	b.seen++
+	probe := b.seen > b.run
+	b.mu.Unlock()
+	if probe {
+		time.Sleep(b.slow) // the load: a slow decision, and a slow reply
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count == nil {
+		b.count, b.freeAt = map[string]int{}, map[string]time.Time{}
+	}
+	now := time.Now()
+	if free, denied := b.freeAt[c]; b.count[c] < b.admit || (denied && !now.Before(free)) {
+		b.count[c]++
+		return
+	}
+	if !probe {
+		b.freeAt[c] = now.Add(1050 * time.Millisecond)
+	}
+	w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(b.freeAt[c].Sub(now).Seconds()))))
+	w.WriteHeader(http.StatusTooManyRequests)
+}
+
+// TestSlowProbeIsNotEarly: a probe sent just before the earliest moment a
+// Retry-After allows, whose decision and reply come late (a loaded
+// machine), may be admitted by an honest gateway: it proves nothing early,
+// and the gateway is never called false for it.
+func TestSlowProbeIsNotEarly(t *testing.T) {
+	t.Parallel()
+	const requests = 30
+	srv := httptest.NewServer(&penaltyBox{admit: 5, run: requests, slow: 300 * time.Millisecond})
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 40, Requests: requests,
+		Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("audit: %s %q: %+v", res.Audit.Verdict, res.Audit.Reasons, res.Audit.Limits[0])
+	ra := res.Audit.Limits[0].RetryAfter
+	if (ra.Honest != nil && !*ra.Honest) || ra.Early != 0 || ra.Fault() != "" {
+		t.Fatalf("retry-after %+v (%s): an honest gateway called false", ra, ra.Fault())
+	}
+	if ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
+		t.Fatalf("retry-after %+v: not probed", ra)
 	}
 }

@@ -11,9 +11,10 @@ import (
 // worstRamp is worstSpan for guarantees whose bound grows with the span, a
 // burst and then a steady rate (token bucket, GCRA, sliding counter): at
 // most about limit + limit × d / window in a span of length d. It weighs
-// every span from one success's send to another's reply, counting the
-// successes whose whole flight lies inside, and keeps the span furthest
-// above that line; it then judges that span by the guarantee's exact bound.
+// every span from one success's send to the reply of another sent no
+// earlier (or its own), counting the successes whose whole flight lies
+// inside, and keeps the span furthest above that line; it then judges that
+// span by the guarantee's exact bound.
 //
 // A sweep over the replies in time order keeps, for every possible start i
 // (a send), N(i) + rate × sent(i), N(i) counting the flights inside
@@ -47,7 +48,13 @@ func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee) span {
 		if k+1 < len(byDone) && byDone[k+1].done == f.done {
 			continue // every flight that ended then first
 		}
-		v, i := t.max(0, upTo(f.done)-1)
+		// Only the starts at or before f's send: the spans that hold f. A
+		// span that starts later and holds another flight is beaten by the
+		// one that ends at that flight's reply; one that holds none is no
+		// span of admissions (under load, whose flights are long, it scored
+		// above every one that held a success, and was reported as the
+		// worst: 0 admitted).
+		v, i := t.max(0, upTo(f.sent)-1)
 		if v -= rate * float64(f.done); bestStart < 0 || v > best {
 			best, bestStart, bestEnd = v, i, f.done
 		}

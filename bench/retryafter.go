@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -25,9 +27,11 @@ type prober interface {
 type retried struct {
 	// asked is false when ctx ended first: nothing was found.
 	asked bool
-	// early is set when it was admitted just before its Retry-After could
-	// have freed a slot.
-	early bool
+	// early is set when it was admitted, and its reply back, before its
+	// Retry-After could have freed a slot; unsure when it was admitted
+	// just before, but its reply came back too late to tell early from on
+	// time.
+	early, unsure bool
 	// admitted is set when it was admitted after its Retry-After (asked
 	// again for at most 10 seconds); first when at the first try after it,
 	// and late is how long after the advertised time that was.
@@ -60,15 +64,19 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 			return
 		}
 	}
-	honest := true
+	honest, unsure := true, 0
 	for _, r := range pr.retry(ctx, picks) {
-		if !r.asked {
+		if r.unsure {
+			unsure++
+		}
+		if !r.asked || r.unsure {
 			continue
 		}
 		a.RetryAfter.Probes++
 		switch {
 		case r.early:
 			honest = false
+			a.RetryAfter.Early++
 		case !r.admitted:
 			honest = false
 			a.RetryAfter.MaxErrorMillis = max(a.RetryAfter.MaxErrorMillis, (10 * time.Second).Milliseconds())
@@ -85,7 +93,28 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 		a.RetryAfter.Skipped = "the probes were interrupted"
 	case a.RetryAfter.Probes > 0:
 		a.RetryAfter.Honest = &honest
+	case unsure > 0:
+		a.RetryAfter.Skipped = "every probe was admitted just before its Retry-After, with a reply too slow to tell early from on time"
 	}
+}
+
+// Fault says in words what the probes found wrong with the Retry-After,
+// when they found it false: "" when not.
+func (r RetryAfterAudit) Fault() string {
+	if r.Honest == nil || *r.Honest {
+		return ""
+	}
+	var faults []string
+	if r.Early > 0 {
+		faults = append(faults, fmt.Sprintf("%d of %d probes were admitted a second or more before it", r.Early, r.Probes))
+	}
+	if r.MaxErrorMillis > 0 {
+		faults = append(faults, fmt.Sprintf("a probe was still denied %d ms after it", r.MaxErrorMillis))
+	}
+	if len(faults) == 0 {
+		return "false" // a run merged from versions that kept no reason
+	}
+	return strings.Join(faults, ", and ")
 }
 
 // trustedDenials are, per consumer, its last 429 with a Retry-After that

@@ -103,7 +103,7 @@ func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s (statuses seen: %s)", strings.Join(l.Reasons, "; "), seenText(r)))
 	}
 	if h := l.RetryAfter.Honest; h != nil && !*h {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": Retry-After was off by up to %d ms", l.RetryAfter.MaxErrorMillis))
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": Retry-After was false: %s", l.RetryAfter.Fault()))
 	}
 	if l.Headers.Violations > 0 {
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": %d responses with wrong rate-limit headers (%s)",

@@ -186,7 +186,7 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	case *ra.Honest:
 		notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
 	default:
-		notes = append(notes, fmt.Sprintf("Retry-After: FALSE: of %d probes, one was still denied %d ms after its advertised time.", ra.Probes, ra.MaxErrorMillis))
+		notes = append(notes, fmt.Sprintf("Retry-After: FALSE in %d probes: %s.", ra.Probes, ra.Fault()))
 	}
 	h := fmt.Sprintf("Headers: %d responses checked, %d violations", l.Headers.Checked, l.Headers.Violations)
 	if l.Headers.Example != "" {

@@ -151,7 +151,10 @@ func TestAuditSeveralLimits(t *testing.T) {
 					t.Errorf("%s: %s, %d of %d responses with wrong headers (%s)", l.ID, l.Verdict, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
 				}
 			}
-			if ra := res.Audit.Limits[0].RetryAfter; ra.Honest == nil || !*ra.Honest {
+			// Honest, or on a loaded machine unprobed: every probe's reply
+			// too slow to tell early from on time. Never called false.
+			if ra := res.Audit.Limits[0].RetryAfter; ra.Honest != nil && !*ra.Honest ||
+				ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
 				t.Errorf("Retry-After %+v, want honest", ra)
 			}
 			if code != exitOK || res.Audit.Verdict != bench.Held {
