@@ -58,244 +58,263 @@ end
 -- commit needs.
 local check, commit = {}, {}
 
--- Fixed window: one hash per client, w = window number, n = admitted in it.
-check['fixed-window'] = function(c)
-  local t = now
-  local w = math.floor(t / c.window)
-  local stored = redis.call('HMGET', c.keys[1], 'w', 'n')
-  local sw = tonumber(stored[1])
-  if sw and sw > w then
-    w = sw
-    t = w * c.window
-  end
-  local ends = (w + 1) * c.window
-  local n = 0
-  if sw == w then
-    n = tonumber(stored[2])
-  end
-  c.ok = n + c.need <= c.limit
-  c.room = math.max(c.limit - n, 0)
-  c.left = c.limit - n - c.take
-  c.retry = ends - asked
-  c.reset0, c.reset1 = 0, 0
-  if n > 0 then
-    c.reset0 = ends - asked
-  end
-  if n + c.take > 0 then
-    c.reset1 = ends - asked
-  end
-  c.t, c.w, c.n, c.ends = t, w, n, ends
+-- A script's functions are made afresh on every call, which costs Redis
+-- time and garbage: only the algorithms this call names get theirs.
+local used = {}
+for i = 1, tonumber(ARGV[3]) do
+  used[ARGV[3 + (i - 1) * 7 + 1]] = true
 end
-commit['fixed-window'] = function(c)
-  redis.call('HSET', c.keys[1], 'w', c.w, 'n', c.n + c.take)
-  if c.n == 0 then
-    redis.call('PEXPIRE', c.keys[1], c.ends - c.t + c.window)
+
+-- Fixed window: one hash per client, w = window number, n = admitted in it.
+if used['fixed-window'] then
+  check['fixed-window'] = function(c)
+    local t = now
+    local w = math.floor(t / c.window)
+    local stored = redis.call('HMGET', c.keys[1], 'w', 'n')
+    local sw = tonumber(stored[1])
+    if sw and sw > w then
+      w = sw
+      t = w * c.window
+    end
+    local ends = (w + 1) * c.window
+    local n = 0
+    if sw == w then
+      n = tonumber(stored[2])
+    end
+    c.ok = n + c.need <= c.limit
+    c.room = math.max(c.limit - n, 0)
+    c.left = c.limit - n - c.take
+    c.retry = ends - asked
+    c.reset0, c.reset1 = 0, 0
+    if n > 0 then
+      c.reset0 = ends - asked
+    end
+    if n + c.take > 0 then
+      c.reset1 = ends - asked
+    end
+    c.t, c.w, c.n, c.ends = t, w, n, ends
   end
-  c.mark = c.w
+  commit['fixed-window'] = function(c)
+    redis.call('HSET', c.keys[1], 'w', c.w, 'n', c.n + c.take)
+    if c.n == 0 then
+      redis.call('PEXPIRE', c.keys[1], c.ends - c.t + c.window)
+    end
+    c.mark = c.w
+  end
 end
 
 -- Sliding-window log: a sorted set, one member per admitted unit of cost,
 -- scored by its time in ms; a member stamped s counts while now - window < s.
-check['sliding-log'] = function(c)
-  local key, t = c.keys[1], now
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] and tonumber(newest[2]) > t then
-    t = tonumber(newest[2])
-  end
-  local live = '(' .. (t - c.window)
-  local count = redis.call('ZCOUNT', key, live, '+inf')
-  c.ok = count + c.need <= c.limit
-  c.room = math.max(c.limit - count, 0)
-  c.left = c.limit - count - c.take
-  c.retry = 0
-  if not c.ok then
-    -- A slot frees when the member that must leave, for need to fit, falls
-    -- out of the window.
-    local due = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', count - c.limit + c.need - 1, 1)
-    c.retry = clamp1(tonumber(due[2]) + c.window - asked)
-  end
-  c.reset0, c.reset1 = 0, 0
-  if count > 0 then
-    c.reset0 = clamp1(tonumber(newest[2]) + c.window - asked)
-  end
-  if c.take > 0 then
-    c.reset1 = t + c.window - asked
-  else
-    c.reset1 = c.reset0
-  end
-  c.t = t
-end
-commit['sliding-log'] = function(c)
-  local key = c.keys[1]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', c.t - c.window)
-  if c.take == 1 then
-    redis.call('ZADD', key, c.t, c.member)
-  else
-    for i = 1, c.take do
-      redis.call('ZADD', key, c.t, c.member .. ':' .. i)
+if used['sliding-log'] then
+  check['sliding-log'] = function(c)
+    local key, t = c.keys[1], now
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if newest[2] and tonumber(newest[2]) > t then
+      t = tonumber(newest[2])
     end
+    local live = '(' .. (t - c.window)
+    local count = redis.call('ZCOUNT', key, live, '+inf')
+    c.ok = count + c.need <= c.limit
+    c.room = math.max(c.limit - count, 0)
+    c.left = c.limit - count - c.take
+    c.retry = 0
+    if not c.ok then
+      -- A slot frees when the member that must leave, for need to fit, falls
+      -- out of the window.
+      local due = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', count - c.limit + c.need - 1, 1)
+      c.retry = clamp1(tonumber(due[2]) + c.window - asked)
+    end
+    c.reset0, c.reset1 = 0, 0
+    if count > 0 then
+      c.reset0 = clamp1(tonumber(newest[2]) + c.window - asked)
+    end
+    if c.take > 0 then
+      c.reset1 = t + c.window - asked
+    else
+      c.reset1 = c.reset0
+    end
+    c.t = t
   end
-  redis.call('PEXPIRE', key, c.window)
-  c.mark = 0
+  commit['sliding-log'] = function(c)
+    local key = c.keys[1]
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', c.t - c.window)
+    if c.take == 1 then
+      redis.call('ZADD', key, c.t, c.member)
+    else
+      for i = 1, c.take do
+        redis.call('ZADD', key, c.t, c.member .. ':' .. i)
+      end
+    end
+    redis.call('PEXPIRE', key, c.window)
+    c.mark = 0
+  end
 end
 
 -- Sliding-window counter: two hashes (even and odd windows), w = window
 -- number, n = admitted; the previous window's count weighs by how much of
 -- it the sliding window still covers.
-check['sliding-counter'] = function(c)
-  local t, window, limit = now, c.window, c.limit
-  local w = math.floor(t / window)
-  local a = redis.call('HMGET', c.keys[1], 'w', 'n')
-  local b = redis.call('HMGET', c.keys[2], 'w', 'n')
-  local newest = math.max(tonumber(a[1]) or -1, tonumber(b[1]) or -1)
-  if newest > w then
-    w = newest
-    t = w * window
-  end
-  local function count(v, want)
-    if tonumber(v[1]) == want then
-      return tonumber(v[2])
+if used['sliding-counter'] then
+  check['sliding-counter'] = function(c)
+    local t, window, limit = now, c.window, c.limit
+    local w = math.floor(t / window)
+    local a = redis.call('HMGET', c.keys[1], 'w', 'n')
+    local b = redis.call('HMGET', c.keys[2], 'w', 'n')
+    local newest = math.max(tonumber(a[1]) or -1, tonumber(b[1]) or -1)
+    if newest > w then
+      w = newest
+      t = w * window
     end
-    return 0
-  end
-  local stored = {a, b}
-  local cur = count(stored[1 + w % 2], w)
-  local prev = count(stored[1 + (w + 1) % 2], w - 1)
-  local elapsed = t - w * window
-  local weighed = math.ceil(prev * (window - elapsed) / window)
-  -- Admit when prev * (window - elapsed) / window + cur + need <= limit, in integers.
-  local room = (limit - cur - c.need) * window
-  c.ok = cur + c.need <= limit and prev * (window - elapsed) <= room
-  c.room = math.max(limit - cur - weighed, 0)
-  c.left = math.max(limit - cur - c.take - weighed, 0)
-  c.retry = 0
-  if not c.ok then
-    local retry
-    if cur + c.need <= limit then
-      -- Later in this window, as the previous window's weight falls.
-      retry = w * window + window - math.floor(room / prev) - t
-    else
-      -- In the next window, where this window's count weighs as the previous one.
-      retry = (w + 1) * window + window - math.floor((limit - c.need) * window / cur) - t
+    local function count(v, want)
+      if tonumber(v[1]) == want then
+        return tonumber(v[2])
+      end
+      return 0
     end
-    c.retry = clamp1(retry + t - asked)
-  end
-  -- This window's count weighs until the end of the next one.
-  local function reset(n)
-    if n > 0 then
-      return (w + 2) * window - asked
-    elseif prev > 0 then
-      return (w + 1) * window - asked
+    local stored = {a, b}
+    local cur = count(stored[1 + w % 2], w)
+    local prev = count(stored[1 + (w + 1) % 2], w - 1)
+    local elapsed = t - w * window
+    local weighed = math.ceil(prev * (window - elapsed) / window)
+    -- Admit when prev * (window - elapsed) / window + cur + need <= limit, in integers.
+    local room = (limit - cur - c.need) * window
+    c.ok = cur + c.need <= limit and prev * (window - elapsed) <= room
+    c.room = math.max(limit - cur - weighed, 0)
+    c.left = math.max(limit - cur - c.take - weighed, 0)
+    c.retry = 0
+    if not c.ok then
+      local retry
+      if cur + c.need <= limit then
+        -- Later in this window, as the previous window's weight falls.
+        retry = w * window + window - math.floor(room / prev) - t
+      else
+        -- In the next window, where this window's count weighs as the previous one.
+        retry = (w + 1) * window + window - math.floor((limit - c.need) * window / cur) - t
+      end
+      c.retry = clamp1(retry + t - asked)
     end
-    return 0
+    -- This window's count weighs until the end of the next one.
+    local function reset(n)
+      if n > 0 then
+        return (w + 2) * window - asked
+      elseif prev > 0 then
+        return (w + 1) * window - asked
+      end
+      return 0
+    end
+    c.reset0, c.reset1 = reset(cur), reset(cur + c.take)
+    c.t, c.w, c.cur = t, w, cur
   end
-  c.reset0, c.reset1 = reset(cur), reset(cur + c.take)
-  c.t, c.w, c.cur = t, w, cur
-end
-commit['sliding-counter'] = function(c)
-  local key = c.keys[1 + c.w % 2]
-  redis.call('HSET', key, 'w', c.w, 'n', c.cur + c.take)
-  redis.call('PEXPIRE', key, (c.w + 2) * c.window - c.t)
-  c.mark = c.w
+  commit['sliding-counter'] = function(c)
+    local key = c.keys[1 + c.w % 2]
+    redis.call('HSET', key, 'w', c.w, 'n', c.cur + c.take)
+    redis.call('PEXPIRE', key, (c.w + 2) * c.window - c.t)
+    c.mark = c.w
+  end
 end
 
 -- Token bucket: a hash, u = units held (a token is `window` units, refilled
 -- at `limit` units per ms), t = time of the last update.
-check['token-bucket'] = function(c)
-  local t, window, limit = now, c.window, c.limit
-  local full = limit * window
-  local stored = redis.call('HMGET', c.keys[1], 'u', 't')
-  local units = full
-  if stored[1] then
-    local last = tonumber(stored[2])
-    units = tonumber(stored[1])
-    if t > last then
-      units = math.min(full, units + (t - last) * limit)
-    else
-      t = last
+if used['token-bucket'] then
+  check['token-bucket'] = function(c)
+    local t, window, limit = now, c.window, c.limit
+    local full = limit * window
+    local stored = redis.call('HMGET', c.keys[1], 'u', 't')
+    local units = full
+    if stored[1] then
+      local last = tonumber(stored[2])
+      units = tonumber(stored[1])
+      if t > last then
+        units = math.min(full, units + (t - last) * limit)
+      else
+        t = last
+      end
     end
+    c.ok = units >= c.need * window
+    c.room = math.floor(units / window)
+    c.left = math.floor((units - c.take * window) / window)
+    c.retry = 0
+    if not c.ok then
+      c.retry = math.ceil((c.need * window - units) / limit) + t - asked
+    end
+    c.reset0 = math.ceil((full - units) / limit) + t - asked
+    c.reset1 = math.ceil((full - units + c.take * window) / limit) + t - asked
+    c.t, c.units, c.full = t, units, full
   end
-  c.ok = units >= c.need * window
-  c.room = math.floor(units / window)
-  c.left = math.floor((units - c.take * window) / window)
-  c.retry = 0
-  if not c.ok then
-    c.retry = math.ceil((c.need * window - units) / limit) + t - asked
+  commit['token-bucket'] = function(c)
+    local units = c.units - c.take * c.window
+    redis.call('HSET', c.keys[1], 'u', units, 't', c.t)
+    redis.call('PEXPIRE', c.keys[1], math.ceil((c.full - units) / c.limit) + c.window)
+    c.mark = 0
   end
-  c.reset0 = math.ceil((full - units) / limit) + t - asked
-  c.reset1 = math.ceil((full - units + c.take * window) / limit) + t - asked
-  c.t, c.units, c.full = t, units, full
-end
-commit['token-bucket'] = function(c)
-  local units = c.units - c.take * c.window
-  redis.call('HSET', c.keys[1], 'u', units, 't', c.t)
-  redis.call('PEXPIRE', c.keys[1], math.ceil((c.full - units) / c.limit) + c.window)
-  c.mark = 0
 end
 
 -- GCRA: a hash, t = time of the last update, d = (TAT - t) * limit.
-check['gcra'] = function(c)
-  local window, limit = c.window, c.limit
-  local burst = window * limit
-  local d = 0
-  local stored = redis.call('HMGET', c.keys[1], 't', 'd')
-  if stored[1] then
-    d = math.max(tonumber(stored[2]) - (now - tonumber(stored[1])) * limit, 0)
+if used['gcra'] then
+  check['gcra'] = function(c)
+    local window, limit = c.window, c.limit
+    local burst = window * limit
+    local d = 0
+    local stored = redis.call('HMGET', c.keys[1], 't', 'd')
+    if stored[1] then
+      d = math.max(tonumber(stored[2]) - (now - tonumber(stored[1])) * limit, 0)
+    end
+    local next_d = d + c.need * window
+    c.ok = next_d <= burst
+    c.room = math.max(math.floor((burst - d) / window), 0)
+    c.left = math.floor((burst - d - c.take * window) / window)
+    c.retry = 0
+    if not c.ok then
+      c.retry = math.ceil((next_d - burst) / limit)
+    end
+    c.reset0 = math.ceil(d / limit)
+    c.reset1 = math.ceil((d + c.take * window) / limit)
+    c.d = d
   end
-  local next_d = d + c.need * window
-  c.ok = next_d <= burst
-  c.room = math.max(math.floor((burst - d) / window), 0)
-  c.left = math.floor((burst - d - c.take * window) / window)
-  c.retry = 0
-  if not c.ok then
-    c.retry = math.ceil((next_d - burst) / limit)
+  commit['gcra'] = function(c)
+    local d = c.d + c.take * c.window
+    redis.call('HSET', c.keys[1], 't', now, 'd', d)
+    redis.call('PEXPIRE', c.keys[1], math.ceil(d / c.limit) + c.window)
+    c.mark = 0
   end
-  c.reset0 = math.ceil(d / limit)
-  c.reset1 = math.ceil((d + c.take * window) / limit)
-  c.d = d
-end
-commit['gcra'] = function(c)
-  local d = c.d + c.take * c.window
-  redis.call('HSET', c.keys[1], 't', now, 'd', d)
-  redis.call('PEXPIRE', c.keys[1], math.ceil(d / c.limit) + c.window)
-  c.mark = 0
 end
 
 -- Each refund gives back what commit wrote, if the state still counts it.
 local refund = {}
-refund['fixed-window'] = function(c)
-  local stored = redis.call('HMGET', c.keys[1], 'w', 'n')
-  if tonumber(stored[1]) == c.mark then
-    redis.call('HSET', c.keys[1], 'n', math.max(tonumber(stored[2]) - c.take, 0))
-  end
-end
-refund['sliding-log'] = function(c)
-  if c.take == 1 then
-    redis.call('ZREM', c.keys[1], c.member)
-  else
-    for i = 1, c.take do
-      redis.call('ZREM', c.keys[1], c.member .. ':' .. i)
+if mode == 'refund' then
+  refund['fixed-window'] = function(c)
+    local stored = redis.call('HMGET', c.keys[1], 'w', 'n')
+    if tonumber(stored[1]) == c.mark then
+      redis.call('HSET', c.keys[1], 'n', math.max(tonumber(stored[2]) - c.take, 0))
     end
   end
-end
-refund['sliding-counter'] = function(c)
-  local key = c.keys[1 + c.mark % 2]
-  local stored = redis.call('HMGET', key, 'w', 'n')
-  if tonumber(stored[1]) == c.mark then
-    redis.call('HSET', key, 'n', math.max(tonumber(stored[2]) - c.take, 0))
+  refund['sliding-log'] = function(c)
+    if c.take == 1 then
+      redis.call('ZREM', c.keys[1], c.member)
+    else
+      for i = 1, c.take do
+        redis.call('ZREM', c.keys[1], c.member .. ':' .. i)
+      end
+    end
   end
-end
-refund['token-bucket'] = function(c)
-  local stored = redis.call('HMGET', c.keys[1], 'u', 't')
-  if stored[1] then
-    local full = c.limit * c.window
-    redis.call('HSET', c.keys[1], 'u', math.min(tonumber(stored[1]) + c.take * c.window, full))
+  refund['sliding-counter'] = function(c)
+    local key = c.keys[1 + c.mark % 2]
+    local stored = redis.call('HMGET', key, 'w', 'n')
+    if tonumber(stored[1]) == c.mark then
+      redis.call('HSET', key, 'n', math.max(tonumber(stored[2]) - c.take, 0))
+    end
   end
-end
-refund['gcra'] = function(c)
-  local stored = redis.call('HMGET', c.keys[1], 't', 'd')
-  if stored[1] then
-    redis.call('HSET', c.keys[1], 'd', math.max(tonumber(stored[2]) - c.take * c.window, 0))
+  refund['token-bucket'] = function(c)
+    local stored = redis.call('HMGET', c.keys[1], 'u', 't')
+    if stored[1] then
+      local full = c.limit * c.window
+      redis.call('HSET', c.keys[1], 'u', math.min(tonumber(stored[1]) + c.take * c.window, full))
+    end
+  end
+  refund['gcra'] = function(c)
+    local stored = redis.call('HMGET', c.keys[1], 't', 'd')
+    if stored[1] then
+      redis.call('HSET', c.keys[1], 'd', math.max(tonumber(stored[2]) - c.take * c.window, 0))
+    end
   end
 end
 

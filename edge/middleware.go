@@ -246,31 +246,36 @@ func (l *Handler) localFor(key string) func(context.Context) (localAnswer, error
 
 // fallback answers r without Redis, which failed with kind, as OnError
 // says, deciding with local under FailLocal; the answer carries no
-// RateLimit fields.
+// RateLimit fields. Under FailLocal a local decision that fails (it timed
+// out on a loaded host, say) is answered 503, as closed: letting it through
+// would admit more than the gateway's share.
 func (l *Handler) fallback(w http.ResponseWriter, r *http.Request, kind string, local func(context.Context) (localAnswer, error)) {
-	switch {
-	case l.cfg.OnError == FailClosed:
-		l.cfg.Metrics.decision(OutcomeErrorClosed)
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "Service Unavailable", causes[kind], 1000)
-		return
-	case l.cfg.OnError == FailLocal && local != nil:
+	cause := causes[kind]
+	if l.cfg.OnError == FailLocal && local != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), l.cfg.Timeout)
 		a, err := local(ctx)
 		cancel()
-		if err == nil && !a.allowed {
+		switch {
+		case err != nil:
+			cause += ", and the local limiter failed"
+		case !a.allowed:
 			l.cfg.Metrics.decision(OutcomeErrorLocalDenied)
 			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(a.retry), 10))
 			problem(w, http.StatusTooManyRequests, "Too Many Requests",
 				fmt.Sprintf("rate limit of %d per %dms exceeded: this gateway's own share of the limit, while %s",
-					a.policy.Limit, a.policy.Window.Milliseconds(), causes[kind]), a.retry.Milliseconds())
+					a.policy.Limit, a.policy.Window.Milliseconds(), cause), a.retry.Milliseconds())
 			return
-		}
-		if err == nil {
+		default:
 			l.cfg.Metrics.decision(OutcomeErrorLocalAllowed)
 			l.next.ServeHTTP(w, r)
 			return
 		}
+	}
+	if l.cfg.OnError == FailClosed || l.cfg.OnError == FailLocal && local != nil {
+		l.cfg.Metrics.decision(OutcomeErrorClosed)
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "Service Unavailable", cause, 1000)
+		return
 	}
 	l.cfg.Metrics.decision(OutcomeErrorOpen)
 	l.next.ServeHTTP(w, r)

@@ -29,6 +29,7 @@ type rulesSetup struct {
 	shadow    bool
 	breaker   int // failures in a row that open the circuit
 	log       *syncBuffer
+	localDown bool // with onError local: the local limiter is stopped before the gateway serves
 }
 
 // startRules serves a gateway with the built-in upstream deciding by the
@@ -59,6 +60,9 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(local.Close)
+		if s.localDown {
+			local.Close()
+		}
 	}
 	var log *syncBuffer
 	if s.log != nil {
@@ -205,29 +209,61 @@ func privateRedis(t *testing.T) string {
 }
 
 // TestRulesLocalFallback: while Redis is unreachable, --on-redis-error local
-// applies every limit at this gateway's share.
+// applies every limit at this gateway's share. On a loaded machine a local
+// decision may itself time out; it is then answered 503, never let through,
+// so the share holds whatever the load: at most 3 admitted, and exactly 3
+// with 2 denied when every local decision was made.
 func TestRulesLocalFallback(t *testing.T) {
 	t.Parallel()
-	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: `domain: local
+	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: localRules})
+	codes := localStatuses(t, g)
+	// The shares: 5 per minute and 3 per hour; the hour's denies the fourth.
+	if codes[200] > 3 || codes[200]+codes[429]+codes[503] != 5 {
+		t.Fatalf("statuses %v, want at most 3 × 200 (the hour's share is 3), the rest 429 or 503", codes)
+	}
+	m := g.Metrics()
+	if n := m.Decisions(edge.OutcomeErrorOpen); n != 0 {
+		t.Fatalf("%d requests let through unlimited, want none under --on-redis-error local", n)
+	}
+	if codes[503] == 0 && (codes[200] != 3 || codes[429] != 2 || m.Decisions(edge.OutcomeErrorLocalDenied) != 2) {
+		t.Fatalf("statuses %v, %d local denials: with every local decision made, want 3 × 200 and 2 × 429 counted",
+			codes, m.Decisions(edge.OutcomeErrorLocalDenied))
+	}
+}
+
+// TestRulesLocalFallbackFailing: when the local limiter fails too (here
+// stopped; on a loaded machine, a decision that timed out), no request is
+// let through without its limits: each is answered 503.
+func TestRulesLocalFallbackFailing(t *testing.T) {
+	t.Parallel()
+	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: localRules, localDown: true})
+	if codes := localStatuses(t, g); codes[503] != 5 {
+		t.Fatalf("statuses %v with the local limiter failing, want 5 × 503", codes)
+	}
+	if n := g.Metrics().Decisions(edge.OutcomeErrorClosed); n != 5 {
+		t.Fatalf("%d requests counted %s, want 5", n, edge.OutcomeErrorClosed)
+	}
+}
+
+const localRules = `domain: local
 descriptors:
   - key: header:X-Consumer-Id
     rate_limits:
       - {name: per-minute, unit: minute, requests_per_unit: 10}
       - {name: per-hour, unit: hour, requests_per_unit: 6}
-`})
+`
+
+// localStatuses sends five requests of one consumer to g and counts their
+// statuses.
+func localStatuses(t *testing.T, g *edge.Gateway) map[int]int {
+	t.Helper()
 	consumer := map[string]string{"X-Consumer-Id": "alice"}
 	codes := map[int]int{}
 	for range 5 {
 		resp, _ := get(t, "http://"+g.Addr()+"/", consumer)
 		codes[resp.StatusCode]++
 	}
-	// The shares: 5 per minute and 3 per hour; the hour's denies the fourth.
-	if codes[200] != 3 || codes[429] != 2 {
-		t.Fatalf("statuses %v, want 3 × 200 and 2 × 429 (the hour's share is 3)", codes)
-	}
-	if n := g.Metrics().Decisions(edge.OutcomeErrorLocalDenied); n != 2 {
-		t.Fatalf("%d local denials counted, want 2", n)
-	}
+	return codes
 }
 
 // TestRulesOneCallPerRequest: a request meeting three limits costs one
