@@ -22,7 +22,8 @@ func randomSamples(r *rand.Rand, n int) []sample {
 		if r.IntN(4) == 0 {
 			status = 429
 		}
-		ss[i] = sample{sent: at, done: at + flight, status: status, remaining: int64(r.IntN(4)), reset: time.Duration(r.IntN(3)) * time.Second,
+		remaining := int64(r.IntN(5)) - 1 // -1: a response that gave none for this limit
+		ss[i] = sample{sent: at, done: at + flight, status: status, remaining: remaining, reset: time.Duration(r.IntN(3)) * time.Second,
 			retryAfter: -1, limit: -1}
 	}
 	return ss
@@ -68,9 +69,9 @@ func slowRemainingChecks(ok []sample, window, horizon time.Duration) int64 {
 		if horizon >= 0 && y.done >= horizon {
 			continue
 		}
-		var between int64
-		for k, s := range ss {
-			if k != i && k != j && s.done > x.sent && s.sent < y.done {
+		between := int64(-2)   // x and y themselves
+		for _, s := range ok { // every success consumed, with a remaining or not
+			if s.done > x.sent && s.sent < y.done {
 				between++
 			}
 		}
@@ -79,7 +80,7 @@ func slowRemainingChecks(ok []sample, window, horizon time.Duration) int64 {
 		}
 		if x.remaining == 0 && x.reset >= 0 {
 			earliest := time.Duration(math.MaxInt64)
-			for _, s := range ss {
+			for _, s := range ok {
 				if s.done > x.sent-window && s.sent <= x.done {
 					earliest = min(earliest, s.sent+window-time.Millisecond)
 				}
@@ -309,5 +310,44 @@ func TestRampFindsTheWorstSpan(t *testing.T) {
 				t.Fatalf("trial %d %s: the sweep found %d over, a span holds %d over", trial, g, got.admitted-got.allowed, best)
 			}
 		}
+	}
+}
+
+// TestRemainingCountsSuccessesWithoutOne: a success whose response gave no
+// remaining for the limit (it named only another policy, the one closest
+// to exhaustion) still consumed a slot: the remaining of the next success
+// that gives one may have fallen by it, and that is no violation.
+func TestRemainingCountsSuccessesWithoutOne(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name       string
+		between    int64 // the remaining of the success in between; -1 for none
+		violations int64
+	}{
+		{"without a remaining", -1, 0},
+		{"with one", 47, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok := []sample{
+				{sent: ms(0), done: ms(2), status: 200, remaining: 48, reset: time.Second, retryAfter: -1, limit: -1},
+				{sent: ms(10), done: ms(12), status: 200, remaining: tc.between, reset: time.Second, retryAfter: -1, limit: -1},
+				{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
+			}
+			var h HeadersAudit
+			remainingChecks(ok, time.Second, -1, true, &h, consumerName)
+			if h.Violations != tc.violations {
+				t.Fatalf("%d violations (%s), want %d", h.Violations, h.Example, tc.violations)
+			}
+		})
+	}
+	// Two admissions fewer with none in between is still caught.
+	ok := []sample{
+		{sent: ms(0), done: ms(2), status: 200, remaining: 48, reset: time.Second, retryAfter: -1, limit: -1},
+		{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
+	}
+	var h HeadersAudit
+	remainingChecks(ok, time.Second, -1, true, &h, consumerName)
+	if h.Violations != 1 {
+		t.Fatalf("%d violations, want 1", h.Violations)
 	}
 }

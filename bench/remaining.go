@@ -28,8 +28,13 @@ import (
 // are judged, so that no success in between can be missing. Each pair costs
 // O(log n).
 func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *HeadersAudit, name func(int32) string) {
+	// Pairs are of successes that gave a remaining; what came between is
+	// counted over every success, with one or not: a response that names
+	// only the policy closest to exhaustion still consumed the others.
+	all := slices.Clone(ok)
+	slices.SortFunc(all, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
 	var ss []sample
-	for _, s := range ok {
+	for _, s := range all {
 		if s.remaining >= 0 {
 			ss = append(ss, s)
 		}
@@ -37,10 +42,13 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *H
 	if len(ss) < 2 {
 		return
 	}
-	slices.SortFunc(ss, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
-	sents := make([]time.Duration, len(ss))
-	dones := make([]time.Duration, len(ss))
+	ssSents := make([]time.Duration, len(ss))
 	for i, s := range ss {
+		ssSents[i] = s.sent
+	}
+	sents := make([]time.Duration, len(all))
+	dones := make([]time.Duration, len(all))
+	for i, s := range all {
 		sents[i], dones[i] = s.sent, s.done
 	}
 	slices.Sort(dones)
@@ -59,13 +67,13 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *H
 			h.Example = name(s.consumer) + " " + what
 		}
 	}
-	oldest := 0 // the first success, in send order, that ended after x.sent - window
+	oldest := 0 // the first success (of all), in send order, that ended after x.sent - window
 	for i, x := range ss {
-		for oldest < len(ss) && ss[oldest].done <= x.sent-window {
+		for oldest < len(all) && all[oldest].done <= x.sent-window {
 			oldest++
 		}
-		// y: the first success sent after x came back.
-		j := sort.Search(len(sents), func(k int) bool { return sents[k] >= x.done })
+		// y: the first success with a remaining sent after x came back.
+		j := sort.Search(len(ssSents), func(k int) bool { return ssSents[k] >= x.done })
 		if j == len(ss) {
 			continue
 		}
@@ -88,8 +96,8 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *H
 			// its slot a window after it was sent, less a millisecond for
 			// limiters that keep whole milliseconds.
 			earliest := time.Duration(math.MaxInt64)
-			if oldest < len(ss) && ss[oldest].sent <= x.done {
-				earliest = ss[oldest].sent + window - time.Millisecond
+			if oldest < len(all) && all[oldest].sent <= x.done {
+				earliest = all[oldest].sent + window - time.Millisecond
 			}
 			resetAt := x.sent + x.reset - time.Second
 			if y.done < earliest && y.done < resetAt {
