@@ -1,0 +1,291 @@
+// Package batch sends concurrent script calls to Redis together: the calls
+// waiting at one moment go out as one pipeline of EVALSHAs, so that many
+// decisions share one round trip.
+//
+// A Batcher has a few flushers (Options.Flushers), each a goroutine that
+// takes a waiting call, adds every other call already waiting (up to
+// Options.Max) without waiting for more, and sends them as one go-redis
+// pipeline. An idle flusher takes a lone call at once: when idle, a call goes
+// out alone with no added wait; under load, calls queue while the flushers
+// are busy and the next pipelines are deeper.
+//
+// Each call keeps its own context and its own error. A caller whose context
+// ends gets its context's error at once; its command, if not yet sent, is
+// never sent, and if sent, is never sent again (it may have been counted).
+// When some commands of a pipeline get NOSCRIPT, the batcher loads each of
+// their scripts once and sends again only those commands.
+//
+// The client must not retry (MaxRetries -1): go-redis retries a whole
+// pipeline after a network error, which would replay calls that may have
+// been counted.
+package batch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is the error of a call made after Close, or still waiting when
+// Close ran.
+var ErrClosed = errors.New("batch: closed")
+
+// Options configure a Batcher.
+type Options struct {
+	// Max is the most calls in one pipeline; 1 sends each call alone.
+	// Default 16.
+	Max int
+	// Flushers is how many pipelines may be in flight at once, each on its
+	// own connection. Default 1.
+	Flushers int
+	// Timeout bounds one pipeline when no call in it has a deadline, and
+	// caps the deadline of one that has. Default 5s.
+	Timeout time.Duration
+	// OnBatch, when set, is called with the number of commands of each
+	// pipeline just before it is sent, and retry true for a pipeline that
+	// sends again the commands that got NOSCRIPT. It runs on the flusher's
+	// goroutine: it must be quick.
+	OnBatch func(size int, retry bool)
+}
+
+// Batcher sends script calls in pipelines. It is safe for concurrent use.
+// Close stops it.
+type Batcher struct {
+	client  redis.Cmdable
+	opts    Options
+	calls   chan *call
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+type call struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	reply  chan result // buffered: the flusher never blocks on it
+}
+
+type result struct {
+	val any
+	err error
+}
+
+// New starts a Batcher sending to client (a *redis.Client, a
+// *redis.ClusterClient or any UniversalClient).
+func New(client redis.Cmdable, opts Options) *Batcher {
+	if opts.Max <= 0 {
+		opts.Max = 16
+	}
+	if opts.Flushers <= 0 {
+		opts.Flushers = 1
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	b := &Batcher{
+		client:  client,
+		opts:    opts,
+		calls:   make(chan *call, opts.Max*opts.Flushers),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	b.wg.Add(opts.Flushers)
+	for range opts.Flushers {
+		go b.flusher()
+	}
+	go func() {
+		b.wg.Wait()
+		b.drain()
+		close(b.stopped)
+	}()
+	return b
+}
+
+// Run runs script with keys and args as EVALSHA, in a pipeline with the
+// other calls waiting at this moment, and returns its reply. It returns
+// ctx's error as soon as ctx ends, and ErrClosed after Close.
+func (b *Batcher) Run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, reply: make(chan result, 1)}
+	select {
+	case <-b.done:
+		return nil, ErrClosed
+	default:
+	}
+	select {
+	case b.calls <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.done:
+		return nil, ErrClosed
+	}
+	select {
+	case r := <-c.reply:
+		return r.val, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.stopped:
+		// A call taken by a flusher is answered before stopped closes;
+		// one sent after the last drain never is.
+		select {
+		case r := <-c.reply:
+			return r.val, r.err
+		default:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Close stops the flushers after the pipelines in flight and answers the
+// calls still waiting with ErrClosed. It returns once every goroutine of
+// the Batcher has ended.
+func (b *Batcher) Close() error {
+	b.once.Do(func() { close(b.done) })
+	<-b.stopped
+	return nil
+}
+
+// drain answers with ErrClosed the calls left in the queue after the
+// flushers ended. A Run that enqueues later sees stopped closed.
+func (b *Batcher) drain() {
+	for {
+		select {
+		case c := <-b.calls:
+			c.reply <- result{err: ErrClosed}
+		default:
+			return
+		}
+	}
+}
+
+func (b *Batcher) flusher() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, b.opts.Max)
+	for {
+		select {
+		case c := <-b.calls:
+			batch = append(batch[:0], c)
+		case <-b.done:
+			return
+		}
+	fill:
+		for len(batch) < b.opts.Max {
+			select {
+			case c := <-b.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		b.flush(batch)
+		clear(batch)
+	}
+}
+
+// flush sends the live calls of batch as one pipeline, then the ones that
+// got NOSCRIPT once more after loading their scripts.
+func (b *Batcher) flush(batch []*call) {
+	live := b.live(batch)
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := b.context(live)
+	defer cancel()
+	cmds := b.exec(ctx, live, false)
+	var again []*call
+	for i, c := range live {
+		if isNoScript(cmds[i].Err()) {
+			again = append(again, c)
+			continue
+		}
+		c.reply <- result{val: cmds[i].Val(), err: cmds[i].Err()}
+	}
+	if len(again) == 0 {
+		return
+	}
+	loaded := map[*redis.Script]error{}
+	for _, c := range again {
+		if _, ok := loaded[c.script]; !ok {
+			loaded[c.script] = c.script.Load(ctx, b.client).Err()
+		}
+	}
+	retry := again[:0]
+	for _, c := range again {
+		if err := loaded[c.script]; err != nil {
+			c.reply <- result{err: err}
+			continue
+		}
+		retry = append(retry, c)
+	}
+	retry = b.live(retry)
+	if len(retry) == 0 {
+		return
+	}
+	cmds = b.exec(ctx, retry, true)
+	for i, c := range retry {
+		c.reply <- result{val: cmds[i].Val(), err: cmds[i].Err()}
+	}
+}
+
+// live answers the calls whose context has ended with its error, and
+// returns the others, reusing calls' array.
+func (b *Batcher) live(calls []*call) []*call {
+	out := calls[:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.reply <- result{err: err}
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// context is the pipeline's: it ends at the latest deadline of its calls,
+// and at most Timeout from now. It does not end with a caller's context:
+// one caller giving up must not fail the others.
+func (b *Batcher) context(calls []*call) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(b.opts.Timeout)
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			latest = limit
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if latest.After(limit) {
+		latest = limit
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []*redis.Cmd {
+	if b.opts.OnBatch != nil {
+		b.opts.OnBatch(len(calls), retry)
+	}
+	pipe := b.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	// Exec's error is its first command's; each command keeps its own.
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
