@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +220,61 @@ func TestCanceledCallerIsAnsweredAndNeverSent(t *testing.T) {
 	}
 }
 
+// failOdd fails the calls with an odd argument and echoes the others.
+var failOdd = redis.NewScript(`if tonumber(ARGV[1]) % 2 == 1 then return redis.error_reply('ERR odd ' .. ARGV[1]) end return ARGV[1]`)
+
+func TestFailedCommandFailsOnlyItsCaller(t *testing.T) {
+	c := redistest.Client(t, srv)
+	key := redistest.Prefix(t) + "k"
+	if err := failOdd.Load(context.Background(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var rec recorder
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	const callers = 8
+	b := newBatcher(t, c, Options{Max: callers, OnBatch: func(n int, retry bool) {
+		rec.onBatch(n, retry)
+		// Hold the first pipeline until the others are all queued, so that
+		// they go out together.
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, callers+1)
+	call := func(i int) {
+		got, err := b.Run(ctx, failOdd, []string{key}, i)
+		switch {
+		case i%2 == 1 && (err == nil || !strings.Contains(err.Error(), "odd "+strconv.Itoa(i))):
+			errs <- fmt.Errorf("caller %d: got %v, %v, want its own error", i, got, err)
+		case i%2 == 0 && (err != nil || got != strconv.Itoa(i)):
+			errs <- fmt.Errorf("caller %d: got %v, %v, want its argument", i, got, err)
+		default:
+			errs <- nil
+		}
+	}
+	go call(callers)
+	<-held
+	for i := range callers {
+		go call(i)
+	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		return len(b.calls) == callers, fmt.Sprintf("%d of %d calls queued", len(b.calls), callers)
+	})
+	close(release)
+	for range callers + 1 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if sizes, _, _ := rec.snapshot(); fmt.Sprint(sizes) != fmt.Sprintf("[1 %d]", callers) {
+		t.Errorf("pipelines %v, want [1 %d]", sizes, callers)
+	}
+}
+
 func TestIdleCallGoesAlone(t *testing.T) {
 	c := redistest.Client(t, srv)
 	var rec recorder
@@ -277,8 +333,12 @@ func BenchmarkBatch(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			run := bc.run
+			var pipelines, commands atomic.Int64
 			if run == nil {
-				bt := New(c, Options{Max: 16, Flushers: 2})
+				bt := New(c, Options{Max: 16, Flushers: 2, OnBatch: func(n int, _ bool) {
+					pipelines.Add(1)
+					commands.Add(int64(n))
+				}})
 				defer bt.Close()
 				run = func(ctx context.Context, i int) (any, error) { return bt.Run(ctx, echo, []string{key}, i) }
 			}
@@ -293,6 +353,9 @@ func BenchmarkBatch(b *testing.B) {
 					}
 				}
 			})
+			if p := pipelines.Load(); p > 0 {
+				b.ReportMetric(float64(commands.Load())/float64(p), "calls/pipeline")
+			}
 		})
 	}
 }
