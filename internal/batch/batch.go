@@ -65,7 +65,10 @@ type Batcher struct {
 }
 
 type call struct {
-	ctx    context.Context
+	ctx context.Context
+	sha string
+	// script is what a NOSCRIPT reply loads; nil when the batcher does not
+	// know the script (see Scripter), and then the caller gets NOSCRIPT.
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -112,10 +115,14 @@ func New(client redis.Cmdable, opts Options) *Batcher {
 // other calls waiting at this moment, and returns its reply. It returns
 // ctx's error as soon as ctx ends, and ErrClosed after Close.
 func (b *Batcher) Run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return b.run(ctx, script.Hash(), script, keys, args)
+}
+
+func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, keys []string, args []any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, reply: make(chan result, 1)}
+	c := &call{ctx: ctx, sha: sha, script: script, keys: keys, args: args, reply: make(chan result, 1)}
 	select {
 	case <-b.done:
 		return nil, ErrClosed
@@ -202,9 +209,11 @@ func (b *Batcher) flush(batch []*call) {
 	defer cancel()
 	cmds := b.exec(ctx, live, false)
 	var again []*call
+	var noScript error
 	for i, c := range live {
-		if isNoScript(cmds[i].Err()) {
+		if err := cmds[i].Err(); isNoScript(err) {
 			again = append(again, c)
+			noScript = err
 			continue
 		}
 		c.reply <- result{val: cmds[i].Val(), err: cmds[i].Err()}
@@ -212,19 +221,23 @@ func (b *Batcher) flush(batch []*call) {
 	if len(again) == 0 {
 		return
 	}
-	loaded := map[*redis.Script]error{}
+	loaded := map[string]error{}
 	for _, c := range again {
-		if _, ok := loaded[c.script]; !ok {
-			loaded[c.script] = c.script.Load(ctx, b.client).Err()
+		if _, ok := loaded[c.sha]; !ok && c.script != nil {
+			loaded[c.sha] = c.script.Load(ctx, b.client).Err()
 		}
 	}
 	retry := again[:0]
-	for _, c := range again {
-		if err := loaded[c.script]; err != nil {
+	for i, c := range again {
+		err, ok := loaded[c.sha]
+		switch {
+		case !ok:
+			c.reply <- result{err: noScript}
+		case err != nil:
 			c.reply <- result{err: err}
-			continue
+		default:
+			retry = append(retry, again[i])
 		}
-		retry = append(retry, c)
 	}
 	retry = b.live(retry)
 	if len(retry) == 0 {
@@ -279,7 +292,7 @@ func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []*redis.
 	pipe := b.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
 	}
 	// Exec's error is its first command's; each command keeps its own.
 	_, _ = pipe.Exec(ctx)
