@@ -80,3 +80,38 @@ func stringsToAny(ss []string) []any {
 	}
 	return out
 }
+
+// Wrap returns client with its script commands replaced by the
+// Scripter's: EVALSHA through the Batcher, EVAL and SCRIPT LOAD straight
+// to client but remembered. Every other command goes straight to client.
+// client must be the one the Batcher sends to. The limiters of package
+// algorithms take it as they take any UniversalClient.
+func (b *Batcher) Wrap(client redis.UniversalClient) redis.UniversalClient {
+	return &wrapped{UniversalClient: client, s: &scripter{b: b, client: client}}
+}
+
+type wrapped struct {
+	redis.UniversalClient
+	s *scripter
+}
+
+// EvalSha runs sha through the Batcher.
+func (w *wrapped) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return w.s.EvalSha(ctx, sha, keys, args...)
+}
+
+// Eval runs src on the client, and makes it known to the Batcher.
+func (w *wrapped) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return w.s.Eval(ctx, src, keys, args...)
+}
+
+// EvalRO runs src on the client, and makes it known to the Batcher.
+func (w *wrapped) EvalRO(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return w.s.EvalRO(ctx, src, keys, args...)
+}
+
+// ScriptLoad loads src through the client, and makes it known to the
+// Batcher.
+func (w *wrapped) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {
+	return w.s.ScriptLoad(ctx, src)
+}
