@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -75,6 +76,10 @@ type Options struct {
 	// Timeout bounds one decision; Pool the Redis connections.
 	Timeout time.Duration
 	Pool    int
+	// Batch is the most decisions sent to Redis in one round trip (the go
+	// engine): concurrent decisions' EVALSHAs go out together as one
+	// pipeline (internal/batch). 0 or 1: one call per decision.
+	Batch int
 	// DenyCache and Shadow: see Config.
 	DenyCache, Shadow bool
 	// Log receives the start-up and shutdown lines.
@@ -98,6 +103,8 @@ func (o Options) Validate() error {
 		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
 	case o.Shadow:
 		return field.Errorf("Shadow", "is not in the openresty engine")
+	case o.Batch > 1:
+		return field.Errorf("Batch", "is not in the openresty engine: nginx's cosockets cannot share a connection between requests")
 	case o.OnError == string(FailLocal):
 		return field.Errorf("OnError", "local is not in the openresty engine: its workers keep no limiter of their own")
 	case len(o.TrustedProxies) > 0:
@@ -218,6 +225,8 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", o.Timeout)
 	case o.Pool < 1:
 		return cfg, field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
+	case o.Batch < 0 || o.Batch > maxBatch:
+		return cfg, field.Errorf("Batch", "must be between 1 and %d (got %d)", maxBatch, o.Batch)
 	case o.Nodes < 1 || o.Nodes > 10_000:
 		return cfg, field.Errorf("Nodes", "must be between 1 and 10000 (got %d)", o.Nodes)
 	case o.BreakerFailures < 0 || o.BreakerFailures > 1_000_000:
@@ -268,6 +277,28 @@ func (o Options) config() (GatewayConfig, error) {
 	return cfg, nil
 }
 
+// maxBatch bounds Options.Batch: deeper pipelines save no more round trips
+// than Redis can serve, and delay the first reply of each.
+const maxBatch = 1024
+
+// batchFlushers is how many pipelines of batched decisions may be in
+// flight at once, each on its own connection.
+const batchFlushers = 4
+
+// redisClient is the go engine's Redis client, its EVALSHAs batched when
+// o.Batch is over 1; closeClient stops the batcher, then the client.
+func (o Options) redisClient(r *redis.UniversalOptions) (client redis.UniversalClient, closeClient func()) {
+	plain := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+	if o.Batch <= 1 {
+		return plain, func() { plain.Close() }
+	}
+	b := batch.New(plain, batch.Options{Max: o.Batch, Flushers: batchFlushers, Timeout: o.Timeout})
+	return b.Wrap(plain), func() {
+		b.Close()
+		plain.Close()
+	}
+}
+
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
@@ -288,8 +319,8 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
 	if !o.Off && cfg.Limit.Rules != nil {
-		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
-		defer client.Close()
+		client, closeClient := o.redisClient(r)
+		defer closeClient()
 		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.Load(lctx)
@@ -307,8 +338,8 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 			cfg.Limit.Local = local
 		}
 	} else if !o.Off {
-		client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
-		defer client.Close()
+		client, closeClient := o.redisClient(r)
+		defer closeClient()
 		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
 		if err != nil {
 			return err

@@ -26,7 +26,7 @@ type edgeOptions struct {
 // edgeNames are the flags that set edge.Options' fields.
 var edgeNames = flagNames{"Engine": "--engine", "Listen": "--listen", "Admin": "--admin", "Upstream": "--upstream",
 	"Algorithm": "--algorithm", "KeyBy": "--key-by", "TrustedProxies": "--trusted-proxies", "OnError": "--on-redis-error",
-	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Shadow": "--shadow", "Redis": "--redis",
+	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Batch": "--redis-batch", "Shadow": "--shadow", "Redis": "--redis",
 	"Limit": "--limit", "Window": "--limit", "Limits": "--limit", "RulesFile": "--rules", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures"}
 
 func newEdgeCmd(io *ioStreams) *cobra.Command {
@@ -97,6 +97,8 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 		"which is asked every 100ms until it answers (0: no circuit breaker)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "bound on one decision in Redis")
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions per Redis round trip: concurrent decisions go out as one pipeline "+
+		"(go engine; 1: one call per decision)")
 	f.StringVar(&opts.Headers, "headers", "both", "rate-limit headers: draft, legacy or both")
 	f.BoolVar(&opts.DenyCache, "deny-cache", true, "answer a denied consumer from memory until its retry-after has passed")
 	f.BoolVar(&opts.Shadow, "shadow", false, "decide and add headers but never block (counts what would have been blocked)")

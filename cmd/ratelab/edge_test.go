@@ -277,3 +277,76 @@ func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
 		t.Fatalf("the start-up log does not name the limit:\n%s", stderr.String())
 	}
 }
+
+// TestEdgeBatched: with --redis-batch, concurrent requests of one consumer
+// through one limit (a Scripted limiter) or two (the Decider) are admitted
+// exactly up to the limit.
+func TestEdgeBatched(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits []string
+	}{
+		{"one limit", []string{"--limit", "10/1h"}},
+		{"two limits", []string{"--limit", "10/1h", "--limit", "20/2h:gcra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Client(t, srv)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			addr := freeAddr(t)
+			done := make(chan int, 1)
+			var stderr bytes.Buffer
+			go func() {
+				done <- run(ctx, append([]string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
+					"--redis-timeout", "5s", "--redis-batch", "16", "--key-by", "header:X-Consumer-Id"}, tc.limits...), io.Discard, &stderr)
+			}()
+			get := func(consumer string) (int, error) {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+				req.Header.Set("X-Consumer-Id", consumer)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return 0, err
+				}
+				resp.Body.Close()
+				return resp.StatusCode, nil
+			}
+			prefix := redistest.Prefix(t)
+			testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+				select {
+				case code := <-done:
+					t.Fatalf("exit %d: %s", code, stderr.String())
+				default:
+				}
+				_, err := get(prefix + "ready")
+				return err == nil, fmt.Sprintf("edge not serving: %v", err)
+			})
+			const requests = 40
+			statuses := make(chan int, requests)
+			var wg sync.WaitGroup
+			for range requests {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					code, err := get(prefix + "consumer")
+					if err != nil {
+						t.Error(err)
+					}
+					statuses <- code
+				}()
+			}
+			wg.Wait()
+			close(statuses)
+			count := map[int]int{}
+			for code := range statuses {
+				count[code]++
+			}
+			if count[http.StatusOK] != 10 || count[http.StatusTooManyRequests] != requests-10 {
+				t.Errorf("statuses %v, want 10 × 200 and %d × 429", count, requests-10)
+			}
+			cancel()
+			if code := <-done; code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+		})
+	}
+}
