@@ -34,6 +34,7 @@ var allowed = map[string][]string{
 	"internal/monitor":            {},
 	"internal/plural":             {},
 	"internal/testwait":           {},
+	"internal/batch":              {},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},
