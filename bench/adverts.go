@@ -28,23 +28,7 @@ const maxAdverts = 8
 
 // sfItems cuts a structured field list at the commas between its members
 // (none inside a quoted string).
-func sfItems(field string) []string {
-	var items []string
-	start, quoted := 0, false
-	for i := 0; i < len(field); i++ {
-		switch c := field[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case quoted:
-		case c == ',':
-			items = append(items, field[start:i])
-			start = i + 1
-		}
-	}
-	return append(items, field[start:])
-}
+func sfItems(field string) []string { return sfCut(field, ',') }
 
 // sfItem reads one member of a structured field list: its name (a quoted
 // string unquoted, or a token) and its integer parameters q, w, r and t

@@ -35,9 +35,14 @@ func sfParam(field, name string) (int64, bool) {
 }
 
 // sfSplit cuts the first item of a structured field list at its
-// semicolons: the item, then its parameters. Commas and semicolons inside a
-// quoted string (where a backslash escapes the next character) cut nothing.
-func sfSplit(field string) []string {
+// semicolons: the item, then its parameters.
+func sfSplit(field string) []string { return sfCut(field, ';') }
+
+// sfCut cuts a structured field at sep where it stands outside a quoted
+// string (in which a backslash escapes the next character), so that a
+// policy named "a;q=1" or "a,b" is one name. Cut at ';', it reads the
+// first member of a list only: a comma ends it.
+func sfCut(field string, sep byte) []string {
 	var parts []string
 	start, quoted := 0, false
 	for i := 0; i < len(field); i++ {
@@ -47,7 +52,7 @@ func sfSplit(field string) []string {
 		case c == '"':
 			quoted = !quoted
 		case quoted:
-		case c == ';':
+		case c == sep:
 			parts = append(parts, field[start:i])
 			start = i + 1
 		case c == ',':
