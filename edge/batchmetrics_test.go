@@ -100,7 +100,9 @@ func TestBatchMetrics(t *testing.T) {
 				OnError: "closed", Headers: "both", Nodes: 1, Timeout: 5 * time.Second, Pool: 64, Batch: tc.batch}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- edge.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, r.Addr) }()
+			go func() {
+				done <- edge.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, r.Addr)
+			}()
 			t.Cleanup(func() {
 				httpClient.CloseIdleConnections()
 				cancel()
