@@ -286,9 +286,11 @@ const maxBatch = 1024
 const batchFlushers = 4
 
 // redisClient is the go engine's Redis client, its EVALSHAs batched when
-// o.Batch is over 1; closeClient stops the batcher, then the client.
-func (o Options) redisClient(r *redis.UniversalOptions) (client redis.UniversalClient, closeClient func()) {
+// o.Batch is over 1 and its round trips counted in m; closeClient stops
+// the batcher, then the client.
+func (o Options) redisClient(r *redis.UniversalOptions, m *Metrics) (client redis.UniversalClient, closeClient func()) {
 	plain := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+	m.CountRedis(plain)
 	if o.Batch <= 1 {
 		return plain, func() { plain.Close() }
 	}
@@ -318,8 +320,9 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if o.Engine == EngineOpenResty {
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
+	cfg.Limit.Metrics = NewMetrics()
 	if !o.Off && cfg.Limit.Rules != nil {
-		client, closeClient := o.redisClient(r)
+		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
 		defer closeClient()
 		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -338,7 +341,7 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 			cfg.Limit.Local = local
 		}
 	} else if !o.Off {
-		client, closeClient := o.redisClient(r)
+		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
 		defer closeClient()
 		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
 		if err != nil {
