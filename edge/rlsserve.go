@@ -44,6 +44,9 @@ type RLSOptions struct {
 	BreakerFailures int
 	// ResponseHeaders adds the draft-10 RateLimit fields to the response.
 	ResponseHeaders bool
+	// DenyCache answers a call over a limit known to refuse it from memory
+	// (RLSConfig.DenyCache).
+	DenyCache bool
 	// Clock is where the limiter takes the time from.
 	Clock algorithms.Clock
 	// Log receives the start-up, reload and failure lines.
@@ -91,7 +94,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	reloader := NewDomainsReloader(domains, o.Log)
 	metrics := NewMetrics()
 	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
-		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, Metrics: metrics, Log: o.Log})
+		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log})
 	defer svc.Close()
 	o.redisAddr = addr
 	lctx, cancel := context.WithTimeout(ctx, o.Timeout*5)
