@@ -288,11 +288,18 @@ const batchFlushers = 4
 // redisClient is the go engine's Redis client, its EVALSHAs batched when
 // o.Batch is over 1; closeClient stops the batcher, then the client.
 func (o Options) redisClient(r *redis.UniversalOptions) (client redis.UniversalClient, closeClient func()) {
-	plain := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
-	if o.Batch <= 1 {
+	return newRedisClient(r, o.Timeout, o.Pool, o.Batch)
+}
+
+// newRedisClient is a Redis client of pool connections for decisions
+// bounded by timeout, their EVALSHAs batched up to batchMax per round trip
+// when that is over 1; closeClient stops the batcher, then the client.
+func newRedisClient(r *redis.UniversalOptions, timeout time.Duration, pool, batchMax int) (client redis.UniversalClient, closeClient func()) {
+	plain := redis.NewUniversalClient(RedisOptions(*r, timeout, pool))
+	if batchMax <= 1 {
 		return plain, func() { plain.Close() }
 	}
-	b := batch.New(plain, batch.Options{Max: o.Batch, Flushers: batchFlushers, Timeout: o.Timeout})
+	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, Timeout: timeout})
 	return b.Wrap(plain), func() {
 		b.Close()
 		plain.Close()

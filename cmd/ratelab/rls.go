@@ -21,7 +21,7 @@ type rlsOptions struct {
 
 // rlsNames are the flags that set edge.RLSOptions' fields.
 var rlsNames = flagNames{"GRPC": "--grpc", "HTTP": "--http", "ConfigDir": "--config", "Timeout": "--redis-timeout",
-	"Pool": "--redis-pool", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures"}
+	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures"}
 
 func newRLSCmd(io *ioStreams) *cobra.Command {
 	var opts rlsOptions
@@ -65,6 +65,8 @@ Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to 
 		"which is asked every 100ms until it answers (0: no circuit breaker)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "bound on one decision in Redis")
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most (envoyproxy/ratelimit's REDIS_POOL_SIZE)")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions per Redis round trip: concurrent calls go out as one pipeline "+
+		"(1: one call per decision)")
 	f.StringVar(&opts.clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
 	opts.redis.bind(f, false)
 	complete(cmd, "clock", "redis", "caller")
