@@ -65,7 +65,9 @@ func serveRLS(t *testing.T, dir string, o edge.RLSOptions) pb.RateLimitServiceCl
 	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, _ string) { ready <- g }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- edge.ServeRLS(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr) }()
+	go func() {
+		done <- edge.ServeRLS(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr)
+	}()
 	var addr string
 	select {
 	case addr = <-ready:
