@@ -53,8 +53,8 @@ func need(t *testing.T, engine, fault string) {
 	}
 }
 
-// TestDrills runs each fault once per engine, with small durations, and
-// holds the JSON's invariants.
+// TestDrills runs each fault once per engine (edge's two and the rate limit
+// service), with small durations, and holds the JSON's invariants.
 func TestDrills(t *testing.T) {
 	small := drill.Config{Steady: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond, After: time.Second,
 		Consumers: 5, Timeout: 500 * time.Millisecond, DownAfter: 500 * time.Millisecond}
@@ -64,34 +64,34 @@ func TestDrills(t *testing.T) {
 		nodes       int
 		check       func(t *testing.T, c drill.Settings, r drill.Row)
 	}{
-		{drill.ScriptFlush, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.ScriptFlush, "open", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.OverAdmitted != 0 || r.Errors != 0 || r.WronglyDenied != 0 {
 				t.Errorf("SCRIPT FLUSH: %d over-admitted, %d errors, %d wrongly denied; want none", r.OverAdmitted, r.Errors, r.WronglyDenied)
 			}
 		}},
-		{drill.Hang, "closed", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Hang, "closed", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.OverAdmitted != 0 || r.Errors == 0 || r.DetectMillis == nil || r.RecoverMillis == nil {
 				t.Errorf("hang, fail closed: %d over-admitted, %d errors, detect %v, recover %v; want none over, the fault seen and left",
 					r.OverAdmitted, r.Errors, r.DetectMillis, r.RecoverMillis)
 			}
 		}},
-		{drill.Latency, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Latency, "open", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors != 0 || r.OverAdmitted != 0 || r.P50Millis < 20 {
 				t.Errorf("latency 20ms under a 3s timeout: %d errors, %d over-admitted, p50 %gms; want none, and the latency seen",
 					r.Errors, r.OverAdmitted, r.P50Millis)
 			}
 		}},
-		{drill.Reset, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Reset, "open", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors == 0 || r.RecoverMillis == nil {
 				t.Errorf("reset: %d errors, recover %v; want the fault seen and left", r.Errors, r.RecoverMillis)
 			}
 		}},
-		{drill.Restart, "open", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Restart, "open", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors == 0 || r.OverAdmitted == 0 || r.RecoverMillis == nil {
 				t.Errorf("restart, fail open: %d errors, %d over-admitted, recover %v; want the lost state seen", r.Errors, r.OverAdmitted, r.RecoverMillis)
 			}
 		}},
-		{drill.OOM, "closed", both, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.OOM, "closed", all, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.OverAdmitted != 0 || r.Errors == 0 || r.RecoverMillis == nil {
 				t.Errorf("full Redis, fail closed: %d over-admitted, %d errors, recover %v", r.OverAdmitted, r.Errors, r.RecoverMillis)
 			}
@@ -104,7 +104,7 @@ func TestDrills(t *testing.T) {
 				t.Errorf("hang, local, 2 nodes: %d over-admitted, over the share %d (%d errors)", r.OverAdmitted, share, r.Errors)
 			}
 		}},
-		{drill.Failover, "closed", []string{edge.EngineGo}, 1, func(t *testing.T, c drill.Settings, r drill.Row) {
+		{drill.Failover, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, func(t *testing.T, c drill.Settings, r drill.Row) {
 			if r.FailoverMillis == nil || r.RecoverMillis == nil {
 				t.Fatalf("failover: promoted after %v, recovered %v", r.FailoverMillis, r.RecoverMillis)
 			}
@@ -159,7 +159,8 @@ func TestDrills(t *testing.T) {
 	}
 }
 
-var both = []string{edge.EngineGo, edge.EngineOpenResty}
+// all are the engines: edge's two and the rate limit service.
+var all = drill.Engines()
 
 func ptr(p *int64) any {
 	if p == nil {
