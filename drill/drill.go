@@ -1,7 +1,9 @@
 // Package drill measures what a rate limiter does when its Redis fails. It
 // starts real Redis servers (and redis-sentinel for a failover), serves
-// ratelab's limiter in front of them with either engine (edge.Serve), sends
-// consumers near and over their limit through it with the bench engine,
+// ratelab's limiter in front of them with either engine (edge.Serve), or as
+// Envoy's rate limit service (edge.ServeRLS), sends consumers near and over
+// their limit through it with the bench engine (or a gRPC client of the
+// service),
 // injects one fault at a time (a hung or restarted Redis, latency or reset
 // connections through an in-process toxiproxy, SCRIPT FLUSH, a full Redis,
 // a failover) under each fail mode, and judges every request it sent with
@@ -46,6 +48,15 @@ const (
 // Faults lists every fault, in the order a drill runs them.
 func Faults() []string { return []string{Hang, Restart, Latency, Reset, ScriptFlush, OOM, Failover} }
 
+// EngineRLS is ratelab rls, Envoy's rate limit service on ratelab's
+// limiter, drilled through its gRPC ShouldRateLimit as Envoy asks it, beside
+// edge's two engines (edge.EngineGo, edge.EngineOpenResty).
+const EngineRLS = "rls"
+
+// Engines lists the engines a drill can run: edge's two and the rate limit
+// service.
+func Engines() []string { return []string{edge.EngineGo, edge.EngineOpenResty, EngineRLS} }
+
 // Modes lists the fail modes: edge's OnError values.
 func Modes() []string {
 	return []string{string(edge.FailOpen), string(edge.FailClosed), string(edge.FailLocal)}
@@ -53,8 +64,9 @@ func Modes() []string {
 
 // Config is one drill. Run gives zero fields the defaults below.
 type Config struct {
-	// Engines are edge.EngineGo and edge.EngineOpenResty; both by default,
-	// the second only when nginx with the Lua module is found.
+	// Engines are edge.EngineGo, edge.EngineOpenResty and EngineRLS; by
+	// default the first two, the second only when nginx with the Lua
+	// module is found.
 	Engines []string
 	// Faults are the faults to inject; all by default.
 	Faults []string
@@ -162,8 +174,8 @@ func (c Config) withDefaults() Config {
 // fields of Config (Limit and Window for the policy's).
 func (c Config) Validate() error {
 	for _, e := range c.Engines {
-		if e != edge.EngineGo && e != edge.EngineOpenResty {
-			return field.Errorf("Engines", ": %q: want go or openresty", e)
+		if !slices.Contains(Engines(), e) {
+			return field.Errorf("Engines", ": %q: want go, openresty or rls", e)
 		}
 	}
 	for _, f := range c.Faults {
@@ -384,6 +396,9 @@ func plan(c Config, nginx error) ([]run, []Skip) {
 					continue
 				case e == edge.EngineOpenResty && f == Failover:
 					skip("the openresty engine reaches one Redis: no Sentinel")
+					continue
+				case e == EngineRLS && m == string(edge.FailLocal):
+					skip("the rls service has no local limiter: it fails open or closed")
 					continue
 				}
 				if f == Latency {

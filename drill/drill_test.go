@@ -54,8 +54,8 @@ func need(t *testing.T, engine, fault string) {
 	}
 }
 
-// TestDrills runs each fault once per engine, with small durations, and
-// holds the JSON's invariants.
+// TestDrills runs each fault once per engine (edge's two and the rate limit
+// service), with small durations, and holds the JSON's invariants.
 func TestDrills(t *testing.T) {
 	small := drill.Config{Steady: 500 * time.Millisecond, FaultDuration: 1500 * time.Millisecond, After: time.Second,
 		Consumers: 5, Timeout: 500 * time.Millisecond, DownAfter: 500 * time.Millisecond}
@@ -66,31 +66,31 @@ func TestDrills(t *testing.T) {
 		batch       int // the go engine's --redis-batch
 		check       func(t *testing.T, c drill.Settings, r drill.Row)
 	}{
-		{drill.ScriptFlush, "open", both, 1, 1, scriptFlushed},
+		{drill.ScriptFlush, "open", all, 1, 1, scriptFlushed},
 		// Batched: a pipeline's NOSCRIPTs load the script once and only
 		// those commands go again.
 		{drill.ScriptFlush, "open", []string{edge.EngineGo}, 1, 16, scriptFlushed},
-		{drill.Hang, "closed", both, 1, 1, hangClosed},
+		{drill.Hang, "closed", all, 1, 1, hangClosed},
 		// Batched: the decisions waiting while Redis hangs share pipelines
 		// that all time out; none is replayed once Redis is back.
 		{drill.Hang, "closed", []string{edge.EngineGo}, 1, 16, hangClosed},
-		{drill.Latency, "open", both, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Latency, "open", all, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors != 0 || r.OverAdmitted != 0 || r.P50Millis < 20 {
 				t.Errorf("latency 20ms under a 3s timeout: %d errors, %d over-admitted, p50 %gms; want none, and the latency seen",
 					r.Errors, r.OverAdmitted, r.P50Millis)
 			}
 		}},
-		{drill.Reset, "open", both, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Reset, "open", all, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors == 0 || r.RecoverMillis == nil {
 				t.Errorf("reset: %d errors, recover %v; want the fault seen and left", r.Errors, r.RecoverMillis)
 			}
 		}},
-		{drill.Restart, "open", both, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
+		{drill.Restart, "open", all, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors == 0 || r.OverAdmitted == 0 || r.RecoverMillis == nil {
 				t.Errorf("restart, fail open: %d errors, %d over-admitted, recover %v; want the lost state seen", r.Errors, r.OverAdmitted, r.RecoverMillis)
 			}
 		}},
-		{drill.OOM, "closed", both, 1, 1, oomClosed},
+		{drill.OOM, "closed", all, 1, 1, oomClosed},
 		// Batched: each command of a pipeline gets its own OOM error.
 		{drill.OOM, "closed", []string{edge.EngineGo}, 1, 16, oomClosed},
 		{drill.Hang, "local", []string{edge.EngineGo}, 2, 1, func(t *testing.T, c drill.Settings, r drill.Row) {
@@ -101,7 +101,7 @@ func TestDrills(t *testing.T) {
 				t.Errorf("hang, local, 2 nodes: %d over-admitted, over the share %d (%d errors)", r.OverAdmitted, share, r.Errors)
 			}
 		}},
-		{drill.Failover, "closed", []string{edge.EngineGo}, 1, 1, failoverClosed},
+		{drill.Failover, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, 1, failoverClosed},
 		{drill.Failover, "closed", []string{edge.EngineGo}, 1, 16, failoverClosed},
 	} {
 		for _, engine := range tc.engines {
@@ -157,7 +157,7 @@ func TestDrills(t *testing.T) {
 	}
 }
 
-var both = []string{edge.EngineGo, edge.EngineOpenResty}
+var all = drill.Engines()
 
 // hangClosed: Redis hung, failing closed, admits nothing beyond the
 // guarantee, and the fault is seen and left.

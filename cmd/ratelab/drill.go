@@ -34,7 +34,7 @@ func newDrillCmd(io *ioStreams) *cobra.Command {
 	var opts drillOptions
 	cmd := &cobra.Command{
 		Use:   "drill",
-		Short: "Measure what the limiter does when its Redis fails: each fault, each fail mode, both engines",
+		Short: "Measure what the limiter does when its Redis fails: each fault, each fail mode, each engine",
 		Long: `drill starts redis-server (and redis-sentinel for the failover), serves ratelab edge in front of
 it, sends consumers near and over their limit through it with the bench http engine, and injects
 one fault at a time after a steady period:
@@ -47,13 +47,16 @@ one fault at a time after a steady period:
   oom           Redis filled past its maxmemory (noeviction)
   failover      a primary and its replica under redis-sentinel, the primary killed
 
-Each runs under each --on-redis-error mode (open, closed, local) on each --engine, and every
-request sent is judged: admitted beyond the algorithm's guarantee, refused although an exact
+Each runs under each --on-redis-error mode (open, closed, local) on each --engine: go and
+openresty (ratelab edge's engines, loaded over HTTP) or rls (ratelab rls, Envoy's rate limit
+service, loaded through its gRPC ShouldRateLimit as Envoy calls it; it fails open or closed,
+so its local runs are skipped). Every request sent is judged: admitted beyond the algorithm's guarantee, refused although an exact
 sliding window would have admitted it, not decided by Redis; when the gateway noticed, when it
 recovered, and the latency during the fault. docs/drill.md says how to read it.`,
 		Example: `  ratelab drill
   ratelab drill --engine go --faults hang,oom --on-redis-error closed --fail-on-leak
-  ratelab drill --faults hang --on-redis-error local --nodes 2 --output json`,
+  ratelab drill --faults hang --on-redis-error local --nodes 2 --output json
+  ratelab drill --engine rls --on-redis-error open,closed`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.enginesNamed = cmd.Flags().Changed("engine")
@@ -61,7 +64,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty (left to the default, openresty is skipped where nginx is missing; named, it is required)")
+	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty, rls (left to the default, openresty is skipped where nginx is missing; named, it is required)")
 	f.StringVar(&opts.faults, "faults", "all", "faults, comma-separated, or all: "+strings.Join(drill.Faults(), ", "))
 	f.StringVar(&opts.modes, "on-redis-error", "open,closed,local", "fail modes to run each fault under, comma-separated")
 	f.DurationSliceVar(&opts.Latencies, "fault-latency", []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}, "latencies of the latency fault")
