@@ -190,22 +190,24 @@ awk -v a="${med[rls-log]}" -v b="${med[ref]}" 'BEGIN {printf "  sliding-log ÷ r
 
 # 2. The p99 of each at half of the reference's most: open model.
 half=$(( ${med[ref]} / 2 ))
-declare -A p99
+declare -A p99 lag
 for i in $(seq "$ROUNDS"); do
   order=(ref rls)
   if [ $((i % 2)) = 0 ]; then order=(rls ref); fi
   for n in "${order[@]}"; do
     load "$n" "half-$i" "$half"
     p99[$n]+="$(field "$dir/$n-half-$i.json" 'r["latency_us"]["p99"]') "
+    lag[$n]+="$(field "$dir/$n-half-$i.json" 'r["send_lag_us"]["p99"]') "
   done
 done
 echo "p99 at half of the reference's most (open model, --rate $half, latency from each call's intended send):"
 declare -A pmed
 for n in ref rls; do
   pmed[$n]=$(printf '%s\n' ${p99[$n]} | median)
-  printf '  %-26s %8sµs     (%s)\n' "$(label "$n")" "${pmed[$n]}" "${p99[$n]% }"
+  printf '  %-26s %8sµs     (%s)   bench rls send-lag p99 (%s)µs\n' "$(label "$n")" "${pmed[$n]}" "${p99[$n]% }" "${lag[$n]% }"
 done
 awk -v a="${pmed[rls]}" -v b="${pmed[ref]}" 'BEGIN {printf "  ratelab ÷ reference        %8.2f   (target at most 1.0)\n", a/b}'
+echo "  (a send-lag p99 near the latency p99 is the load generator held up too: the machine stalled, not the service)"
 
 # 3. What each asks of Redis per call.
 echo "Redis commands per call in round 1's closed-model runs (INFO commandstats: commands per call, and µs in Redis per command;"
