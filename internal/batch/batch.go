@@ -23,6 +23,15 @@
 // The client must not retry (MaxRetries -1): go-redis retries a whole
 // pipeline after a network error, which would replay calls that may have
 // been counted.
+//
+// On a Cluster (a *redis.ClusterClient), go-redis splits each pipeline by
+// slot and sends one pipeline to each node concurrently; a call that meets
+// MOVED or ASK (its slot moved) was not run, and the client sends it again
+// to the node named, up to MaxRedirects times. MaxRetries does not govern
+// this: the same budget also resends a node's part of a pipeline after a
+// network error on it, which may replay calls that ran. MaxRedirects -1
+// rules that out, at the cost of failing the calls that meet MOVED until the
+// client has reloaded the slots (at once: a MOVED reply makes it reload).
 package batch
 
 import (
