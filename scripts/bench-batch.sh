@@ -10,7 +10,7 @@
 #   (d) Redis round trips per decision at CONNECTIONS, from the gateway's
 #       metrics, beside Redis's own INFO counts (evalsha calls, reads).
 # ONLY=sweep runs the sweep that chose the default instead: the Go gateway
-# limited with --redis-batch N for each N of BATCHES.
+# limited with --redis-batch N for each N of BATCHES; ONLY=idle runs (c) alone.
 # Loopback only; every run is bounded by DURATION (IDLE_DURATION for (c)).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 REDIS_CPU=${REDIS_CPU:-$SERVER_CPU}
 BATCHES=${BATCHES:-1 4 8 16 32 64}
-ONLY=${ONLY:-} # sweep
+ONLY=${ONLY:-} # sweep, or idle: (c) alone
 
 for tool in wrk taskset curl jq redis-server; do
   command -v "$tool" >/dev/null || { echo "bench-batch: needs $tool" >&2; exit 1; }
@@ -116,6 +116,24 @@ if [ "$ONLY" = sweep ]; then
   exit 0
 fi
 
+idle_ratios() {
+  local b50 b99 o50 o99
+  b50=$(col "$dir/idle-batched" 1) b99=$(col "$dir/idle-batched" 2) o50=$(col "$dir/idle-one" 1) o99=$(col "$dir/idle-one" 2)
+  echo "(c) idle, 1 connection at 100/s for $IDLE_DURATION: default batch p50 ${b50} µs p99 ${b99} µs; --redis-batch 1 p50 ${o50} µs p99 ${o99} µs;" \
+    "ratios p50 $(ratio "$b50" "$o50"), p99 $(ratio "$b99" "$o99")  (target at most 1.1)"
+  echo "    per round, p50 and p99 in µs: default batch $(awk '{printf "%s/%s ", $1, $2}' "$dir/idle-batched"); --redis-batch 1 $(awk '{printf "%s/%s ", $1, $2}' "$dir/idle-one")"
+}
+
+if [ "$ONLY" = idle ]; then
+  for i in $(seq "$ROUNDS"); do
+    idle "idle-batched-$i" --admin "" --limit "$LIMIT" >>"$dir/idle-batched"
+    idle "idle-one-$i" --admin "" --limit "$LIMIT" --redis-batch 1 >>"$dir/idle-one"
+  done
+  idle_ratios
+  echo "load average at the end$(uptime | sed 's/.*load average//')"
+  exit 0
+fi
+
 for i in $(seq "$ROUNDS"); do
   load "limited-$i" --admin "$admin" --limit "$LIMIT" >>"$dir/limited"
   load "unbatched-$i" --admin "$admin" --limit "$LIMIT" --redis-batch 1 >>"$dir/unbatched"
@@ -135,9 +153,7 @@ echo "    on cpu time, which other work on the machine disturbs less: gateway + 
   "$(cpu "$dir/limited") µs limited: $(ratio "$(cpu "$dir/off")" "$(cpu "$dir/limited")") ($(cpu "$dir/unbatched") µs with --redis-batch 1:" \
   "$(ratio "$(cpu "$dir/off")" "$(cpu "$dir/unbatched")"))"
 echo "(b) go gateway / nginx + ratelimit.lua: $(ratio "$limited" "$nginx")  (target at least 2)"
-b50=$(col "$dir/idle-batched" 1) b99=$(col "$dir/idle-batched" 2) o50=$(col "$dir/idle-one" 1) o99=$(col "$dir/idle-one" 2)
-echo "(c) idle, 1 connection at 100/s for $IDLE_DURATION: default batch p50 ${b50} µs p99 ${b99} µs; --redis-batch 1 p50 ${o50} µs p99 ${o99} µs;" \
-  "ratios p50 $(ratio "$b50" "$o50"), p99 $(ratio "$b99" "$o99")  (target at most 1.1)"
+idle_ratios
 # Columns of $dir/limited: req/s, requests, round trips, batches, decisions in batches, Redis evalsha calls, Redis reads,
 # gateway and Redis cpu ms.
 echo "(d) round trips per decision at $CONNECTIONS connections, gateway's metrics: $(awk '{printf "%.3f\n", ($5 > 0 ? $3/$5 : 0)}' "$dir/limited" | median)  (target at most 0.2)"
