@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -73,37 +70,11 @@ func needNginx(t *testing.T, engine string) {
 }
 
 // serveRules runs ratelab edge --rules file on engine until the test ends,
-// with a Redis timeout of seconds and failing closed, so that no request is
-// admitted without Redis's word. It returns the gateway's URL once it
-// answers.
+// failing closed, so that no request is admitted without Redis's word. It
+// returns the gateway's URL once it accepts connections.
 func serveRules(t *testing.T, engine, file string) string {
 	t.Helper()
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncWriter
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--on-redis-error", "closed", "--engine", engine, "--rules", file}, io.Discard, &stderr)
-	}()
-	stop := sync.OnceValue(func() int { cancel(); return <-done })
-	t.Cleanup(func() {
-		if code := stop(); code != exitOK {
-			t.Errorf("edge exit %d: %s", code, stderr.String())
-		}
-	})
-	url := "http://" + addr + "/"
-	// A request with no X-Consumer-Id meets no limit: it asks nothing of
-	// the counters the audit judges.
-	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, "edge does not answer: " + err.Error() + "\n" + stderr.String()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("edge answers %d\n%s", resp.StatusCode, stderr.String())
-	})
-	return url
+	return serveEdge(t, "--redis", srv.URL(), "--on-redis-error", "closed", "--engine", engine, "--rules", file).url()
 }
 
 // TestRulesGatewayAudited: ratelab edge serving the plan rules, with each
