@@ -67,6 +67,7 @@ docs:
 
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
+# batching decisions (issue 20: limited over off, Go over nginx, idle latency, round trips),
 # and bench http beside wrk (and wrk2, bombardier when installed) on nginx.
 # (./rules/: matching a request against ten rules.)
 bench: build
@@ -75,6 +76,7 @@ bench: build
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
 	scripts/bench-edge.sh
+	scripts/bench-batch.sh
 	scripts/bench-http.sh
 
 # Every fuzz target (func FuzzXxx in any package, found with go test -list)
