@@ -53,7 +53,8 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e
 }
 
 // commandsPer is the commands Redis ran per decision between two readings
-// of INFO commandstats, the scripts' own calls and the probes' left out.
+// of INFO commandstats: the scripts' own calls, not the script commands
+// themselves nor INFO, PING, SCRIPT, HELLO and CLIENT SETINFO.
 func commandsPer(before, after map[string]int64, decisions float64) *float64 {
 	var n int64
 	for cmd, calls := range after {
