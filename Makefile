@@ -67,9 +67,10 @@ docs:
 
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
-# batching decisions (issue 20: limited over off, Go over nginx, idle latency, round trips),
-# and bench http beside wrk (and wrk2, bombardier when installed) on nginx.
-# (./rules/: matching a request against ten rules.)
+# batching decisions (limited over off, Go over nginx, idle latency, round
+# trips), bench http beside wrk (and wrk2, bombardier when installed) on
+# nginx, and compare's batched throughput beside redis-benchmark pipelining
+# the same script. (./rules/: matching a request against ten rules.)
 bench: build
 	@scripts/deps.sh bench
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/ ./rules/
@@ -78,6 +79,7 @@ bench: build
 	scripts/bench-edge.sh
 	scripts/bench-batch.sh
 	scripts/bench-http.sh
+	scripts/bench-compare.sh
 
 # Every fuzz target (func FuzzXxx in any package, found with go test -list)
 # for FUZZTIME each, one after another; a crash stops here, its input kept
