@@ -126,14 +126,11 @@ func (c *conn) ask(ctx context.Context, consumer, route int) (sample, error) {
 	defer stop()
 	runStart := c.p.start.Add(c.p.warmup)
 	sent := time.Now()
-	if err := c.roundTrip(ctx, sent, consumer, route); err != nil {
+	if _, _, err := c.w.exchange(ctx, sent, consumer, route); err != nil {
 		c.hangUp()
 		return sample{}, err
 	}
-	if c.resp.close {
-		c.hangUp()
-	}
-	s := newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits)
+	s, _ := c.w.sample(consumer, sent.Sub(runStart), time.Since(runStart), nil)
 	s.route = uint16(route)
 	return s, nil
 }

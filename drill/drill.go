@@ -94,6 +94,10 @@ type Config struct {
 	Nodes int
 	// Timeout bounds one decision in Redis; 200ms by default.
 	Timeout time.Duration
+	// Batch is the most decisions the go engine sends to Redis in one round
+	// trip (edge.Options.Batch); 1, one call per decision, by default. The
+	// openresty engine always sends one.
+	Batch int
 	// BreakerFailures opens a gateway's circuit after this many failures in
 	// a row; 5 by default, negative for no circuit breaker.
 	BreakerFailures int
@@ -112,6 +116,8 @@ const (
 	MaxPhase     = 10 * time.Minute
 	// MaxRate bounds the requests per second sent to one gateway.
 	MaxRate = 20_000
+	// MaxBatch bounds Config.Batch, as edge bounds its own.
+	MaxBatch = 1024
 )
 
 func (c Config) withDefaults() Config {
@@ -153,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 5
+	}
+	if c.Batch == 0 {
+		c.Batch = 1
 	}
 	if c.DownAfter == 0 {
 		c.DownAfter = time.Second
@@ -207,6 +216,8 @@ func (c Config) Validate() error {
 		return field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes")
 	case c.Timeout < time.Millisecond || c.Timeout > time.Minute:
 		return field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", c.Timeout)
+	case c.Batch < 0 || c.Batch > MaxBatch:
+		return field.Errorf("Batch", "must be between 1 and %d (got %d)", MaxBatch, c.Batch)
 	case c.DownAfter < 100*time.Millisecond || c.DownAfter > time.Minute:
 		return field.Errorf("DownAfter", "must be between 100ms and 1m (got %s)", c.DownAfter)
 	case c.rate() > MaxRate:
@@ -239,6 +250,7 @@ type Settings struct {
 	Nodes           int      `json:"nodes"`
 	RatePerSec      float64  `json:"rate_per_sec"`
 	TimeoutMillis   int64    `json:"redis_timeout_ms"`
+	Batch           int      `json:"redis_batch"`
 	BreakerFailures int      `json:"breaker_failures"`
 	DownAfterMillis int64    `json:"down_after_ms"`
 }
@@ -456,7 +468,7 @@ func settings(c Config) Settings {
 	s := Settings{Engines: slices.Clone(c.Engines), Faults: slices.Clone(c.Faults), Modes: slices.Clone(c.Modes),
 		FaultMillis: c.FaultDuration.Milliseconds(), SteadyMillis: c.Steady.Milliseconds(), AfterMillis: c.After.Milliseconds(),
 		Algorithm: c.Algorithm, Limit: c.Policy.Limit, WindowMillis: c.Policy.Window.Milliseconds(), Consumers: c.Consumers,
-		Load: c.Load, Nodes: c.Nodes, RatePerSec: c.rate(), TimeoutMillis: c.Timeout.Milliseconds(),
+		Load: c.Load, Nodes: c.Nodes, RatePerSec: c.rate(), TimeoutMillis: c.Timeout.Milliseconds(), Batch: c.Batch,
 		BreakerFailures: max(c.BreakerFailures, 0), DownAfterMillis: c.DownAfter.Milliseconds()}
 	for _, l := range c.Latencies {
 		s.LatenciesMillis = append(s.LatenciesMillis, l.Milliseconds())

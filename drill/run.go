@@ -318,6 +318,9 @@ func gatewayOnce(ctx context.Context, cfg Config, r run, s *stage) (string, func
 	o := edge.Options{Engine: r.engine, Listen: addr, Upstream: "builtin", Policy: cfg.Policy, Algorithm: cfg.Algorithm,
 		KeyBy: "header:" + consumerHeader, OnError: r.mode, Headers: string(edge.HeadersBoth), Timeout: cfg.Timeout,
 		Pool: 64, Nodes: cfg.Nodes, BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis}
+	if r.engine == edge.EngineGo {
+		o.Batch = cfg.Batch
+	}
 	if err := o.Validate(); err != nil {
 		return "", nil, err
 	}

@@ -297,8 +297,8 @@ func TestEnginesShareOneClock(t *testing.T) {
 }
 
 // TestOpenRestyAdmin: nginx's admin port serves the built-in upstream's
-// counts at /__ratelab/forwarded and nothing else; /metrics and /healthz,
-// which the Go gateway serves, answer 404 there.
+// counts at /__ratelab/forwarded, and /healthz (TestOpenRestyHealthz);
+// /metrics, which the Go gateway serves, answers 404 there.
 func TestOpenRestyAdmin(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
@@ -314,7 +314,7 @@ func TestOpenRestyAdmin(t *testing.T) {
 	if f := forwarded(t, nc.Admin); f.Total != 1 || f.Consumers[consumer] != 1 {
 		t.Fatalf("/__ratelab/forwarded says %+v, want the one admitted request", f)
 	}
-	for _, path := range []string{"/metrics", "/healthz", "/", "/__ratelab/forwarded/x"} {
+	for _, path := range []string{"/metrics", "/", "/__ratelab/forwarded/x", "/healthz/x"} {
 		if resp, _ := get(t, "http://"+nc.Admin+path, nil); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s on the admin port: %d, want 404", path, resp.StatusCode)
 		}

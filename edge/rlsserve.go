@@ -95,11 +95,11 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	if err != nil {
 		return err
 	}
-	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch)
+	metrics := NewMetrics()
+	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
 	defer closeClient()
 	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 	reloader := NewDomainsReloader(domains, o.Log)
-	metrics := NewMetrics()
 	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
 		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log})
 	defer svc.Close()

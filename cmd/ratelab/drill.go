@@ -27,7 +27,7 @@ type drillOptions struct {
 // drillNames are the flags that set drill.Config's fields.
 var drillNames = flagNames{"Engines": "--engine", "Faults": "--faults", "Modes": "--on-redis-error", "Latencies": "--fault-latency",
 	"FaultDuration": "--fault-duration", "Steady": "--steady", "After": "--after", "Algorithm": "--algorithm",
-	"Consumers": "--consumers", "Load": "--load", "Nodes": "--nodes", "Timeout": "--redis-timeout",
+	"Consumers": "--consumers", "Load": "--load", "Nodes": "--nodes", "Timeout": "--redis-timeout", "Batch": "--redis-batch",
 	"BreakerFailures": "--breaker-failures", "DownAfter": "--down-after", "Limit": "--limit", "Window": "--limit"}
 
 func newDrillCmd(io *ioStreams) *cobra.Command {
@@ -77,6 +77,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 	f.Float64Var(&opts.Load, "load", 1.5, "each consumer's rate as a multiple of its limit")
 	f.IntVar(&opts.Nodes, "nodes", 1, "gateways sharing the limit, each sent the whole load (local limits each to --limit / --nodes)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "the gateways' bound on one decision in Redis")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions the go engine sends in one Redis round trip (1: one call per decision)")
 	f.IntVar(&opts.BreakerFailures, "breaker-failures", 5, "failures in a row that open a gateway's circuit (0: no circuit breaker)")
 	f.DurationVar(&opts.DownAfter, "down-after", time.Second, "how long the sentinel waits before it holds the primary down")
 	f.BoolVar(&opts.failOnLeak, "fail-on-leak", false, "exit 3 when any run admitted beyond the algorithm's guarantee")
@@ -119,7 +120,7 @@ func drillConfig(opts drillOptions) (drill.Config, reports.Format, error) {
 		return cfg, "", usagef("--breaker-failures must not be negative (got %d)", opts.BreakerFailures)
 	}
 	// Zero is the library's default: here it can only be a mistake.
-	for name, v := range map[string]int{"--consumers": cfg.Consumers, "--nodes": cfg.Nodes} {
+	for name, v := range map[string]int{"--consumers": cfg.Consumers, "--nodes": cfg.Nodes, "--redis-batch": cfg.Batch} {
 		if v < 1 {
 			return cfg, "", usagef("%s must be at least 1 (got %d)", name, v)
 		}

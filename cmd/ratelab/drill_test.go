@@ -68,6 +68,22 @@ func TestDrillEngineWithoutNginx(t *testing.T) {
 	})
 }
 
+// TestDrillBadBatch: a --redis-batch out of range is refused naming the
+// flag, exit 2, before any redis-server starts.
+func TestDrillBadBatch(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{"0", "--redis-batch must be at least 1 (got 0)"},
+		{"1025", "--redis-batch must be between 1 and 1024 (got 1025)"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, "drill", "--engine", "go", "--redis-batch", tc.value)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+}
+
 // TestDrillEngineRLS: --engine rls drills ratelab rls through its gRPC
 // service: a fault under open runs, and local, which the service does not
 // have, is reported as skipped, saying why. An engine the drill does not

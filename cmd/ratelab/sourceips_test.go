@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,42 @@ func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
 	code, stdout, stderr = ratelab(t, append(args, "--consumers", "3", "--no-probes")...)
 	if code != exitThreshold || !strings.Contains(stderr, "share one limit across the identities sent") {
 		t.Fatalf("from one address: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+}
+
+// TestSourceIPsAuditTheRulesKeyedByAddress: ratelab edge with a rules file
+// that gives each remote_address 6 a second, audited by that file with
+// each consumer sent from its own loopback address, passes (exit 0): the
+// audit judges each address on a counter of its own, as the gateway
+// keeps them, and names them. A claim of half that limit exits 3.
+func TestSourceIPsAuditTheRulesKeyedByAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	byAddress := func(limit int) string {
+		return fmt.Sprintf("domain: %q\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per-address, unit: second, requests_per_unit: %d}\n",
+			redistest.Prefix(t), limit)
+	}
+	url := serveRules(t, "go", writeRules(t, "rules.yaml", byAddress(6)))
+	for _, tc := range []struct {
+		name  string
+		claim int
+		code  int
+		want  string
+	}{
+		{"holds the file", 6, exitOK, ": HELD: the worst consumer, 127.0.0."},
+		{"a claim of half", 3, exitThreshold, "--fail-on-leak: 127.0.0."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := writeRules(t, "claim.yaml", byAddress(tc.claim))
+			code, stdout, stderr := ratelab(t, "bench", "http", url, "--source-ips", "127.0.0.2-127.0.0.4", "--connections", "3",
+				"--rate", "54", "--duration", "2500ms", "--expect-rules", claim, "--fail-on-leak")
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.want) || !strings.Contains(stdout, "3 consumers from 127.0.0.2-127.0.0.4") {
+				t.Fatalf("exit %d, stderr %q\n%s\nwant exit %d and %q", code, stderr, stdout, tc.code, tc.want)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
+)
+
+// startRLS serves ratelab rls in-process from a directory holding the
+// config file src (its domain written in place of DOMAIN), on the test
+// package's Redis, and returns the gRPC address and the domain. The
+// service stops when the test ends.
+func startRLS(t *testing.T, src string) (addr, domain string) {
+	t.Helper()
+	redistest.Client(t, srv)
+	dir := t.TempDir()
+	domain = redistest.Prefix(t)
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(src, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"rls", "--redis", srv.URL(), "--config", dir, "--grpc", addr, "--http", httpAddr,
+			"--redis-timeout", "5s"}, io.Discard, &stderr)
+	}()
+	stop := sync.OnceValue(func() int { cancel(); return <-done })
+	t.Cleanup(func() {
+		if code := stop(); code != exitOK {
+			t.Errorf("rls exited %d: %s", code, stderr.String())
+		}
+	})
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK, fmt.Sprintf("rls not serving: %v\n%s", err, stderr.String())
+	})
+	return addr, domain
+}
+
+// TestBenchRLSMeasures: bench rls calls ratelab rls and measures every
+// call: OK answers as 2xx, OVER_LIMIT as 429, each consumer's descriptor
+// its own counter (5 per hour: exactly 5 OK each).
+func TestBenchRLSMeasures(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "3",
+		"--rate", "0", "--connections", "2", "--requests", "60", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Command      string
+		Requests     int64
+		Errors       int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+		Config       struct {
+			Domain      string
+			Descriptors []string
+		}
+		Histograms map[string]string
+	}
+	decodeJSON(t, stdout, &res)
+	if res.Command != "bench_rls" || res.Requests != 60 || res.Errors != 0 || res.StatusCounts["200"] != 15 || res.StatusCounts["429"] != 45 {
+		t.Fatalf("command %q, %d requests, %d errors, statuses %v; want bench_rls, 60, 0, 15 OK and 45 over", res.Command,
+			res.Requests, res.Errors, res.StatusCounts)
+	}
+	if res.Config.Domain != domain || len(res.Config.Descriptors) != 1 || res.Config.Descriptors[0] != "user={consumer}" || res.Histograms["all"] == "" {
+		t.Fatalf("config %+v, histograms %d", res.Config, len(res.Histograms))
+	}
+}
+
+// TestBenchRLSBadFlags: bad input exits 2, naming the flag, before any
+// call is made (the address given accepts nothing).
+func TestBenchRLSBadFlags(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	base := []string{"bench", "rls", addr, "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--descriptor", "user=a"}, "--domain must not be empty"},
+		{[]string{"--domain", "d"}, "--descriptor must be given at least once"},
+		{[]string{"--domain", "d", "--descriptor", "=a"}, `--descriptor "=a": an entry with no key`},
+		{[]string{"--domain", "d", "--descriptor", "user={user}"}, "--descriptor user={user}: unknown placeholder {user}"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--hits-addend", "-1"}, "--hits-addend must be between 0 and"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--rate", "-5"}, "--rate must be between 0"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--consumers", "0"}, "--consumers must be at least 1"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--shard", "2/2"}, "--shard must be I/N"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want exit 2 and %q", code, stderr, stdout, tc.want)
+			}
+		})
+	}
+	code, _, stderr := ratelab(t, "bench", "rls", "localhost", "--domain", "d", "--descriptor", "a=b")
+	if code != exitUsage || !strings.Contains(stderr, `ADDR "localhost": want the service's gRPC address, HOST:PORT`) {
+		t.Fatalf("no port: exit %d, %q", code, stderr)
+	}
+}
+
+// refusingRLS is a rate limit service that refuses every call with
+// InvalidArgument.
+type refusingRLS struct {
+	pb.UnimplementedRateLimitServiceServer
+}
+
+func (refusingRLS) ShouldRateLimit(context.Context, *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return nil, status.Error(codes.InvalidArgument, "no such thing")
+}
+
+// TestBenchRLSErrors: a service that cannot be reached, or that refuses
+// every call with InvalidArgument, gives errors and exit 1, not a
+// measurement.
+func TestBenchRLSErrors(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, refusingRLS{})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(l) }()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	for _, tc := range []struct {
+		name, addr, want string
+	}{
+		{"unreachable", freeAddr(t), "no request got a response: 4 of 4 failed: refused 4"},
+		{"invalid argument", l.Addr().String(), "no request got a response: 4 of 4 failed: protocol 4 (first: rpc error: code = InvalidArgument desc = no such thing)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := ratelab(t, "bench", "rls", tc.addr, "--domain", "d", "--descriptor", "user=a", "--rate", "0",
+				"--connections", "1", "--requests", "4")
+			if code != exitError || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
