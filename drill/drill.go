@@ -94,9 +94,10 @@ type Config struct {
 	Nodes int
 	// Timeout bounds one decision in Redis; 200ms by default.
 	Timeout time.Duration
-	// Batch is the most decisions the go engine sends to Redis in one round
-	// trip (edge.Options.Batch); 1, one call per decision, by default. The
-	// openresty engine always sends one.
+	// Batch is the most decisions the go engine and the rls service send to
+	// Redis in one round trip (edge.Options.Batch, edge.RLSOptions.Batch);
+	// 1, one call per decision, by default. The openresty engine always
+	// sends one.
 	Batch int
 	// BreakerFailures opens a gateway's circuit after this many failures in
 	// a row; 5 by default, negative for no circuit breaker.
