@@ -279,6 +279,10 @@ type expectation struct {
 	quota             int64
 	cost              int64
 	shadow, unlimited bool
+	// refusedMaySpend says a request refused may still have spent this
+	// limit (another limit refused it): the checks of remaining count
+	// every request, not only those admitted.
+	refusedMaySpend bool
 }
 
 // newExpectation makes the expectation of limit per window under

@@ -430,6 +430,14 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 		}
 		exps[k] = exp
 	}
+	if len(runs[0].Config.Descriptors) > 1 { // bench rls: see rlsAudit
+		for k := range exps {
+			exps[k].refusedMaySpend = true
+		}
+		if cov.skipUnder == "" {
+			cov.skipUnder = severalDescriptors
+		}
+	}
 	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
 	if counters != nil {
 		m = counters.m

@@ -63,7 +63,11 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			noOK = append(noOK, int32(c))
 		}
 		if !cov.partial {
-			remainingChecks(j.ok, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
+			counted := j.ok
+			if exp.refusedMaySpend {
+				counted = spentOrNot(ss)
+			}
+			remainingChecks(counted, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
 		}
 		keepWorst(&l.WorstConsumers, ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
 			OverAdmitted: max(j.worst.admitted-j.worst.allowed, 0), UnderAdmitted: j.under}, int32(c), name)
@@ -331,3 +335,16 @@ func keepWorst(worst *[]ConsumerAudit, ca ConsumerAudit, c int32, name func(int3
 }
 
 func anyStatus(string) bool { return true }
+
+// spentOrNot is every request of ss, as remainingChecks counts them when a
+// request refused may have spent the limit: only the admitted ones keep
+// their remaining, to be judged.
+func spentOrNot(ss []sample) []sample {
+	out := slices.Clone(ss)
+	for i := range out {
+		if !out[i].ok() {
+			out[i].remaining = -1
+		}
+	}
+	return out
+}
