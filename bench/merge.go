@@ -430,7 +430,10 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 		}
 		exps[k] = exp
 	}
-	if len(runs[0].Config.Descriptors) > 1 { // bench rls: see rlsAudit
+	for k := range exps { // bench rls: see rlsAudit
+		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
+	}
+	if len(runs[0].Config.Descriptors) > 1 {
 		for k := range exps {
 			exps[k].refusedMaySpend = true
 		}

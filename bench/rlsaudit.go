@@ -265,7 +265,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 		cov.skipUnder = severalDescriptors
 	}
 	for k := range r.exps {
-		r.exps[k].refusedMaySpend = several
+		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = several, true
 	}
 	if len(r.exps) == 0 {
 		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{},

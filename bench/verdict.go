@@ -32,6 +32,13 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 		}
 		checkAdvertised(s, p.Limit, &l.Headers, name)
+		if exp.refusedAtZero && s.denied() && !s.otherMayDeny && s.remaining > 0 {
+			// Refused, and by this limit alone: nothing remained of it.
+			l.Headers.Violations++
+			if l.Headers.Example == "" {
+				l.Headers.Example = name(s.consumer) + " was refused with " + strconv.FormatInt(s.remaining, 10) + " remaining"
+			}
+		}
 	}
 	lookback := exp.guarantee.Lookback(p)
 	underJudged := cov.skipUnder == ""

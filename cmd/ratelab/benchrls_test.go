@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
 )
@@ -284,6 +287,100 @@ func TestBenchRLSProbes(t *testing.T) {
 			ra := res.Audit.Limits[0].RetryAfter
 			if ra.Probes == 0 || ra.Honest == nil || !*ra.Honest {
 				t.Fatalf("probes %+v", ra)
+			}
+		})
+	}
+}
+
+// TestBenchRLSShardsMerge: two shards of one bench rls run merge into one
+// result that holds both's calls and audits them as one; a result reads
+// back as it was written (JSON round trip), and report html draws it.
+func TestBenchRLSShardsMerge(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}\n")
+	dir := t.TempDir()
+	var files []string
+	for shard := range 2 {
+		code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "4",
+			"--rate", "0", "--connections", "2", "--requests", "80", "--shard", fmt.Sprintf("%d/2", shard), "--run-id", "rls-shards",
+			"--expect-limit", "5/1m:gcra", "--no-probes", "-o", "json")
+		if code != exitOK {
+			t.Fatalf("shard %d: exit %d: %s", shard, code, stderr)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%d.json", shard))
+		if err := os.WriteFile(path, []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	code, stdout, stderr := ratelab(t, "report", "merge", files[0], files[1], "--fail-on-leak", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	var merged struct {
+		Command      string
+		Requests     int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+		rlsAudit
+	}
+	decodeJSON(t, stdout, &merged)
+	if merged.Command != "bench_rls" || merged.Requests != 80 || merged.StatusCounts["200"] != 20 || merged.Audit.Verdict != "held" ||
+		len(merged.Audit.Limits) != 1 || merged.Audit.Limits[0].Admitted != 20 {
+		t.Fatalf("merged: %s, %d calls, %v, audit %+v", merged.Command, merged.Requests, merged.StatusCounts, merged.Audit)
+	}
+	// A result read back and written again is the same JSON.
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	again, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after map[string]any
+	decodeJSON(t, string(data), &before)
+	decodeJSON(t, string(again), &after)
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("read back and written again, the result changed:\n%s\n%s", data, again)
+	}
+	page := filepath.Join(dir, "report.html")
+	if code, _, stderr := ratelab(t, "report", "html", files[0], files[1], "--out", page); code != exitOK {
+		t.Fatalf("report html: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="bench-throughput"`) {
+		t.Fatalf("the page (%v) draws no bench rls run", err)
+	}
+}
+
+// TestBenchRLSAuditFlags: the audit's flags are checked before any call.
+func TestBenchRLSAuditFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"bench", "rls", freeAddr(t), "--domain", "d", "--descriptor", "user={consumer}", "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-config"},
+		{[]string{"--expect-limit", "5"}, "--expect-limit"},
+		{[]string{"--expect-limit", "5/1s,6/1m"}, "give one LIMIT/WINDOW"},
+		{[]string{"--expect-limit", "5/1s", "--expect-algorithm", "magic"}, `--expect-algorithm "magic": want one of`},
+		{[]string{"--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
+		{[]string{"--expect-limit", "5/1s", "--expect-config", dir}, "--expect-config and --expect-limit are two audits"},
+		{[]string{"--expect-config", dir}, `no file of it has domain "d" (it has other)`},
+		{[]string{"--expect-config", filepath.Join(dir, "missing")}, "--expect-config: config directory"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tc.want)
 			}
 		})
 	}
