@@ -130,9 +130,15 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 		m = everyConsumer(samples, len(exps), cfg.Consumers, p.consumerName)
 	}
 	a := auditLimits(samples, advs, exps, m, cov)
-	// One set of probes for every limit: a consumer denied must be
-	// admitted again once its Retry-After has passed, by every limit that
-	// could have denied it.
+	probeLimits(ctx, p, samples, &a, cov, cfg.NoProbes, "")
+	return a, &m
+}
+
+// probeLimits asks the engine for one set of Retry-After probes for every
+// limit judged: a consumer denied must be admitted again once its
+// Retry-After has passed, by every limit that could have denied it. skip,
+// when set, says why no probe can be made.
+func probeLimits(ctx context.Context, p *plan, samples []sample, a *Audit, cov coverage, noProbes bool, skip string) {
 	var probed *RetryAfterAudit
 	for i := range a.Limits {
 		l := &a.Limits[i]
@@ -142,8 +148,10 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 		case cov.partial:
 			// Another machine may be asking the same consumer meanwhile.
 			l.RetryAfter.Skipped = sharedNote
-		case cfg.NoProbes:
+		case noProbes:
 			l.RetryAfter.Skipped = "probes turned off (--no-probes)"
+		case skip != "":
+			l.RetryAfter.Skipped = skip
 		case ctx.Err() != nil:
 			l.RetryAfter.Skipped = "the run was interrupted"
 		case probed != nil:
@@ -160,5 +168,4 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 			probed = &l.RetryAfter
 		}
 	}
-	return a, &m
 }

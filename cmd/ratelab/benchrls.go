@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/reports"
 )
 
@@ -19,18 +23,21 @@ import (
 type benchRLSOptions struct {
 	bench.RLSConfig
 	bench.Thresholds
-	descriptors []string
-	hitsAddend  int64
-	threads     int
-	shard       string
-	startAt     string
-	hgrm        string
-	output      outputFlag
+	descriptors  []string
+	hitsAddend   int64
+	expectLimit  string
+	expectConfig string
+	threads      int
+	shard        string
+	startAt      string
+	hgrm         string
+	output       outputFlag
 }
 
 // benchRLSNames are the flags that set bench.RLSConfig's fields; the
 // others are bench http's (benchNames).
-var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "HitsAddend": "--hits-addend"}
+var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "HitsAddend": "--hits-addend",
+	"ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit"}
 
 func newBenchRLSCmd(io *ioStreams) *cobra.Command {
 	var opts benchRLSOptions
@@ -79,12 +86,23 @@ exits 1. docs/envoy.md says more.`,
 	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
 	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of failed calls (errors, and answers neither OK nor OVER_LIMIT) is above this (0 to 1; 0: exit 3 on any)")
+	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit each descriptor's counter against LIMIT/WINDOW in hits, such as 100/1m, or LIMIT/WINDOW:ALGORITHM")
+	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the service to this algorithm's guarantee for --expect-limit: "+
+		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
+	f.StringVar(&opts.expectConfig, "expect-config", "", "audit the service by its own configuration DIR (envoyproxy/ratelimit's files): "+
+		"each descriptor held to the limits it meets there (not with --expect-limit)")
+	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 unless the audit finds every limit held: a counter over it, no verdict, "+
+		"a false duration_until_reset, or inconsistent statuses")
+	f.BoolVar(&opts.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
+	f.Var(optionalFloat{&opts.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
+	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's probes of duration_until_reset (they wait up to it + 10 s after the run)")
 	f.StringVar(&opts.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
 	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
 	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the address, the calls, the load and --start-at)")
 	opts.output.bind(cmd)
+	complete(cmd, "expect-algorithm", algorithms.Algorithms()...)
 	return cmd
 }
 
@@ -107,6 +125,9 @@ func benchRLSConfig(target string, opts benchRLSOptions) (bench.RLSConfig, repor
 		return cfg, "", usagef("--hits-addend must be between 0 and %d (got %d)", uint32(1<<32-1), opts.hitsAddend)
 	}
 	cfg.HitsAddend = uint32(opts.hitsAddend)
+	if err := rlsExpect(&cfg, opts); err != nil {
+		return cfg, "", err
+	}
 	if opts.shard != "" {
 		i, n, _ := strings.Cut(opts.shard, "/")
 		var errI, errN error
@@ -149,4 +170,41 @@ func runBenchRLS(ctx context.Context, io *ioStreams, target string, opts benchRL
 	res, runErr := bench.RunRLS(ctx, cfg)
 	io.clearStatus()
 	return finishBench(io, res, runErr, format, opts.hgrm, opts.Thresholds)
+}
+
+// rlsExpect reads the flags of what the audit expects into cfg.
+func rlsExpect(cfg *bench.RLSConfig, opts benchRLSOptions) error {
+	switch {
+	case opts.expectLimit != "" && opts.expectConfig != "":
+		return usagef("--expect-config and --expect-limit are two audits: give one")
+	case opts.expectConfig != "" && opts.ExpectAlgorithm != "":
+		return usagef("--expect-algorithm is for --expect-limit: each limit of --expect-config names its own")
+	case opts.expectLimit == "" && opts.expectConfig == "" && opts.FailOnLeak:
+		return usagef("--fail-on-leak needs --expect-limit or --expect-config")
+	case opts.expectLimit == "" && opts.expectConfig == "" && opts.FailOnUnder != nil:
+		return usagef("--fail-on-under needs --expect-limit or --expect-config")
+	}
+	if opts.expectLimit != "" {
+		ls, err := bench.ParseExpectedLimits(opts.expectLimit, opts.ExpectAlgorithm)
+		if err != nil {
+			return flagError(err, benchRLSNames, benchNames)
+		}
+		if len(ls) != 1 {
+			return usagef("--expect-limit %q: give one LIMIT/WINDOW, which every descriptor is held to (or --expect-config)", opts.expectLimit)
+		}
+		cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm = ls[0].Limit, ls[0].Window, ls[0].Algorithm
+	}
+	if opts.expectConfig != "" {
+		d, err := edge.LoadDomains(opts.expectConfig)
+		if err != nil {
+			return usagef("--expect-config: %w", err)
+		}
+		set, ok := d.Sets[cfg.Domain]
+		if !ok {
+			return usagef("--expect-config %s: no file of it has domain %q (it has %s)", opts.expectConfig, cfg.Domain,
+				strings.Join(slices.Sorted(maps.Keys(d.Sets)), ", "))
+		}
+		cfg.ExpectConfig = set
+	}
+	return nil
 }
