@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,8 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -42,20 +39,31 @@ type plan struct {
 	firstMeasured int64
 	requests      int64
 	consumers     int
-	req           *mix
-	// names are the audit's limits by the names a response may give them.
-	names         map[string]int16
-	head          bool // HEAD: responses have no body
 	audit         bool
 	keepResponses bool // KeepResponses
 	sampleCap     int  // samples (and responses) one connection keeps
-	addr          string
-	sources       []netip.Addr // consumer i's connections are sent from sources[i]; nil: any address
-	tls           *tls.Config
 	tally         *tally
+	// wire makes a connection's transport.
+	wire func() wire
+	// What HTTP's wire reads: the requests, HEAD (responses have no
+	// body), the address, each consumer's source address (nil: any) and
+	// TLS.
+	req     *mix
+	head    bool
+	addr    string
+	sources []netip.Addr
+	tls     *tls.Config
+	// names are the audit's limits by the names a response may give them.
+	names map[string]int16
 	// probes is when the Retry-After probes will be over (Unix ns), while
 	// they run; 0 otherwise.
 	probes atomic.Int64
+	// wholeAfter says a denied consumer is surely admitted only once every
+	// limit its request met is whole again (a sample's reset), not at its
+	// Retry-After alone; noEarlyProbe that an admission before then proves
+	// nothing (a rolling window frees a slot before it is whole). A rate
+	// limit service's duration_until_reset is both.
+	wholeAfter, noEarlyProbe bool
 }
 
 // probesUntil is when the probes will be over; zero when none run.
@@ -98,22 +106,16 @@ func (p *plan) ownConsumers() int {
 // due is when request i should be sent, since start.
 func (p *plan) due(i int64) time.Duration { return time.Duration(float64(i) * p.every) }
 
-// conn is one connection's loop: it sends a request, reads the response,
-// and sends the next when it is due (open model) or at once (closed). Only
-// its own goroutine touches it, but for nc, which the cancel hook reads.
+// conn is one connection's loop: it sends a request, waits for its answer,
+// and sends the next when it is due (open model) or at once (closed). It
+// owns the schedule, the measurements and the samples; its wire talks to
+// the target. Only its own goroutine touches it, but for the wire's
+// cancel, which the cancel hook calls.
 type conn struct {
 	p  *plan
 	id int
+	w  wire
 
-	mu        sync.Mutex // guards nc and cancelled against the cancel hook
-	nc        net.Conn
-	cancelled bool
-	deadline  time.Time // nc's deadline
-	from      int       // with sources, the consumer whose address nc is sent from
-
-	br      *bufio.Reader
-	buf     []byte
-	resp    response
 	timer   *time.Timer
 	batch   []event
 	bytes   int64
@@ -121,8 +123,6 @@ type conn struct {
 	first   [numKinds]string // the first message of each error kind
 	samples []sample
 	advs    []advert // the samples' adverts
-	// source is the address the connection was first opened from.
-	source string
 	// responses are kept with KeepResponses.
 	responses []Response
 	// cappedAt is when this connection stopped keeping samples, since the
@@ -133,9 +133,39 @@ type conn struct {
 	warmUntil time.Duration
 }
 
-func newConn(p *plan, id int) *conn {
-	return &conn{p: p, id: id, batch: make([]event, 0, batchSize), cappedAt: -1}
+// wire is a connection's transport: it sends one request and reads its
+// answer, opening the connection when it needs one. HTTP/1.1 (httpWire)
+// and gRPC (rlsWire) are the two.
+type wire interface {
+	// exchange sends consumer's request to route, sent at sentAt and cut
+	// at sentAt plus the run's timeout, and reads the answer: its status
+	// (for gRPC, as sample statuses read it) and the bytes of its body.
+	exchange(ctx context.Context, sentAt time.Time, consumer, route int) (status int, body int64, err error)
+	// sample is the answer the last exchange read, as the audit keeps
+	// it, with the policies it spoke of appended to advs.
+	sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert)
+	// limited says the last answer carried rate-limit fields: the limiter
+	// decided it.
+	limited() bool
+	// cancel unblocks an exchange in progress, and every later one: the
+	// run is cancelled.
+	cancel()
+	// hangUp drops the connection; the next exchange opens a new one.
+	hangUp()
+	// source is the address, without its port, that the connection was
+	// first opened from; "" when not known.
+	source() string
 }
+
+func newConn(p *plan, id int) *conn {
+	return &conn{p: p, id: id, w: p.wire(), batch: make([]event, 0, batchSize), cappedAt: -1}
+}
+
+// cancel unblocks the connection's exchange when the run is cancelled.
+func (c *conn) cancel() { c.w.cancel() }
+
+// hangUp drops the connection; the next request opens a new one.
+func (c *conn) hangUp() { c.w.hangUp() }
 
 // run sends until the run's bound, ctx's end, or this connection's share of
 // --requests is done.
@@ -189,8 +219,8 @@ func (c *conn) run(ctx context.Context) {
 			measured++
 		}
 		consumer := p.consumer(j)
-		route := p.req.route(j, consumer, p.ownConsumers())
-		err := c.roundTrip(ctx, sentAt, consumer, route)
+		route := p.route(j, consumer)
+		status, body, err := c.w.exchange(ctx, sentAt, consumer, route)
 		doneAt := time.Now()
 		if err != nil && ctx.Err() != nil {
 			return // cut short by the cancel, not by the server
@@ -198,7 +228,7 @@ func (c *conn) run(ctx context.Context) {
 		e := event{done: doneAt.Sub(p.start) - p.warmup, latency: (doneAt.Sub(p.start) - due).Microseconds(),
 			lag: (sent - due).Microseconds(), warm: warm}
 		if p.keepResponses && !warm && len(c.responses) < p.sampleCap {
-			c.responses = append(c.responses, c.response(consumer, due, sentAt, doneAt, err))
+			c.responses = append(c.responses, c.response(consumer, due, sentAt, doneAt, status, err))
 		}
 		if err != nil {
 			e.kind = classify(err)
@@ -210,11 +240,8 @@ func (c *conn) run(ctx context.Context) {
 				c.keepSample(consumer, route, sent-p.warmup, e.done, false)
 			}
 		} else {
-			e.status = int32(c.resp.status)
-			c.bytes += c.resp.body
-			if c.resp.close {
-				c.hangUp()
-			}
+			e.status = int32(status)
+			c.bytes += body
 			if p.audit && !warm {
 				c.keepSample(consumer, route, sent-p.warmup, e.done, true)
 			}
@@ -223,106 +250,6 @@ func (c *conn) run(ctx context.Context) {
 			c.warmUntil = max(c.warmUntil, e.done)
 		}
 		c.record(e)
-	}
-}
-
-// roundTrip sends one request, of consumer to route, on the connection,
-// opening it first when needed, and reads the response into c.resp.
-func (c *conn) roundTrip(ctx context.Context, sentAt time.Time, consumer, route int) error {
-	p := c.p
-	deadline := sentAt.Add(p.timeout)
-	if c.nc != nil && p.sources != nil && c.from != consumer {
-		c.hangUp() // sent from another consumer's address
-	}
-	if c.nc == nil {
-		if err := c.dial(ctx, deadline, consumer); err != nil {
-			return err
-		}
-	}
-	// Moving a deadline costs a timer update: move it only when it would
-	// cut this request more than the slack short of its timeout.
-	if c.deadline.Before(deadline.Add(-p.slack)) {
-		if err := c.nc.SetDeadline(deadline); err != nil {
-			return err
-		}
-		c.deadline = deadline
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	r := p.req.request(route, consumer)
-	req := r.render(&c.buf, consumer)
-	var err error
-	if r.body != nil {
-		bufs := net.Buffers{req, r.body}
-		_, err = bufs.WriteTo(c.nc)
-	} else {
-		_, err = c.nc.Write(req)
-	}
-	if err != nil {
-		return err
-	}
-	// Let the goroutines whose responses are in run first: by the time
-	// this one reads, its own is more often there, and the read that would
-	// only have found nothing (and a trip through the poller) is saved.
-	runtime.Gosched()
-	return readResponse(c.br, p.head, p.audit || p.keepResponses, &c.resp)
-}
-
-// dial opens the connection for consumer, from its source address when
-// it has one, with TLS for https.
-func (c *conn) dial(ctx context.Context, deadline time.Time, consumer int) error {
-	p := c.p
-	d := net.Dialer{Deadline: deadline, LocalAddr: p.localAddr(consumer)}
-	c.from = consumer
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return err
-	}
-	if p.tls != nil {
-		tc := tls.Client(nc, p.tls)
-		_ = tc.SetDeadline(deadline)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			nc.Close()
-			return &tlsError{err}
-		}
-		nc = tc
-	}
-	if c.br == nil {
-		c.br = bufio.NewReaderSize(nc, 8<<10)
-	} else {
-		c.br.Reset(nc)
-	}
-	c.deadline = time.Time{}
-	if c.source == "" {
-		c.source = localAddress(nc)
-	}
-	c.mu.Lock()
-	c.nc = nc
-	if c.cancelled {
-		_ = nc.SetDeadline(time.Unix(1, 0))
-	}
-	c.mu.Unlock()
-	return nil
-}
-
-// cancel unblocks the connection's read or write when the run is cancelled.
-func (c *conn) cancel() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cancelled = true
-	if c.nc != nil {
-		_ = c.nc.SetDeadline(time.Unix(1, 0))
-	}
-}
-
-// hangUp closes the connection; the next request opens a new one.
-func (c *conn) hangUp() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.nc != nil {
-		c.nc.Close()
-		c.nc = nil
 	}
 }
 
@@ -383,8 +310,8 @@ func (c *conn) flush() {
 	}
 }
 
-// keepSample keeps the request as a sample for the audit, the response in
-// c.resp when answered, a transport error when not, up to the
+// keepSample keeps the request as a sample for the audit, the answer its
+// wire read when answered, a transport error when not, up to the
 // connection's share of the samples; past it, it notes from when samples
 // are missing.
 func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answered bool) {
@@ -401,12 +328,23 @@ func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answere
 		c.samples = append(c.samples, s)
 		return
 	}
-	s := newSample(consumer, sent, done, c.resp.status, &c.resp.limits)
-	s.route = uint16(route)
+	var s sample
 	at := len(c.advs)
-	c.advs = parseAdverts(c.advs, &c.resp.limits, c.p.names)
+	s, c.advs = c.w.sample(consumer, sent, done, c.advs)
+	s.route = uint16(route)
 	s.advAt, s.advN = uint32(at), uint8(len(c.advs)-at)
 	c.samples = append(c.samples, s)
+}
+
+// response makes the Response of one request, with what its wire read.
+func (c *conn) response(consumer int, due time.Duration, sent, done time.Time, status int, err error) Response {
+	r := Response{Consumer: consumer, Due: c.p.start.Add(due), Sent: sent, Done: done}
+	if err != nil {
+		r.Error = kindNames[classify(err)]
+		return r
+	}
+	r.Status, r.Limited = status, c.w.limited()
+	return r
 }
 
 // Response is one measured request as KeepResponses keeps it.
@@ -427,27 +365,11 @@ type Response struct {
 	Limited bool
 }
 
-// response makes the Response of one request, with what c.resp read.
-func (c *conn) response(consumer int, due time.Duration, sent, done time.Time, err error) Response {
-	r := Response{Consumer: consumer, Due: c.p.start.Add(due), Sent: sent, Done: done}
-	if err != nil {
-		r.Error = kindNames[classify(err)]
-		return r
-	}
-	f := &c.resp.limits
-	r.Status = c.resp.status
-	r.Limited = f.policy != "" || f.rateLimit != "" || f.limit != "" || f.remaining != "" || f.xLimit != "" || f.xRemaining != ""
-	return r
-}
-
-// tlsError marks a failed TLS handshake.
-type tlsError struct{ err error }
-
-func (e *tlsError) Error() string { return "tls: " + e.err.Error() }
-func (e *tlsError) Unwrap() error { return e.err }
-
 // classify names the kind of a transport error.
 func classify(err error) errKind {
+	if k, ok := kindOf(err); ok {
+		return k
+	}
 	var pe *protocolError
 	var te *tlsError
 	var ce *tls.CertificateVerificationError
@@ -471,45 +393,22 @@ func classify(err error) errKind {
 	return kindOther
 }
 
-// newPlan builds what the connections share, from a validated cfg.
+// newPlan builds what the connections share, from a validated cfg with
+// its defaults.
 func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 	req, u, err := newMix(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &plan{
-		warmup:          cfg.Warmup,
-		timeout:         cfg.Timeout,
-		shard:           int64(cfg.Shard),
-		shards:          int64(cfg.Shards),
-		sharedConsumers: cfg.SharedConsumers,
-		slack:           min(cfg.Timeout/100, 10*time.Millisecond),
-		conns:           cfg.Connections,
-		open:            cfg.Rate > 0,
-		requests:        cfg.Requests,
-		consumers:       cfg.Consumers,
-		req:             req,
-		head:            cfg.Method == http.MethodHead,
-		audit:           cfg.auditing(),
-		keepResponses:   cfg.KeepResponses,
-		addr:            u.Host,
-		sources:         cfg.SourceIPs,
-		tally:           t,
-	}
+	p := newSchedule(cfg.load(), t, cfg.auditing())
+	p.wire = func() wire { return &httpWire{p: p} }
+	p.req, p.head, p.addr, p.sources = req, cfg.Method == http.MethodHead, u.Host, cfg.SourceIPs
 	if u.Port() == "" {
 		p.addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
 	if u.Scheme == "https" {
 		p.tls = &tls.Config{ServerName: u.Hostname(), InsecureSkipVerify: cfg.Insecure, NextProtos: []string{"http/1.1"}} //nolint:gosec // --insecure is the user's choice, for test gateways
 	}
-	if cfg.Duration > 0 {
-		p.end = cfg.Warmup + cfg.Duration
-	}
-	if p.open {
-		p.every = float64(time.Second) / cfg.Rate
-		p.firstMeasured = int64(math.Ceil(float64(cfg.Warmup) / p.every))
-	}
-	p.sampleCap = max(maxSamples/cfg.Connections, 1)
 	p.names = map[string]int16{}
 	for k, exp := range cfg.expectations() {
 		for _, name := range exp.names {

@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -154,45 +153,18 @@ func (c HTTPConfig) Validate() error {
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return field.Errorf("Target", "%q: want an http:// or https:// URL", c.Target)
-	case c.Rate < 0 || c.Rate > MaxRate:
-		return field.Errorf("Rate", "must be between 0 (closed model) and %d per second (got %g)", MaxRate, c.Rate)
-	case c.Connections < 0 || c.Connections > MaxConnections:
-		return field.Errorf("Connections", "must be between 1 and %d (got %d)", MaxConnections, c.Connections)
-	case c.Duration < 0 || c.Duration > MaxDuration:
-		return field.Errorf("Duration", "must be between 0 and %s (got %s)", MaxDuration, c.Duration)
-	case c.Requests < 0:
-		return field.Errorf("Requests", "must not be negative (got %d)", c.Requests)
-	case c.Duration == 0 && c.Requests == 0:
-		return field.Errorf("Duration", "or {Requests} must bound the run")
-	case c.Warmup < 0 || c.Warmup > time.Hour:
-		return field.Errorf("Warmup", "must be between 0 and 1h (got %s)", c.Warmup)
-	case c.Consumers < 0 || c.Consumers > MaxConsumers:
-		return field.Errorf("Consumers", "must be between 0 and %d (got %d)", MaxConsumers, c.Consumers)
+	case c.load().validate() != nil:
+		return c.load().validate()
 	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
 		return field.Errorf("ConsumerHeader", "%q is not a header name", c.ConsumerHeader)
 	case c.Method != "" && !isToken(c.Method):
 		return field.Errorf("Method", "%q is not an HTTP method", c.Method)
-	case c.Timeout != 0 && (c.Timeout < time.Millisecond || c.Timeout > time.Hour): // 0: the default
-		return field.Errorf("Timeout", "must be between 1ms and 1h (got %s)", c.Timeout)
-	case c.Interval < 0 || (c.Interval > 0 && c.Interval < 10*time.Millisecond):
-		return field.Errorf("Interval", "must be at least 10ms (got %s)", c.Interval)
 	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
 		return field.Errorf("ExpectLimit", "needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
 	case c.ExpectLimit > 0 && c.Consumers == 0:
 		return field.Errorf("ExpectLimit", "audits per consumer: it needs {Consumers}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
 		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
-	case c.Shards < 0 || c.Shards > 10_000 || c.Shard < 0 || c.Shard >= max(c.Shards, 1): // Shards 0: one, the whole run
-		return field.Errorf("Shard", "must be I/N with 0 ≤ I < N ≤ 10000 (got %d/%d)", c.Shard, c.Shards)
-	case c.Shards > 1 && c.Connections > 0 && c.Connections < c.Shards:
-		return field.Errorf("Connections", "are a total over the shards: at least one each, %d (got %d)", c.Shards, c.Connections)
-	case c.Shards > 1 && c.Consumers > 0 && c.Consumers < c.Shards && !c.SharedConsumers:
-		return field.Errorf("Consumers", "must be at least the shards, %d, each sending its own (got %d): or share them with {SharedConsumers}",
-			c.Shards, c.Consumers)
-	case c.SharedConsumers && c.Shards <= 1:
-		return field.Errorf("SharedConsumers", "needs {Shard}")
-	case !c.StartAt.IsZero() && (time.Until(c.StartAt) < -time.Second || time.Until(c.StartAt) > 24*time.Hour):
-		return field.Errorf("StartAt", "must be within the next 24 hours (got %s)", c.StartAt.Format(time.RFC3339))
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
 	}
@@ -223,9 +195,6 @@ func (c HTTPConfig) Validate() error {
 	if err := c.validateMix(); err != nil {
 		return err
 	}
-	if c.Rate > 0 && c.Duration > 0 && c.Rate*(c.Duration+c.Warmup).Seconds() > 1e12 {
-		return field.Errorf("Rate", "× {Duration} is over 10^12 requests")
-	}
 	return nil
 }
 
@@ -233,24 +202,15 @@ func (c *HTTPConfig) defaults() {
 	if c.Method == "" {
 		c.Method = http.MethodGet
 	}
-	if c.Connections == 0 {
-		c.Connections = 10
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
-	if c.Interval == 0 {
-		c.Interval = time.Second
-	}
-	if c.Shards == 0 {
-		c.Shards = 1
-	}
-	// This shard's share of the connections, and of the closed model's
-	// requests.
-	c.Connections = share(c.Connections, c.Shard, c.Shards)
-	if c.Rate == 0 {
-		c.Requests = int64(share(int(c.Requests), c.Shard, c.Shards))
-	}
+	l := c.load().withDefaults()
+	c.Connections, c.Timeout, c.Interval, c.Shards, c.Requests = l.Connections, l.Timeout, l.Interval, l.Shards, l.Requests
+}
+
+// load is the run's load, as the engine reads it.
+func (c HTTPConfig) load() load {
+	return load{Rate: c.Rate, Connections: c.Connections, Duration: c.Duration, Requests: c.Requests, Warmup: c.Warmup,
+		Consumers: c.Consumers, Timeout: c.Timeout, Interval: c.Interval, Shard: c.Shard, Shards: c.Shards,
+		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, KeepResponses: c.KeepResponses, Progress: c.Progress}
 }
 
 // share is shard's part of total split over shards as evenly as it goes.
@@ -276,108 +236,40 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	conns := make([]*conn, cfg.Connections)
-	for i := range conns {
-		conns[i] = newConn(p, i)
+	d, stopProgress, err := drive(ctx, p, cfg.load())
+	if err != nil {
+		return Result{}, err
 	}
-	if !cfg.StartAt.IsZero() {
-		if err := wait(ctx, cfg.StartAt); err != nil {
-			return Result{}, err
-		}
-	}
-	p.start = time.Now()
-	stopProgress := make(chan struct{})
-	var wg sync.WaitGroup
-	if cfg.Progress != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			progress(cfg, p, stopProgress)
-		}()
-	}
-	if p.open {
-		// Wake the runtime's poller often enough that sends are not late by
-		// its millisecond, and rarely enough that the wake-ups cost little
-		// beside the requests: once per 8 request intervals, at least every
-		// 200 µs (at 20,000/s, every 400 µs), and not at all below 8,000/s.
-		if period := max(8*time.Duration(p.every*float64(p.shards)), 200*time.Microsecond); period < time.Millisecond {
-			if stop, err := startPacer(period); err == nil {
-				defer stop()
-			}
-		}
-	}
-	var running sync.WaitGroup
-	for _, c := range conns {
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			c.run(ctx)
-		}()
-	}
-	running.Wait()
-	elapsed := time.Since(p.start) - cfg.Warmup
-	if p.end > 0 {
-		// No request is sent after the end; those in flight then count, but
-		// the run's length is the one asked for (or less, when cancelled).
-		elapsed = min(elapsed, cfg.Duration)
-	}
-	res := newResult(cfg, t, max(elapsed, 0))
+	defer stopProgress()
+	res := cfg.result(t, d.elapsed)
 	res.Config.Identities = p.req.labels()
 	if len(cfg.SourceIPs) > 0 {
 		res.Config.Identities = addrNames(cfg.SourceIPs) // the gateway tells them by address
 	}
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
 	res.RunID = runID
-	var samples []sample
-	var advs []advert
-	source := ""
-	horizon, warmUntil := time.Duration(-1), time.Duration(0)
-	for _, c := range conns {
-		warmUntil = max(warmUntil, c.warmUntil)
-		res.Bytes += c.bytes
-		res.Unsent += c.unsent
-		for k, msg := range c.first {
-			if msg != "" {
-				e := res.ErrorKinds[kindNames[k]]
-				if e.First == "" {
-					e.First = msg
-					res.ErrorKinds[kindNames[k]] = e
-				}
-			}
-		}
-		base := uint32(len(advs))
-		advs = append(advs, c.advs...)
-		for _, s := range c.samples {
-			s.advAt += base
-			samples = append(samples, s)
-		}
-		if source == "" {
-			source = c.source
-		}
-		res.responses = append(res.responses, c.responses...)
-		if c.cappedAt >= 0 && (horizon < 0 || c.cappedAt < horizon) {
-			horizon = c.cappedAt
-		}
-	}
+	d.fill(&res)
 	if p.audit {
-		cov := coverage{from: warmUntil, horizon: horizon, partial: cfg.Shards > 1 && cfg.SharedConsumers}
-		switch {
-		case cov.partial:
-			cov.skipUnder = sharedNote
-		case ctx.Err() != nil:
-			cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
-		}
-		a, m := runAudit(ctx, cfg, p, samples, advs, cov, source)
+		cov := d.coverage(ctx, cfg.load())
+		a, m := runAudit(ctx, cfg, p, d.samples, d.advs, cov, d.source)
 		res.Audit = &a
-		res.AuditSamples = encodeSamplesWith(samples, advs, m)
+		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
 	}
-	close(stopProgress)
-	wg.Wait()
 	return res, ctx.Err()
 }
 
-// progress calls cfg.Progress once a second until stop is closed.
-func progress(cfg HTTPConfig, p *plan, stop <-chan struct{}) {
+// result is what the tally measured of a run of cfg (with its defaults),
+// elapsed long.
+func (c HTTPConfig) result(t *tally, elapsed time.Duration) Result {
+	res := newResult(c.load(), t, elapsed)
+	res.Command, res.Target = "bench_http", c.Target
+	res.Config.Method, res.Config.ConsumerHeader, res.Config.Identities = c.Method, c.ConsumerHeader, c.Identities
+	res.Config.IdentityIn, res.Config.SourceIPs = c.identityIn(), addrsText(c.SourceIPs)
+	return res
+}
+
+// progress calls report once a second until stop is closed.
+func progress(report func(Progress), p *plan, stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -406,7 +298,7 @@ func progress(cfg HTTPConfig, p *plan, stop <-chan struct{}) {
 		if d := p.probesUntil(); !d.IsZero() {
 			pr.Phase, pr.ProbesLeft = "probes", max(time.Until(d), 0)
 		}
-		cfg.Progress(pr)
+		report(pr)
 	}
 }
 

@@ -59,8 +59,11 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 		return Result{}, errors.New("nothing to merge")
 	}
 	for i, r := range runs {
-		if r.Command != "bench_http" {
-			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http", i+1, r.Command)
+		switch {
+		case r.Command != "bench_http" && r.Command != "bench_rls":
+			return Result{}, fmt.Errorf("run %d is a %q result, not bench_http or bench_rls", i+1, r.Command)
+		case r.Command != runs[0].Command:
+			return Result{}, fmt.Errorf("run %d is a %s result, run 1 a %s one: merge results of one command", i+1, r.Command, runs[0].Command)
 		}
 	}
 	if !opts.AsOneRun {
@@ -159,7 +162,8 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if err := mergeTimelines(&t.timeline, runs, began); err != nil {
 		return Result{}, err
 	}
-	res := newResult(cfg, t, cfg.Duration)
+	res := cfg.result(t, cfg.Duration)
+	res.Command = runs[0].Command
 	res.StartedUnixMillis = began
 	res.RunID = runs[0].RunID
 	if opts.AsOneRun && len(runs) > 1 {
@@ -425,6 +429,17 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 			exp.quota = l.Limit * max(l.Cost, 1)
 		}
 		exps[k] = exp
+	}
+	for k := range exps { // bench rls: see rlsAudit
+		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
+	}
+	if len(runs[0].Config.Descriptors) > 1 {
+		for k := range exps {
+			exps[k].refusedMaySpend = true
+		}
+		if cov.skipUnder == "" {
+			cov.skipUnder = severalDescriptors
+		}
 	}
 	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
 	if counters != nil {

@@ -24,7 +24,7 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 		}
 	}
 	t.add(events)
-	res := newResult(cfg, t, cfg.Duration)
+	res := cfg.result(t, cfg.Duration)
 	res.StartedUnixMillis = start
 	res.RunID = cfg.runID()
 	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")

@@ -46,7 +46,7 @@ func (p *plan) retry(ctx context.Context, denials []sample) []retried {
 	runStart := p.start.Add(p.warmup)
 	var until time.Time
 	for _, s := range denials {
-		until = later(until, runStart.Add(s.done+s.retryAfter+10*time.Second))
+		until = later(until, runStart.Add(s.done+p.waitFor(s)+10*time.Second))
 	}
 	p.probes.Store(until.UnixNano())
 	defer p.probes.Store(0)
@@ -68,7 +68,7 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	// The decision was made after s was sent, and the slot cannot free
 	// before its Retry-After, rounded up to a whole second, less that
 	// second: probe just before then, when it is still ahead.
-	if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); time.Until(before) > 0 {
+	if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); !p.noEarlyProbe && time.Until(before) > 0 {
 		if wait(ctx, before) != nil {
 			return retried{}
 		}
@@ -87,7 +87,7 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	// After the advertised time, counted from when the denial came back,
 	// the consumer must be admitted at the first try. When it is not, keep
 	// asking every 100 ms to learn how late the truth was.
-	advertised := runStart.Add(s.done + s.retryAfter)
+	advertised := runStart.Add(s.done + p.waitFor(s))
 	if wait(ctx, advertised.Add(50*time.Millisecond)) != nil {
 		return retried{}
 	}
@@ -126,14 +126,11 @@ func (c *conn) ask(ctx context.Context, consumer, route int) (sample, error) {
 	defer stop()
 	runStart := c.p.start.Add(c.p.warmup)
 	sent := time.Now()
-	if err := c.roundTrip(ctx, sent, consumer, route); err != nil {
+	if _, _, err := c.w.exchange(ctx, sent, consumer, route); err != nil {
 		c.hangUp()
 		return sample{}, err
 	}
-	if c.resp.close {
-		c.hangUp()
-	}
-	s := newSample(consumer, sent.Sub(runStart), time.Since(runStart), c.resp.status, &c.resp.limits)
+	s, _ := c.w.sample(consumer, sent.Sub(runStart), time.Since(runStart), nil)
 	s.route = uint16(route)
 	return s, nil
 }

@@ -38,6 +38,11 @@ type Settings struct {
 	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
 	// they were not bound to addresses.
 	SourceIPs string `json:"source_ips,omitempty"`
+	// Domain and Descriptors are what bench rls sent: the call's domain,
+	// and its descriptors as --descriptor takes them ({consumer} in a
+	// value); empty for bench http.
+	Domain      string   `json:"domain,omitempty"`
+	Descriptors []string `json:"descriptors,omitempty"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.
@@ -64,7 +69,7 @@ type ErrorKind struct {
 
 // Result is one run, measured after the warm-up.
 type Result struct {
-	Command string `json:"command"` // "bench_http"
+	Command string `json:"command"` // "bench_http" or "bench_rls"
 	Target  string `json:"target"`
 	// RunID is the run this result is part of: every shard of one run has
 	// the same (HTTPConfig.RunID, or a hash of the settings they share),
@@ -228,26 +233,26 @@ var classNames = [numClasses]string{"errors", "1xx", "2xx", "3xx", "4xx", "5xx",
 // left out), in µs.
 func (r Result) Histogram() *hdrhistogram.Histogram { return r.all }
 
-func newResult(cfg HTTPConfig, t *tally, elapsed time.Duration) Result {
+// newResult is what the tally measured of a run of load l (with its
+// defaults), elapsed long; the caller adds what its transport knows (the
+// command, the target, how the consumers were sent).
+func newResult(l load, t *tally, elapsed time.Duration) Result {
 	model := "closed"
-	if cfg.Rate > 0 {
+	if l.Rate > 0 {
 		model = "open"
 	}
-	shards := max(cfg.Shards, 1)
-	rate := cfg.Rate / float64(shards) // this shard's part
+	shards := max(l.Shards, 1)
+	rate := l.Rate / float64(shards) // this shard's part
 	startAt := ""
-	if !cfg.StartAt.IsZero() {
-		startAt = cfg.StartAt.UTC().Format(time.RFC3339Nano)
+	if !l.StartAt.IsZero() {
+		startAt = l.StartAt.UTC().Format(time.RFC3339Nano)
 	}
 	r := Result{
-		Command: "bench_http",
-		Target:  cfg.Target,
-		Config: Settings{Model: model, Method: cfg.Method, RatePerSec: rate, Connections: cfg.Connections,
-			DurationMillis: cfg.Duration.Milliseconds(), Requests: cfg.Requests,
-			WarmupMillis: cfg.Warmup.Milliseconds(), Consumers: cfg.Consumers, ConsumerHeader: cfg.ConsumerHeader,
-			Identities: cfg.Identities, IdentityIn: cfg.identityIn(),
-			Threads: threads(), TimeoutMillis: cfg.Timeout.Milliseconds(), Shard: cfg.Shard, Shards: shards,
-			SharedConsumers: cfg.SharedConsumers, StartAt: startAt, SourceIPs: addrsText(cfg.SourceIPs)},
+		Config: Settings{Model: model, RatePerSec: rate, Connections: l.Connections,
+			DurationMillis: l.Duration.Milliseconds(), Requests: l.Requests,
+			WarmupMillis: l.Warmup.Milliseconds(), Consumers: l.Consumers,
+			Threads: threads(), TimeoutMillis: l.Timeout.Milliseconds(), Shard: l.Shard, Shards: shards,
+			SharedConsumers: l.SharedConsumers, StartAt: startAt},
 		Requests:           t.all.TotalCount() + t.failed.TotalCount(),
 		DurationSeconds:    elapsed.Seconds(),
 		StatusCounts:       map[string]int64{},

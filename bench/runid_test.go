@@ -83,7 +83,7 @@ func keyRun(t *testing.T, target string, start int64, limit int) Result {
 		samples = append(samples, sample{consumer: 0, status: status, sent: sent, done: done, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
 	}
 	tl.add(events)
-	res := newResult(cfg, tl, cfg.Duration)
+	res := cfg.result(tl, cfg.Duration)
 	res.StartedUnixMillis = start
 	res.RunID = cfg.runID()
 	exp, err := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")

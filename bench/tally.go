@@ -17,7 +17,7 @@ const (
 	kindReset                   // the server reset or closed the connection
 	kindTimeout                 // no response within --timeout
 	kindTLS                     // the TLS handshake or a certificate failed
-	kindProtocol                // the response is not HTTP/1.x
+	kindProtocol                // the response is not HTTP/1.x; the service answered a gRPC call with an error
 	kindOther
 	numKinds
 )

@@ -82,7 +82,7 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		if t.FailOnUnder != nil {
 			found = append(found, l.crossedUnder(*t.FailOnUnder)...)
 		}
-		if len(a.Limits) > 1 { // say which limit
+		if len(a.Limits) > 1 || r.Command == "bench_rls" { // say which limit (bench rls: which descriptor)
 			for _, e := range found {
 				e.Reason = ": " + l.Label() + e.Reason
 			}

@@ -289,12 +289,20 @@ const batchFlushers = 2
 // o.Batch is over 1 and its round trips counted in m; closeClient stops
 // the batcher, then the client.
 func (o Options) redisClient(r *redis.UniversalOptions, m *Metrics) (client redis.UniversalClient, closeClient func()) {
-	plain := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
+	return newRedisClient(r, o.Timeout, o.Pool, o.Batch, m)
+}
+
+// newRedisClient is a Redis client of pool connections for decisions
+// bounded by timeout, their EVALSHAs batched up to batchMax per round trip
+// when that is over 1 and their round trips counted in m; closeClient
+// stops the batcher, then the client.
+func newRedisClient(r *redis.UniversalOptions, timeout time.Duration, pool, batchMax int, m *Metrics) (client redis.UniversalClient, closeClient func()) {
+	plain := redis.NewUniversalClient(RedisOptions(*r, timeout, pool))
 	m.CountRedis(plain)
-	if o.Batch <= 1 {
+	if batchMax <= 1 {
 		return plain, func() { plain.Close() }
 	}
-	b := batch.New(plain, batch.Options{Max: o.Batch, Flushers: batchFlushers, Timeout: o.Timeout})
+	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, Timeout: timeout})
 	return b.Wrap(plain), func() {
 		b.Close()
 		plain.Close()

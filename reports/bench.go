@@ -28,6 +28,15 @@ func BenchHTTP(w io.Writer, r bench.Result, f Format, opt Options) error {
 	}
 }
 
+// benchTitle names the command that measured r: ratelab bench http, or
+// ratelab bench rls.
+func benchTitle(r bench.Result) string {
+	if r.Command == "bench_rls" {
+		return "ratelab bench rls"
+	}
+	return "ratelab bench http"
+}
+
 func benchSummary(r bench.Result) string {
 	c := r.Config
 	load := fmt.Sprintf("closed model, %d connections", c.Connections)
@@ -284,7 +293,7 @@ func benchTable(w io.Writer, r bench.Result, s Styles) error {
 			return s.Cell
 		})
 	var b strings.Builder
-	b.WriteString(s.Title.Render("ratelab bench http") + "  " + benchSummary(r) + "\n")
+	b.WriteString(s.Title.Render(benchTitle(r)) + "  " + benchSummary(r) + "\n")
 	b.WriteString(t.Render() + "\n")
 	for _, line := range benchSparklines(r) {
 		b.WriteString(line + "\n")
@@ -351,7 +360,7 @@ func maxOf(v []float64) float64 {
 
 func benchMarkdown(w io.Writer, r bench.Result) error {
 	var b strings.Builder
-	b.WriteString("## ratelab bench http\n\n" + benchSummary(r) + "\n\n")
+	b.WriteString("## " + benchTitle(r) + "\n\n" + benchSummary(r) + "\n\n")
 	writeMarkdownTable(&b, benchHeaders(), func(yield func([]string)) {
 		for _, row := range benchRows(r) {
 			yield(row)

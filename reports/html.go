@@ -39,14 +39,14 @@ type Named[T any] struct {
 }
 
 // Add decodes one result saved with --output json (by race, compare,
-// skew, drill or bench http) into the page, shown by name.
+// skew, drill, bench http or bench rls) into the page, shown by name.
 func (p *Page) Add(name string, data []byte) error {
 	var kind struct{ Command string }
 	if err := json.Unmarshal(data, &kind); err != nil {
 		return fmt.Errorf("not a ratelab JSON result: %w", err)
 	}
 	switch kind.Command {
-	case "bench_http":
+	case "bench_http", "bench_rls":
 		return addNamed(data, name, &p.Bench)
 	case "race":
 		return addNamed(data, name, &p.Race)
@@ -121,7 +121,7 @@ func note(b *strings.Builder, text string) {
 }
 
 func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
-	heading(b, 2, "bench http")
+	heading(b, 2, strings.TrimPrefix(benchTitle(runs[0].Result), "ratelab "))
 	for _, r := range runs {
 		note(b, r.Name+": "+benchSummary(r.Result))
 	}

@@ -165,7 +165,7 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
 	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
-	cmd.AddCommand(http)
+	cmd.AddCommand(http, newBenchRLSCmd(io))
 	return cmd
 }
 
@@ -239,15 +239,21 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	}
 	res, runErr := bench.RunHTTP(ctx, cfg)
 	io.clearStatus()
+	return finishBench(io, res, runErr, format, opts.hgrm, opts.Thresholds)
+}
+
+// finishBench reports a run, interrupted or not, writes --hgrm, and
+// returns the run's error, or the thresholds it crossed (exit 3). A run
+// in which nothing got an answer is a failed run, not a threshold.
+func finishBench(io *ioStreams, res bench.Result, runErr error, format reports.Format, hgrm string, th bench.Thresholds) error {
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return runErr
 	}
-	// Interrupted or not, report and write everything measured.
 	if err := reports.BenchHTTP(io.out, res, format, io.render()); err != nil {
 		return err
 	}
-	if opts.hgrm != "" {
-		if err := writeFile(opts.hgrm, func(f *os.File) error { return reports.HGRM(f, res.Histogram()) }); err != nil {
+	if hgrm != "" {
+		if err := writeFile(hgrm, func(f *os.File) error { return reports.HGRM(f, res.Histogram()) }); err != nil {
 			return fmt.Errorf("--hgrm: %w", err)
 		}
 	}
@@ -255,9 +261,9 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 		return runErr
 	}
 	if err := res.Unanswered(); err != nil {
-		return err // nothing was measured: a failed run, not a threshold
+		return err
 	}
-	return crossed(opts.Thresholds.Crossed(res))
+	return crossed(th.Crossed(res))
 }
 
 // sourceIPs reads --source-ips into cfg: one address per consumer, whose

@@ -48,8 +48,8 @@ response carries RateLimit-Policy/RateLimit (the IETF draft) and RateLimit-Limit
 answers and whether the circuit is open, deny-cache hits and decision latency, with the Go
 runtime's and the process's metrics), /healthz (ok, or since when and why Redis fails) and, with
 --upstream builtin, the counts the built-in upstream received at /__ratelab/forwarded. With
---engine openresty it serves /__ratelab/forwarded alone: the nginx module keeps no metrics
-(edge/openresty/README.md). SIGINT or SIGTERM shuts it down gracefully.
+--engine openresty it serves /healthz and /__ratelab/forwarded: the nginx module keeps no
+metrics (edge/openresty/README.md). SIGINT or SIGTERM shuts it down gracefully.
 
 --limit is repeatable: --limit 5/1s --limit 12/10s:gcra limits each identity to both, decided
 together in one Redis call (a request is admitted, and counted, only if every limit admits it).
@@ -90,7 +90,7 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", ":8080", "address clients connect to")
-	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics, /healthz and /__ratelab/forwarded; with --engine openresty, of /__ratelab/forwarded only (empty: none)")
+	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics, /healthz and /__ratelab/forwarded; with --engine openresty, of /healthz and /__ratelab/forwarded (empty: none)")
 	f.StringVar(&opts.Upstream, "upstream", "", "URL to proxy to, or builtin (a 200 responder that counts per consumer)")
 	f.StringArrayVar(&opts.limits, "limit", []string{"100/1m"}, "a limit: requests/window, such as 100/1m or 10/1s, optionally :ALGORITHM (5/1s:gcra); "+
 		"repeatable, every limit on the identity --key-by, decided together; off serves with no limiter")

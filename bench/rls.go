@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// RLSConfig is one load run against a rate limit service: calls of
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC,
+// on the engine bench http uses. Its load fields mean what HTTPConfig's of
+// the same names mean.
+type RLSConfig struct {
+	// Target is the service's gRPC address, HOST:PORT.
+	Target string
+	// Domain is the domain of every call.
+	Domain string
+	// Descriptors are the descriptors of every call, in order; {consumer}
+	// in a value stands for the consumer's identity (consumer-0 …), and {{
+	// for a literal {.
+	Descriptors []Descriptor
+	// HitsAddend is the call's hits_addend: what each descriptor takes of
+	// its limit; 0 leaves it unset, which the service reads as 1.
+	HitsAddend uint32
+
+	Rate            float64
+	Connections     int
+	Duration        time.Duration
+	Requests        int64
+	Warmup          time.Duration
+	Consumers       int
+	Timeout         time.Duration
+	Interval        time.Duration
+	Shard, Shards   int
+	SharedConsumers bool
+	StartAt         time.Time
+	RunID           string
+	KeepResponses   bool
+	NoProbes        bool
+	Progress        func(Progress)
+
+	// ExpectLimit per ExpectWindow, when set, audits the service: each
+	// descriptor's counter (its values as sent, {consumer} rendered) is
+	// held to that limit, in hits (each call takes HitsAddend), under
+	// ExpectAlgorithm's guarantee (algorithms.Algorithms()) or, when empty,
+	// the sliding-window rule.
+	ExpectLimit     int64
+	ExpectWindow    time.Duration
+	ExpectAlgorithm string
+	// ExpectConfig, when set, audits the service by its own configuration
+	// of Domain (envoyproxy/ratelimit's file, parsed for the service): each
+	// descriptor is held to the limits it meets there, each by its own
+	// algorithm. Not with ExpectLimit.
+	ExpectConfig *rules.Set
+}
+
+// Descriptor is one descriptor of a call: its entries, in order.
+type Descriptor []DescriptorEntry
+
+// DescriptorEntry is one entry of a descriptor; Value may hold {consumer}.
+type DescriptorEntry struct {
+	Key, Value string
+}
+
+// String is the descriptor as --descriptor takes it: key=value,key=value.
+func (d Descriptor) String() string {
+	parts := make([]string, len(d))
+	for i, e := range d {
+		parts[i] = e.Key + "=" + e.Value
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseDescriptor reads a --descriptor value: key=value[,key=value…], one
+// descriptor of the call. An entry without = is a key with an empty value.
+func ParseDescriptor(s string) (Descriptor, error) {
+	var d Descriptor
+	for item := range strings.SplitSeq(s, ",") {
+		k, v, _ := strings.Cut(item, "=")
+		k = strings.TrimSpace(k)
+		if k == "" {
+			return nil, field.Errorf("Descriptors", "%q: an entry with no key: want key=value[,key=value…]", s)
+		}
+		d = append(d, DescriptorEntry{Key: k, Value: v})
+	}
+	return d, nil
+}
+
+// maxDescriptors bounds the descriptors of one call.
+const maxDescriptors = 64
+
+// Validate checks cfg before anything is sent. Errors are *field.Error
+// naming the fields of RLSConfig.
+func (c RLSConfig) Validate() error {
+	if host, port, err := net.SplitHostPort(c.Target); err != nil || port == "" || strings.Contains(host, "/") {
+		return field.Errorf("Target", "%q: want the service's gRPC address, HOST:PORT", c.Target)
+	}
+	if err := c.load().validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Domain == "":
+		return field.Errorf("Domain", "must not be empty: the service looks descriptors up in a domain")
+	case len(c.Descriptors) == 0:
+		return field.Errorf("Descriptors", "must be given at least once: a call with no descriptor is malformed")
+	case len(c.Descriptors) > maxDescriptors:
+		return field.Errorf("Descriptors", "at most %d (got %d)", maxDescriptors, len(c.Descriptors))
+	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
+		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
+	}
+	if _, err := c.templates(); err != nil {
+		return err
+	}
+	return c.validateExpect()
+}
+
+// templates are each descriptor's values as templates, in order.
+func (c RLSConfig) templates() ([][]template, error) {
+	out := make([][]template, len(c.Descriptors))
+	for i, d := range c.Descriptors {
+		if len(d) == 0 {
+			return nil, field.Errorf("Descriptors", "descriptor %d has no entries", i+1)
+		}
+		for _, e := range d {
+			if e.Key == "" {
+				return nil, field.Errorf("Descriptors", "%s: an entry with no key", d)
+			}
+			t, err := parseTemplate(e.Value)
+			if err != nil {
+				return nil, field.Errorf("Descriptors", "%s: %v", d, err)
+			}
+			if t.uses(jwtPlaceholder) {
+				return nil, field.Errorf("Descriptors", "%s: {jwt} is for bench http: a descriptor names its consumer with {consumer}", d)
+			}
+			if t.uses(consumerPlaceholder) && c.Consumers == 0 {
+				return nil, field.Errorf("Descriptors", "%s: {consumer} needs {Consumers}", d)
+			}
+			out[i] = append(out[i], t)
+		}
+	}
+	return out, nil
+}
+
+// load is the run's load, as the engine reads it.
+func (c RLSConfig) load() load {
+	return load{Rate: c.Rate, Connections: c.Connections, Duration: c.Duration, Requests: c.Requests, Warmup: c.Warmup,
+		Consumers: c.Consumers, Timeout: c.Timeout, Interval: c.Interval, Shard: c.Shard, Shards: c.Shards,
+		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, KeepResponses: c.KeepResponses, Progress: c.Progress}
+}
+
+// RunRLS runs the load against the rate limit service and returns what it
+// measured: OK answers count as status 200 and OVER_LIMIT as 429, so that
+// results, merges and reports read as bench http's; a gRPC error (the
+// service refused the call, or could not be reached) is a transport error.
+// Cancelling ctx stops the run early; what was measured so far is returned
+// with ctx's error.
+func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	runID := cfg.runID()
+	l := cfg.load().withDefaults()
+	t := newTally(l.Interval)
+	t.timeline.end = l.Duration
+	calls, err := newRLSCalls(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	p := newSchedule(l, t, cfg.auditing())
+	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls) }
+	d, stopProgress, err := drive(ctx, p, l)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopProgress()
+	res := newResult(l, t, d.elapsed)
+	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
+	res.Config.Domain, res.Config.Descriptors = cfg.Domain, cfg.descriptorTexts()
+	for i, d := range cfg.Descriptors {
+		if strings.Contains(res.Config.Descriptors[i], "{consumer}") {
+			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
+		}
+	}
+	res.StartedUnixMillis = p.start.Add(l.Warmup).UnixMilli()
+	res.RunID = runID
+	d.fill(&res)
+	if p.audit {
+		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
+		res.Audit = &a
+		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+	}
+	return res, ctx.Err()
+}
+
+// descriptorTexts are the descriptors as --descriptor takes them.
+func (c RLSConfig) descriptorTexts() []string {
+	out := make([]string, len(c.Descriptors))
+	for i, d := range c.Descriptors {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// runID is the id of the run cfg is part of: cfg.RunID when given, else a
+// hash of what every shard of one run is given alike (see HTTPConfig's).
+func (c RLSConfig) runID() string {
+	if c.RunID != "" {
+		return c.RunID
+	}
+	h := HTTPConfig{Target: "grpc://" + c.Target, Method: "ShouldRateLimit", Rate: c.Rate, Duration: c.Duration, Warmup: c.Warmup,
+		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Shards: c.Shards, SharedConsumers: c.SharedConsumers,
+		StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
+		Body: []byte(fmt.Sprintf("%q %q %d %v", c.Domain, c.descriptorTexts(), c.HitsAddend, c.ExpectConfig != nil))}
+	return h.runID()
+}

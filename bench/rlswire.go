@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// The statuses a call's overall code counts as, in samples, the tally and
+// results: an OK is a 2xx, an OVER_LIMIT a 429, and any other code (UNKNOWN)
+// a response that says nothing of the limit.
+const (
+	rlsOK      = 200
+	rlsOver    = 429
+	rlsUnknown = 500
+)
+
+// rlsCalls are the calls a run sends: one per consumer, made once when
+// there are few, else rendered per call.
+type rlsCalls struct {
+	domain string
+	addend uint32
+	// keys and values are each descriptor's entries; shared is the one
+	// call when no value names its consumer.
+	keys   [][]string
+	values [][]template
+	shared *pb.RateLimitRequest
+	// made holds each consumer's call, when there are at most maxMade.
+	made []*pb.RateLimitRequest
+}
+
+// maxMade bounds the calls made before the run.
+const maxMade = 100_000
+
+func newRLSCalls(cfg RLSConfig) (*rlsCalls, error) {
+	ts, err := cfg.templates()
+	if err != nil {
+		return nil, err
+	}
+	c := &rlsCalls{domain: cfg.Domain, addend: cfg.HitsAddend, values: ts}
+	perConsumer := false
+	for i, d := range cfg.Descriptors {
+		keys := make([]string, len(d))
+		for j, e := range d {
+			keys[j] = e.Key
+			perConsumer = perConsumer || ts[i][j].uses(consumerPlaceholder)
+		}
+		c.keys = append(c.keys, keys)
+	}
+	switch {
+	case !perConsumer:
+		c.shared = c.render(-1)
+	case cfg.Consumers*len(cfg.Descriptors) <= maxMade:
+		c.made = make([]*pb.RateLimitRequest, cfg.Consumers)
+		for i := range c.made {
+			c.made[i] = c.render(i)
+		}
+	}
+	return c, nil
+}
+
+// request is consumer's call (-1: no consumer). It is only read: every
+// connection may send it at once.
+func (c *rlsCalls) request(consumer int) *pb.RateLimitRequest {
+	switch {
+	case c.shared != nil:
+		return c.shared
+	case consumer >= 0 && consumer < len(c.made):
+		return c.made[consumer]
+	}
+	return c.render(consumer)
+}
+
+// render makes consumer's call.
+func (c *rlsCalls) render(consumer int) *pb.RateLimitRequest {
+	req := &pb.RateLimitRequest{Domain: c.domain, HitsAddend: c.addend, Descriptors: make([]*rlpb.RateLimitDescriptor, len(c.keys))}
+	for i, keys := range c.keys {
+		d := &rlpb.RateLimitDescriptor{Entries: make([]*rlpb.RateLimitDescriptor_Entry, len(keys))}
+		for j, k := range keys {
+			d.Entries[j] = &rlpb.RateLimitDescriptor_Entry{Key: k, Value: c.value(i, j, consumer)}
+		}
+		req.Descriptors[i] = d
+	}
+	return req
+}
+
+// value is entry j of descriptor i as consumer sends it.
+func (c *rlsCalls) value(i, j, consumer int) string {
+	return c.values[i][j].render(func(placeholder) string {
+		if consumer < 0 {
+			return ""
+		}
+		return consumerName(int32(consumer))
+	})
+}
+
+// rlsWire is a connection's gRPC channel to the rate limit service: a
+// grpc.ClientConn of its own, opened at its first call.
+type rlsWire struct {
+	p      *plan
+	target string
+	calls  *rlsCalls
+	cc     *grpc.ClientConn
+	client pb.RateLimitServiceClient
+	resp   *pb.RateLimitResponse
+}
+
+var _ wire = (*rlsWire)(nil)
+
+func newRLSWire(p *plan, target string, calls *rlsCalls) *rlsWire {
+	return &rlsWire{p: p, target: target, calls: calls}
+}
+
+// exchange makes consumer's call, bounded by the run's timeout.
+func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, _ int) (int, int64, error) {
+	w.resp = nil
+	if w.cc == nil {
+		cc, err := grpc.NewClient(w.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return 0, 0, &rlsError{err: err, kind: kindOther}
+		}
+		w.cc, w.client = cc, pb.NewRateLimitServiceClient(cc)
+	}
+	cctx, cancel := context.WithDeadline(ctx, sentAt.Add(w.p.timeout))
+	resp, err := w.client.ShouldRateLimit(cctx, w.calls.request(consumer))
+	cancel()
+	if err != nil {
+		return 0, 0, rlsFailure(err)
+	}
+	w.resp = resp
+	return rlsStatus(resp.GetOverallCode()), int64(proto.Size(resp)), nil
+}
+
+// rlsStatus is the status an overall code counts as.
+func rlsStatus(code pb.RateLimitResponse_Code) int {
+	switch code {
+	case pb.RateLimitResponse_OK:
+		return rlsOK
+	case pb.RateLimitResponse_OVER_LIMIT:
+		return rlsOver
+	}
+	return rlsUnknown
+}
+
+// sample reads the last answer: its overall code, and each descriptor's
+// status as an advert named by the descriptor's index (the audit names
+// them by limit): current_limit as q and w (s), limit_remaining as r,
+// duration_until_reset as t (s, rounded up). A call OVER_LIMIT waits, as
+// its Retry-After, the longest duration_until_reset of the descriptors
+// over their limit; its reset is the longest of every descriptor with a
+// limit, when all of them are whole again.
+func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert) {
+	s := sample{consumer: int32(max(consumer, 0)), sent: sent, done: done, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+	if w.resp == nil {
+		return s, advs
+	}
+	s.status = int16(rlsStatus(w.resp.GetOverallCode()))
+	for i, st := range w.resp.GetStatuses() {
+		reset := time.Duration(-1)
+		if d := st.GetDurationUntilReset(); d != nil && d.IsValid() {
+			reset = max(d.AsDuration(), 0)
+		}
+		cl := st.GetCurrentLimit()
+		if st.GetCode() == pb.RateLimitResponse_OVER_LIMIT && reset >= 0 {
+			s.retryAfter = max(s.retryAfter, reset)
+		}
+		if cl != nil && reset >= 0 {
+			s.reset = max(s.reset, reset)
+		}
+		if cl == nil || i >= maxAdverts {
+			continue
+		}
+		a := advert{name: int16(i), named: true, q: clamp32(int64(cl.GetRequestsPerUnit())), w: clamp32(int64(limitWindow(cl) / time.Second)),
+			r: clamp32(int64(st.GetLimitRemaining()))}
+		if reset >= 0 {
+			a.t = clamp32(int64((reset + time.Second - 1) / time.Second))
+		}
+		advs = append(advs, a)
+	}
+	return s, advs
+}
+
+// clamp32 is v, given when an int32 holds it.
+func clamp32(v int64) given {
+	if v < 0 || v > math.MaxInt32 {
+		return given{}
+	}
+	return givenAs(int32(v))
+}
+
+// unitSeconds are the units of a status' current_limit.
+var unitSeconds = map[pb.RateLimitResponse_RateLimit_Unit]time.Duration{
+	pb.RateLimitResponse_RateLimit_SECOND: time.Second, pb.RateLimitResponse_RateLimit_MINUTE: time.Minute,
+	pb.RateLimitResponse_RateLimit_HOUR: time.Hour, pb.RateLimitResponse_RateLimit_DAY: 24 * time.Hour,
+	pb.RateLimitResponse_RateLimit_WEEK: 7 * 24 * time.Hour, pb.RateLimitResponse_RateLimit_MONTH: 30 * 24 * time.Hour,
+	pb.RateLimitResponse_RateLimit_YEAR: 365 * 24 * time.Hour,
+}
+
+// limitWindow is a current_limit's window: its unit times its
+// unit_multiplier (when above 1); 0 for an unknown unit.
+func limitWindow(cl *pb.RateLimitResponse_RateLimit) time.Duration {
+	w := unitSeconds[cl.GetUnit()]
+	if m := cl.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		w *= time.Duration(m.GetValue())
+	}
+	return w
+}
+
+// limited says the last answer gave a descriptor's limit.
+func (w *rlsWire) limited() bool {
+	for _, st := range w.resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// cancel does nothing: a call is cut by the run's context itself.
+func (w *rlsWire) cancel() {}
+
+// hangUp closes the channel; the next call opens a new one.
+func (w *rlsWire) hangUp() {
+	if w.cc != nil {
+		w.cc.Close()
+		w.cc, w.client = nil, nil
+	}
+}
+
+func (w *rlsWire) source() string { return "" }
+
+// rlsError is a call that failed, of the kind its gRPC status says.
+type rlsError struct {
+	err  error
+	kind errKind
+}
+
+func (e *rlsError) Error() string { return e.err.Error() }
+func (e *rlsError) Unwrap() error { return e.err }
+
+// rlsFailure names the kind of a failed call: the deadline passed
+// (timeout); the service could not be reached (refused) or the channel
+// broke (reset); the service answered with an error status, such as
+// InvalidArgument or Unimplemented (protocol).
+func rlsFailure(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return &rlsError{err: err, kind: classify(err)}
+	}
+	kind := kindProtocol
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		kind = kindTimeout
+	case codes.Canceled:
+		kind = kindOther
+	case codes.Unavailable:
+		kind = kindReset
+		if strings.Contains(st.Message(), "connection refused") {
+			kind = kindRefused
+		}
+	}
+	return &rlsError{err: err, kind: kind}
+}
+
+// kindOf is the kind of an rlsError in err's chain.
+func kindOf(err error) (errKind, bool) {
+	var re *rlsError
+	if errors.As(err, &re) {
+		return re.kind, true
+	}
+	return 0, false
+}

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
+)
+
+// startRLS serves ratelab rls in-process from a directory holding the
+// config file src (its domain written in place of DOMAIN), on the test
+// package's Redis, and returns the gRPC address and the domain. The
+// service stops when the test ends.
+func startRLS(t *testing.T, src string) (addr, domain string) {
+	t.Helper()
+	redistest.Client(t, srv)
+	dir := t.TempDir()
+	domain = redistest.Prefix(t)
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(src, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"rls", "--redis", srv.URL(), "--config", dir, "--grpc", addr, "--http", httpAddr,
+			"--redis-timeout", "5s"}, io.Discard, &stderr)
+	}()
+	stop := sync.OnceValue(func() int { cancel(); return <-done })
+	t.Cleanup(func() {
+		if code := stop(); code != exitOK {
+			t.Errorf("rls exited %d: %s", code, stderr.String())
+		}
+	})
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK, fmt.Sprintf("rls not serving: %v\n%s", err, stderr.String())
+	})
+	return addr, domain
+}
+
+// TestBenchRLSMeasures: bench rls calls ratelab rls and measures every
+// call: OK answers as 2xx, OVER_LIMIT as 429, each consumer's descriptor
+// its own counter (5 per hour: exactly 5 OK each).
+func TestBenchRLSMeasures(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "3",
+		"--rate", "0", "--connections", "2", "--requests", "60", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Command      string
+		Requests     int64
+		Errors       int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+		Config       struct {
+			Domain      string
+			Descriptors []string
+		}
+		Histograms map[string]string
+	}
+	decodeJSON(t, stdout, &res)
+	if res.Command != "bench_rls" || res.Requests != 60 || res.Errors != 0 || res.StatusCounts["200"] != 15 || res.StatusCounts["429"] != 45 {
+		t.Fatalf("command %q, %d requests, %d errors, statuses %v; want bench_rls, 60, 0, 15 OK and 45 over", res.Command,
+			res.Requests, res.Errors, res.StatusCounts)
+	}
+	if res.Config.Domain != domain || len(res.Config.Descriptors) != 1 || res.Config.Descriptors[0] != "user={consumer}" || res.Histograms["all"] == "" {
+		t.Fatalf("config %+v, histograms %d", res.Config, len(res.Histograms))
+	}
+}
+
+// TestBenchRLSBadFlags: bad input exits 2, naming the flag, before any
+// call is made (the address given accepts nothing).
+func TestBenchRLSBadFlags(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	base := []string{"bench", "rls", addr, "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--descriptor", "user=a"}, "--domain must not be empty"},
+		{[]string{"--domain", "d"}, "--descriptor must be given at least once"},
+		{[]string{"--domain", "d", "--descriptor", "=a"}, `--descriptor "=a": an entry with no key`},
+		{[]string{"--domain", "d", "--descriptor", "user={user}"}, "--descriptor user={user}: unknown placeholder {user}"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--hits-addend", "-1"}, "--hits-addend must be between 0 and"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--rate", "-5"}, "--rate must be between 0"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--consumers", "0"}, "--consumers must be at least 1"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--shard", "2/2"}, "--shard must be I/N"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want exit 2 and %q", code, stderr, stdout, tc.want)
+			}
+		})
+	}
+	code, _, stderr := ratelab(t, "bench", "rls", "localhost", "--domain", "d", "--descriptor", "a=b")
+	if code != exitUsage || !strings.Contains(stderr, `ADDR "localhost": want the service's gRPC address, HOST:PORT`) {
+		t.Fatalf("no port: exit %d, %q", code, stderr)
+	}
+}
+
+// refusingRLS is a rate limit service that refuses every call with
+// InvalidArgument.
+type refusingRLS struct {
+	pb.UnimplementedRateLimitServiceServer
+}
+
+func (refusingRLS) ShouldRateLimit(context.Context, *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return nil, status.Error(codes.InvalidArgument, "no such thing")
+}
+
+// TestBenchRLSErrors: a service that cannot be reached, or that refuses
+// every call with InvalidArgument, gives errors and exit 1, not a
+// measurement.
+func TestBenchRLSErrors(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, refusingRLS{})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(l) }()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	for _, tc := range []struct {
+		name, addr, want string
+	}{
+		{"unreachable", freeAddr(t), "no request got a response: 4 of 4 failed: refused 4"},
+		{"invalid argument", l.Addr().String(), "no request got a response: 4 of 4 failed: protocol 4 (first: rpc error: code = InvalidArgument desc = no such thing)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := ratelab(t, "bench", "rls", tc.addr, "--domain", "d", "--descriptor", "user=a", "--rate", "0",
+				"--connections", "1", "--requests", "4")
+			if code != exitError || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// rlsAudit is what a test reads of bench rls's JSON audit.
+type rlsAudit struct {
+	Audit struct {
+		Verdict string
+		Reasons []string
+		Limits  []struct {
+			ID         string
+			Descriptor string
+			Verdict    string
+			Admitted   int64
+			Denials    int64
+			RetryAfter struct {
+				Probes  int
+				Honest  *bool
+				Skipped string
+			} `json:"retry_after"`
+			Headers struct {
+				Checked    int64
+				Violations int64
+				Example    string
+			}
+		}
+	}
+}
+
+// TestBenchRLSAuditHolds: ratelab rls with sliding-log and gcra limits
+// passes bench rls's audit, by --expect-limit and by its own configuration
+// (--expect-config), one descriptor or two in a call: exit 0, every limit
+// held, its statuses consistent.
+func TestBenchRLSAuditHolds(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6, algorithm: sliding-log}\n" +
+		"  - key: app\n    rate_limit: {unit: minute, requests_per_unit: 9, algorithm: gcra}\n"
+	addr, domain := startRLS(t, config)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(config, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		limits int
+	}{
+		{"sliding-log by --expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, 1},
+		{"gcra by --expect-limit", []string{"--descriptor", "app=a{consumer}", "--expect-limit", "9/1m:gcra"}, 1},
+		{"both by --expect-config", []string{"--descriptor", "user=b{consumer}", "--descriptor", "app=b{consumer}", "--expect-config", dir}, 2},
+		{"hits-addend 3 by --expect-config", []string{"--descriptor", "user=c{consumer}", "--hits-addend", "3", "--expect-config", dir}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "3", "--rate", "0", "--connections", "4",
+				"--requests", "120", "--no-probes", "--fail-on-leak", "-o", "json"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != exitOK || res.Audit.Verdict != "held" || len(res.Audit.Limits) != tc.limits {
+				t.Fatalf("exit %d (%s): %+v", code, stderr, res.Audit)
+			}
+			for _, l := range res.Audit.Limits {
+				if l.Verdict != "held" || l.Admitted == 0 || l.Denials == 0 || l.Headers.Checked == 0 || l.Headers.Violations != 0 {
+					t.Errorf("limit %+v", l)
+				}
+			}
+		})
+	}
+}
+
+// TestBenchRLSAuditCatchesLeak: a service that admits twice what it
+// claims is caught, by --expect-limit and by a configuration of half its
+// limits: exit 3, naming the descriptor.
+func TestBenchRLSAuditCatchesLeak(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: LIMIT, algorithm: sliding-log}\n"
+	addr, domain := startRLS(t, strings.ReplaceAll(config, "LIMIT", "12"))
+	dir := t.TempDir()
+	half := strings.ReplaceAll(strings.ReplaceAll(config, "LIMIT", "6"), "DOMAIN", domain)
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(half), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, "--fail-on-leak: user=a{consumer}: consumer-0 got 12 through"},
+		{"--expect-config", []string{"--descriptor", "user=b{consumer}", "--expect-config", dir}, "--fail-on-leak: user: consumer-0 got 12 through"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
+				"--requests", "60", "--no-probes", "--fail-on-leak"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			if code != exitThreshold || !strings.Contains(stderr, tc.want) || !strings.Contains(stdout, "LEAKED") {
+				t.Fatalf("exit %d, stderr %q; want 3 naming %q\n%s", code, stderr, tc.want, stdout)
+			}
+		})
+	}
+}
+
+// TestBenchRLSProbes: duration_until_reset is probed as bench http probes
+// Retry-After: a consumer refused is admitted at its first call after the
+// reset the service announced (a sliding log of 1s, a fixed window).
+func TestBenchRLSProbes(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n"+
+		"  - key: user\n    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding-log}\n"+
+		"  - key: fixed\n    rate_limit: {unit: second, requests_per_unit: 3}\n")
+	for _, d := range []string{"user={consumer}", "fixed={consumer}"} {
+		t.Run(d, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", d, "--consumers", "2",
+				"--rate", "0", "--connections", "2", "--requests", "40", "--expect-limit", "3/1s", "--expect-algorithm",
+				map[string]string{"user={consumer}": "sliding-log", "fixed={consumer}": "fixed-window"}[d], "-o", "json")
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != exitOK || len(res.Audit.Limits) != 1 {
+				t.Fatalf("exit %d (%s): %+v", code, stderr, res.Audit)
+			}
+			ra := res.Audit.Limits[0].RetryAfter
+			if ra.Probes == 0 || ra.Honest == nil || !*ra.Honest {
+				t.Fatalf("probes %+v", ra)
+			}
+		})
+	}
+}
+
+// TestBenchRLSShardsMerge: two shards of one bench rls run merge into one
+// result that holds both's calls and audits them as one; a result reads
+// back as it was written (JSON round trip), and report html draws it.
+func TestBenchRLSShardsMerge(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}\n")
+	dir := t.TempDir()
+	var files []string
+	for shard := range 2 {
+		code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "4",
+			"--rate", "0", "--connections", "2", "--requests", "80", "--shard", fmt.Sprintf("%d/2", shard), "--run-id", "rls-shards",
+			"--expect-limit", "5/1m:gcra", "--no-probes", "-o", "json")
+		if code != exitOK {
+			t.Fatalf("shard %d: exit %d: %s", shard, code, stderr)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%d.json", shard))
+		if err := os.WriteFile(path, []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	code, stdout, stderr := ratelab(t, "report", "merge", files[0], files[1], "--fail-on-leak", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	var merged struct {
+		Command      string
+		Requests     int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+		rlsAudit
+	}
+	decodeJSON(t, stdout, &merged)
+	if merged.Command != "bench_rls" || merged.Requests != 80 || merged.StatusCounts["200"] != 20 || merged.Audit.Verdict != "held" ||
+		len(merged.Audit.Limits) != 1 || merged.Audit.Limits[0].Admitted != 20 {
+		t.Fatalf("merged: %s, %d calls, %v, audit %+v", merged.Command, merged.Requests, merged.StatusCounts, merged.Audit)
+	}
+	// A result read back and written again is the same JSON.
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	again, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after map[string]any
+	decodeJSON(t, string(data), &before)
+	decodeJSON(t, string(again), &after)
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("read back and written again, the result changed:\n%s\n%s", data, again)
+	}
+	page := filepath.Join(dir, "report.html")
+	if code, _, stderr := ratelab(t, "report", "html", files[0], files[1], "--out", page); code != exitOK {
+		t.Fatalf("report html: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="bench-throughput"`) {
+		t.Fatalf("the page (%v) draws no bench rls run", err)
+	}
+}
+
+// TestBenchRLSAuditFlags: the audit's flags are checked before any call.
+func TestBenchRLSAuditFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"bench", "rls", freeAddr(t), "--domain", "d", "--descriptor", "user={consumer}", "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-config"},
+		{[]string{"--expect-limit", "5"}, "--expect-limit"},
+		{[]string{"--expect-limit", "5/1s,6/1m"}, "give one LIMIT/WINDOW"},
+		{[]string{"--expect-limit", "5/1s", "--expect-algorithm", "magic"}, `--expect-algorithm "magic": want one of`},
+		{[]string{"--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
+		{[]string{"--expect-limit", "5/1s", "--expect-config", dir}, "--expect-config and --expect-limit are two audits"},
+		{[]string{"--expect-config", dir}, `no file of it has domain "d" (it has other)`},
+		{[]string{"--expect-config", filepath.Join(dir, "missing")}, "--expect-config: config directory"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
