@@ -79,13 +79,14 @@ func serveRules(t *testing.T, engine, file string, more ...string) string {
 	return serveEdge(t, args...).url()
 }
 
-// gateways are the engines the audits of rules hold, the go engine also
-// with its decisions sharing round trips (--redis-batch 16).
+// gateways are the engines the audits of rules hold, the go engine with one
+// call per decision and with its decisions sharing round trips (16 to a
+// pipeline, its default).
 var gateways = []struct {
 	name, engine string
 	flags        []string
 }{
-	{"go", "go", nil},
+	{"go", "go", []string{"--redis-batch", "1"}},
 	{"go batched", "go", []string{"--redis-batch", "16"}},
 	{"openresty", "openresty", nil},
 }
