@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,17 +12,24 @@ import (
 // fields (RateLimit-Limit/-Remaining/-Reset and their X- forms).
 type advert struct {
 	// name is the index of the audit's limit that the item's name names
-	// (a rules limit's ID or name); noName when it names none of them.
-	name int16
+	// (a rules limit's ID or name), when named says it names one.
+	name  int16
+	named bool
 	// legacy marks the legacy fields, which name no policy.
 	legacy bool
 	// q, w, r and t are the quota, the window (s), the remaining and the
-	// time to reset (s); -1 when absent.
-	q, w, r, t int32
+	// time to reset (s), each as the response gave it or not.
+	q, w, r, t given
 }
 
-// noName is an advert whose name is none of the audit's limits'.
-const noName = -1
+// given is a count a response may or may not have given: n, when ok.
+type given struct {
+	n  int32
+	ok bool
+}
+
+// givenAs is n, given.
+func givenAs(n int32) given { return given{n: n, ok: true} }
 
 // maxAdverts bounds the adverts kept of one response.
 const maxAdverts = 8
@@ -30,16 +38,21 @@ const maxAdverts = 8
 // (none inside a quoted string).
 func sfItems(field string) []string { return sfCut(field, ',') }
 
-// sfItem reads one member of a structured field list: its name (a quoted
+// sfMember is one member of a structured field list: its name (a quoted
 // string unquoted, or a token) and its integer parameters q, w, r and t
-// (-1 when absent; larger than an int32 holds, read as absent).
-func sfItem(member string) (name string, q, w, r, t int32) {
+// (one that is negative, or larger than an int32 holds, is not given).
+type sfMember struct {
+	name       string
+	q, w, r, t given
+}
+
+// sfItem reads one member of a structured field list.
+func sfItem(member string) sfMember {
 	parts := sfSplit(strings.TrimSpace(member))
-	name = strings.TrimSpace(parts[0])
-	if u, err := strconv.Unquote(name); err == nil && strings.HasPrefix(name, `"`) {
-		name = u
+	m := sfMember{name: strings.TrimSpace(parts[0])}
+	if u, err := strconv.Unquote(m.name); err == nil && strings.HasPrefix(m.name, `"`) {
+		m.name = u
 	}
-	q, w, r, t = -1, -1, -1, -1
 	for _, p := range parts[1:] {
 		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 		if !ok {
@@ -51,16 +64,16 @@ func sfItem(member string) (name string, q, w, r, t int32) {
 		}
 		switch k {
 		case "q":
-			q = int32(n)
+			m.q = givenAs(int32(n))
 		case "w":
-			w = int32(n)
+			m.w = givenAs(int32(n))
 		case "r":
-			r = int32(n)
+			m.r = givenAs(int32(n))
 		case "t":
-			t = int32(n)
+			m.t = givenAs(int32(n))
 		}
 	}
-	return name, q, w, r, t
+	return m
 }
 
 // parseAdverts reads every policy of a response's rate-limit fields,
@@ -69,76 +82,72 @@ func sfItem(member string) (name string, q, w, r, t int32) {
 // when each field has one item, with each other.
 func parseAdverts(dst []advert, f *limitFields, names map[string]int16) []advert {
 	start := len(dst)
-	lookup := func(name string) int16 {
-		if i, ok := names[name]; ok {
-			return i
-		}
-		return noName
+	named := func(name string) advert {
+		i, ok := names[name]
+		return advert{name: i, named: ok}
 	}
 	var policyNames []string
 	if f.policy != "" {
-		for _, m := range sfItems(f.policy) {
+		for _, item := range sfItems(f.policy) {
 			if len(dst)-start == maxAdverts {
 				break
 			}
-			name, q, w, _, _ := sfItem(m)
-			if q < 0 {
+			m := sfItem(item)
+			if !m.q.ok {
 				continue
 			}
-			policyNames = append(policyNames, name)
-			dst = append(dst, advert{name: lookup(name), q: q, w: w, r: -1, t: -1})
+			policyNames = append(policyNames, m.name)
+			a := named(m.name)
+			a.q, a.w = m.q, m.w
+			dst = append(dst, a)
 		}
 	}
 	if f.rateLimit != "" {
 		members := sfItems(f.rateLimit)
-		for _, m := range members {
-			name, _, _, r, t := sfItem(m)
-			if r < 0 && t < 0 {
+		for _, item := range members {
+			m := sfItem(item)
+			if !m.r.ok && !m.t.ok {
 				continue // says nothing
 			}
-			i := -1
-			for k, pn := range policyNames {
-				if pn == name {
-					i = k
-					break
-				}
-			}
+			i := slices.Index(policyNames, m.name)
 			if i < 0 && len(members) == 1 && len(policyNames) == 1 {
 				i = 0
 			}
 			switch {
-			case i >= 0 && (dst[start+i].r >= 0 || dst[start+i].t >= 0):
+			case i >= 0 && (dst[start+i].r.ok || dst[start+i].t.ok):
 				// a second member of one name: the first is read
 			case i >= 0:
-				dst[start+i].r, dst[start+i].t = r, t
+				dst[start+i].r, dst[start+i].t = m.r, m.t
 			case len(dst)-start < maxAdverts:
-				dst = append(dst, advert{name: lookup(name), q: -1, w: -1, r: r, t: t})
+				a := named(m.name)
+				a.r, a.t = m.r, m.t
+				dst = append(dst, a)
 			}
 		}
 	}
 	lim, rem, reset := legacyInt(f.limit, f.xLimit, false), legacyInt(f.remaining, f.xRemaining, false), legacyInt(f.reset, f.xReset, true)
-	if (lim >= 0 || rem >= 0) && len(dst)-start < maxAdverts {
-		dst = append(dst, advert{name: noName, legacy: true, q: lim, w: -1, r: rem, t: reset})
+	if (lim.ok || rem.ok) && len(dst)-start < maxAdverts {
+		dst = append(dst, advert{legacy: true, q: lim, r: rem, t: reset})
 	}
 	return dst
 }
 
-// legacyInt reads a legacy field, or its X- form: -1 when neither holds a
-// number an int32 holds. With epoch, a reset that is an epoch time is made
-// relative.
-func legacyInt(v, x string, epoch bool) int32 {
+// legacyInt reads a legacy field, or its X- form: not given when neither
+// holds a number an int32 holds. With epoch, a reset that is an epoch time
+// is made relative.
+func legacyInt(v, x string, epoch bool) given {
 	if v == "" {
 		v = x
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 0 {
-		return -1
+		return given{}
 	}
 	if epoch && n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
 		n = max(n-time.Now().Unix(), 0)
 	}
 	if n > 1<<31-1 {
-		return -1
+		return given{}
 	}
-	return int32(n)
+	return givenAs(int32(n))
 }

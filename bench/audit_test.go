@@ -3,6 +3,7 @@ package bench_test
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -129,50 +131,71 @@ func TestAuditCatchesALyingRetryAfter(t *testing.T) {
 
 // TestAuditPassesTheEdgeGateway: ratelab's own limiter over a real
 // redis-server, with each algorithm, passes every part of the audit held to
-// that algorithm's guarantee; the sliding log passes the sliding-window
+// that algorithm's guarantee, with its decisions sent one per round trip
+// and batched (16 per pipeline); the sliding log passes the sliding-window
 // rule too, at exactly its limit.
 func TestAuditPassesTheEdgeGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
 	t.Parallel()
-	for _, name := range append(algorithms.Algorithms(), "") {
-		t.Run(cmp.Or(name, "sliding-window rule"), func(t *testing.T) {
-			t.Parallel()
-			redistest.Client(t, srv) // skips, or fails under CI, without redis-server
-			uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
-			defer uc.Close()
-			p := algorithms.Policy{Limit: 5, Window: time.Second}
-			lim, err := algorithms.New(cmp.Or(name, "sliding-log"), uc, p, algorithms.WithClock(algorithms.ClockRedis))
-			if err != nil {
-				t.Fatal(err)
+	for _, batched := range []int{1, 16} {
+		for _, name := range append(algorithms.Algorithms(), "") {
+			if name == "" && batched > 1 {
+				continue // the sliding log has its own batched row
 			}
-			h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: cmp.Or(name, "rule") + "-" + redistest.Prefix(t), Policy: p,
-				KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true,
-				// Far above any decision on a loaded machine: a decision that
-				// timed out would fail open, an admission the limiter never made.
-				Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			a := auditExpect(t, h, name, false)
-			if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
-				t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
-			}
-			// Every denial it made was due: none is one the rule admits.
-			if a.DenialsJudged == 0 || a.UnderAdmitted != 0 || a.SharedLimit {
-				t.Fatalf("%s: %d of %d denials judged under-admitted (shared: %v)", name, a.UnderAdmitted, a.DenialsJudged, a.SharedLimit)
-			}
-			if name == "" && a.WorstWindowAdmitted != 5 {
-				t.Fatalf("the sliding log admitted %d in one window, want its limit", a.WorstWindowAdmitted)
-			}
-			if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
-				t.Fatalf("headers: %+v", a.Headers)
-			}
-			// Honest, or on a loaded machine unprobed: every probe's reply
-			// too slow to tell early from on time. Never called false.
-			if ra := a.RetryAfter; ra.Honest != nil && (!*ra.Honest || ra.Probes == 0) ||
-				ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
-				t.Fatalf("retry-after: %+v", a.RetryAfter)
-			}
-		})
+			t.Run(fmt.Sprintf("batch %d/%s", batched, cmp.Or(name, "sliding-window rule")), func(t *testing.T) {
+				t.Parallel()
+				auditEdge(t, name, batched)
+			})
+		}
+	}
+}
+
+// auditEdge holds ratelab's limiter of algorithm name ("" for the sliding
+// log held to the sliding-window rule) to its guarantee; with batch over 1,
+// its decisions go to Redis through a Batcher, as ratelab edge
+// --redis-batch sends them.
+func auditEdge(t *testing.T, name string, batched int) {
+	t.Helper()
+	redistest.Client(t, srv) // skips, or fails under CI, without redis-server
+	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
+	defer uc.Close()
+	limited := uc
+	if batched > 1 {
+		b := batch.New(uc, batch.Options{Max: batched, Flushers: 4, Timeout: 5 * time.Second})
+		defer b.Close()
+		limited = b.Wrap(uc)
+	}
+	p := algorithms.Policy{Limit: 5, Window: time.Second}
+	lim, err := algorithms.New(cmp.Or(name, "sliding-log"), limited, p, algorithms.WithClock(algorithms.ClockRedis))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: cmp.Or(name, "rule") + "-" + redistest.Prefix(t), Policy: p,
+		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true,
+		// Far above any decision on a loaded machine: a decision that
+		// timed out would fail open, an admission the limiter never made.
+		Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	a := auditExpect(t, h, name, false)
+	if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
+		t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
+	}
+	// Every denial it made was due: none is one the rule admits.
+	if a.DenialsJudged == 0 || a.UnderAdmitted != 0 || a.SharedLimit {
+		t.Fatalf("%s: %d of %d denials judged under-admitted (shared: %v)", name, a.UnderAdmitted, a.DenialsJudged, a.SharedLimit)
+	}
+	if name == "" && a.WorstWindowAdmitted != 5 {
+		t.Fatalf("the sliding log admitted %d in one window, want its limit", a.WorstWindowAdmitted)
+	}
+	if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
+		t.Fatalf("headers: %+v", a.Headers)
+	}
+	// Honest, or on a loaded machine unprobed: every probe's reply
+	// too slow to tell early from on time. Never called false.
+	if ra := a.RetryAfter; ra.Honest != nil && (!*ra.Honest || ra.Probes == 0) ||
+		ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
+		t.Fatalf("retry-after: %+v", a.RetryAfter)
 	}
 }
 

@@ -101,7 +101,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		if len(advs) > maxAdverts || sent && len(advs) == 0 {
 			t.Fatalf("%d policies read from %+v", len(advs), lf)
 		}
-		if len(advs) > 0 && q >= 0 && q < 1<<31 && r >= 0 && r < 1<<31 && (int64(advs[0].q) != q || int64(advs[0].r) != r || draft && advs[0].name != 3) {
+		if len(advs) > 0 && q >= 0 && q < 1<<31 && r >= 0 && r < 1<<31 && (advs[0].q != givenAs(int32(q)) || advs[0].r != givenAs(int32(r)) || draft && (!advs[0].named || advs[0].name != 3)) {
 			t.Errorf("first policy read as %+v from %+v", advs[0], lf)
 		}
 		switch {

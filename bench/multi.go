@@ -202,7 +202,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 	for i, a := range ads {
 		to := resolve(a, met, exps)
 		if !a.legacy {
-			if firstDraft < 0 && a.q >= 0 {
+			if firstDraft < 0 && a.q.ok {
 				firstDraft = i
 			}
 			if to >= 0 || to == ambiguous {
@@ -233,14 +233,14 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 	}
 	a := ads[pick]
 	cost := max(exps[k].cost, 1)
-	if a.q >= 0 {
-		s.limit = int64(a.q) / cost
+	if a.q.ok {
+		s.limit = int64(a.q.n) / cost
 	}
-	if a.r >= 0 {
-		s.remaining = int64(a.r) / cost
+	if a.r.ok {
+		s.remaining = int64(a.r.n) / cost
 	}
-	if a.t >= 0 {
-		s.reset = time.Duration(a.t) * time.Second
+	if a.t.ok {
+		s.reset = time.Duration(a.t.n) * time.Second
 	}
 }
 
@@ -249,13 +249,13 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 // none, ambiguous when several. An item of RateLimit alone (no quota)
 // speaks of the one limit met, when there is one.
 func resolve(a advert, met uint64, exps []expectation) int {
-	if a.name >= 0 {
+	if a.named {
 		if met&(1<<a.name) != 0 {
 			return int(a.name)
 		}
 		return -1
 	}
-	if a.q < 0 {
+	if !a.q.ok {
 		if bits.OnesCount64(met) == 1 && !a.legacy {
 			return bits.TrailingZeros64(met)
 		}
@@ -266,7 +266,7 @@ func resolve(a advert, met uint64, exps []expectation) int {
 		k := bits.TrailingZeros64(m)
 		e := exps[k]
 		w := e.policy.Window
-		if int64(a.q) == e.quota && (a.w < 0 || int64(a.w) == int64(w/time.Second) || int64(a.w) == int64((w+time.Second-1)/time.Second)) {
+		if int64(a.q.n) == e.quota && (!a.w.ok || int64(a.w.n) == int64(w/time.Second) || int64(a.w.n) == int64((w+time.Second-1)/time.Second)) {
 			if found >= 0 {
 				return ambiguous // two limits of that quota (and window)
 			}

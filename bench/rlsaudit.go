@@ -245,11 +245,11 @@ func (r rlsMet) nameAdverts(samples []sample, advs []advert) {
 		for i := s.advAt; i < s.advAt+uint32(s.advN); i++ {
 			a := &advs[i]
 			d := int(a.name)
-			if d >= 0 && d < len(st) && st[d] >= 0 {
+			if a.named && d < len(st) && st[d] >= 0 {
 				a.name = int16(st[d])
 				continue
 			}
-			*a = advert{name: noName, q: -1, w: -1, r: -1, t: -1}
+			*a = advert{}
 		}
 	}
 }

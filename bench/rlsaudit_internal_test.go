@@ -58,8 +58,8 @@ func (svc rlsService) answer(calls int) ([]sample, []advert) {
 			if !ok && (over[d] || r == 0) {
 				s.status, s.retryAfter = rlsOver, max(s.retryAfter, reset[d])
 			}
-			advs = append(advs, advert{name: int16(d), q: int32(svc.limits[d]), w: int32(windows[d] / time.Second), r: int32(r),
-				t: int32(reset[d] / time.Second)})
+			advs = append(advs, advert{name: int16(d), named: true, q: givenAs(int32(svc.limits[d])), w: givenAs(int32(windows[d] / time.Second)),
+				r: givenAs(int32(r)), t: givenAs(int32(reset[d] / time.Second))})
 		}
 		samples = append(samples, s)
 	}

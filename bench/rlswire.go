@@ -182,8 +182,8 @@ func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) 
 		if cl == nil || i >= maxAdverts {
 			continue
 		}
-		a := advert{name: int16(i), q: clamp32(int64(cl.GetRequestsPerUnit())), w: clamp32(int64(limitWindow(cl) / time.Second)),
-			r: clamp32(int64(st.GetLimitRemaining())), t: -1}
+		a := advert{name: int16(i), named: true, q: clamp32(int64(cl.GetRequestsPerUnit())), w: clamp32(int64(limitWindow(cl) / time.Second)),
+			r: clamp32(int64(st.GetLimitRemaining()))}
 		if reset >= 0 {
 			a.t = clamp32(int64((reset + time.Second - 1) / time.Second))
 		}
@@ -192,12 +192,12 @@ func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) 
 	return s, advs
 }
 
-// clamp32 is v when an int32 holds it; -1 (absent) when not.
-func clamp32(v int64) int32 {
+// clamp32 is v, given when an int32 holds it.
+func clamp32(v int64) given {
 	if v < 0 || v > math.MaxInt32 {
-		return -1
+		return given{}
 	}
-	return int32(v)
+	return givenAs(int32(v))
 }
 
 // unitSeconds are the units of a status' current_limit.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/netip"
 
 	"github.com/ratelab/ratelab/rules"
 )
@@ -16,23 +17,30 @@ import (
 type sent struct {
 	mix       *mix
 	consumers int
-	source    string
-	buf       []byte
+	// sources are the consumers' own addresses (--source-ips), one each;
+	// without them, every request is sent from source (no port).
+	sources []netip.Addr
+	source  string
+	buf     []byte
 }
 
 // request is the request of consumer to route, as the rules read it, sent
-// from source (no port); with no consumer, that of the one client.
+// from the consumer's address; with no consumer, that of the one client.
 func (s *sent) request(route, consumer int) rules.Request {
 	if s.consumers == 0 {
 		consumer = -1 // the one client, as the engine sends it
 	}
+	from := s.source
+	if consumer >= 0 && consumer < len(s.sources) {
+		from = s.sources[consumer].Unmap().String()
+	}
 	raw := s.mix.request(route, consumer).render(&s.buf, consumer)
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
 	if err != nil { // the engine's own request: never
-		return rules.Request{RemoteAddress: s.source}
+		return rules.Request{RemoteAddress: from}
 	}
 	return rules.Request{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Host: req.Host,
-		RemoteAddress: s.source, Header: req.Header}
+		RemoteAddress: from, Header: req.Header}
 }
 
 // rulesMeeting finds the limits of set that each sample's request met, and
@@ -112,7 +120,7 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 	exps := cfg.expectations()
 	var m meeting
 	if cfg.ExpectRules != nil {
-		s := &sent{mix: p.req, consumers: cfg.Consumers, source: source}
+		s := &sent{mix: p.req, consumers: cfg.Consumers, sources: p.sources, source: source}
 		name := p.consumerName
 		if cfg.Consumers == 0 {
 			name = func(int32) string { return "the client" }

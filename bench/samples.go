@@ -102,10 +102,10 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 			if a.legacy {
 				legacy = 1
 			}
-			buf = binary.AppendUvarint(buf, uint64(int64(a.name)+1))
+			buf = binary.AppendUvarint(buf, plusOne(int64(a.name), a.named))
 			buf = binary.AppendUvarint(buf, legacy)
-			for _, v := range [4]int32{a.q, a.w, a.r, a.t} {
-				buf = binary.AppendUvarint(buf, plusOne(int64(v), v >= 0))
+			for _, v := range [4]given{a.q, a.w, a.r, a.t} {
+				buf = binary.AppendUvarint(buf, plusOne(int64(v.n), v.ok))
 			}
 		}
 		if hits != nil {
@@ -133,6 +133,14 @@ func plusOne(v int64, present bool) uint64 {
 }
 
 func minusOne(v uint64) int64 { return int64(v) - 1 }
+
+// givenPlusOne reads a count written plus one: 0 is one not given.
+func givenPlusOne(v uint64) given {
+	if v == 0 {
+		return given{}
+	}
+	return givenAs(int32(v - 1))
+}
 
 // Bounds of what decode reads: a sample's send time (either side of the
 // run's start) and flight at most 30 days in µs (a run is a day at most), a
@@ -259,8 +267,11 @@ func decodeAdverts(s *sample, advs []advert, next func() (uint64, error)) ([]adv
 		if f[0] > maxExpected || f[1] > 1 || f[2] > 1<<31 || f[3] > 1<<31 || f[4] > 1<<31 || f[5] > 1<<31 {
 			return nil, fmt.Errorf("audit samples: policy %v out of range", f)
 		}
-		advs = append(advs, advert{name: int16(minusOne(f[0])), legacy: f[1] == 1,
-			q: int32(minusOne(f[2])), w: int32(minusOne(f[3])), r: int32(minusOne(f[4])), t: int32(minusOne(f[5]))})
+		a := advert{legacy: f[1] == 1, q: givenPlusOne(f[2]), w: givenPlusOne(f[3]), r: givenPlusOne(f[4]), t: givenPlusOne(f[5])}
+		if f[0] > 0 {
+			a.name, a.named = int16(f[0]-1), true
+		}
+		advs = append(advs, a)
 	}
 	return advs, nil
 }

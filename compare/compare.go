@@ -79,6 +79,12 @@ type Config struct {
 	Keys int
 	// Duration is how long each throughput measurement runs; 3s by default.
 	Duration time.Duration
+	// Batch, over 1, measures the throughput workload once more with the
+	// decisions sent through internal/batch: those waiting at one moment go
+	// out as one pipeline of at most Batch EVALSHAs, on up to
+	// Pipelines(Connections, Batch) connections at once. 0 or 1: one call per
+	// decision only.
+	Batch int
 	// Progress, when set, is called as each workload of each algorithm starts.
 	Progress func(algorithm, workload string)
 }
@@ -143,6 +149,10 @@ func (cfg Config) Validate() error {
 		return field.Errorf("Keys", "must be between 1 and 10000000 (got %d)", cfg.Keys)
 	case cfg.Duration < 0 || cfg.Duration > 10*time.Minute:
 		return field.Errorf("Duration", "must be between 1ms and 10m (got %s)", cfg.Duration)
+	case cfg.Batch < 0 || cfg.Batch > MaxBatch:
+		return field.Errorf("Batch", "must be between 1 and %d (got %d)", MaxBatch, cfg.Batch)
+	case cfg.Batch > 1 && !slices.Contains(workloads, Throughput):
+		return field.Errorf("Batch", "batches the throughput workload, which is not among {Workloads}")
 	case cfg.AccuracyClients < 0 || cfg.AccuracyClients > 100_000:
 		return field.Errorf("AccuracyClients", "must be between 1 and 100000 (got %d)", cfg.AccuracyClients)
 	}
@@ -182,6 +192,9 @@ func (cfg *Config) defaults() {
 	if cfg.Duration == 0 {
 		cfg.Duration = 3 * time.Second
 	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 1
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "compare-" + randid.Hex(4)
 	}
@@ -220,6 +233,9 @@ type Settings struct {
 	Connections      int      `json:"connections"`
 	Keys             int      `json:"keys"`
 	DurationMillis   int64    `json:"duration_ms"`
+	// Batch is the most decisions per pipeline of the batched throughput
+	// measurement; 1 when there was none.
+	Batch int `json:"redis_batch"`
 }
 
 // Decision is one decision of a workload: when it was made, in ms since
@@ -280,6 +296,13 @@ type Result struct {
 	OpsPerSec *float64 `json:"ops_per_sec"`
 	// LatencyMicros is the throughput workload's decision latency in µs.
 	LatencyMicros *hdr.Percentiles `json:"latency_us"`
+	// BatchedOpsPerSec, BatchedRoundTrips and BatchedLatencyMicros are the
+	// throughput workload's figures with the decisions batched (Config.Batch);
+	// null when it did not run so. Round trips are the pipelines sent per
+	// decision.
+	BatchedOpsPerSec     *float64         `json:"batched_ops_per_sec"`
+	BatchedRoundTrips    *float64         `json:"batched_round_trips"`
+	BatchedLatencyMicros *hdr.Percentiles `json:"batched_latency_us"`
 	// Recommendation says in one line when to use the algorithm, from the
 	// figures of this run (Report.Recommendations).
 	Recommendation string `json:"recommendation"`
@@ -302,7 +325,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			Limit: cfg.Policy.Limit, WindowMillis: cfg.Policy.Window.Milliseconds(),
 			BurstConcurrency: cfg.BurstConcurrency, BurstTrials: cfg.BurstTrials,
 			AccuracyClients: cfg.AccuracyClients, AccuracyWindows: cfg.AccuracyWindows, Seed: cfg.Seed,
-			Connections: cfg.Connections, Keys: cfg.Keys, DurationMillis: cfg.Duration.Milliseconds(),
+			Connections: cfg.Connections, Keys: cfg.Keys, DurationMillis: cfg.Duration.Milliseconds(), Batch: cfg.Batch,
 		},
 	}
 	client, err := open(ctx, cfg.Redis, max(cfg.Connections, 16))

@@ -212,3 +212,38 @@ func TestUnreachableRedis(t *testing.T) {
 		t.Error("a workload started on an unreachable server")
 	}
 }
+
+// TestCompareThroughputBatched: with Batch, the throughput workload runs
+// once more with the decisions batched, for every algorithm: its figures
+// beside the unbatched ones. A pipeline holds at least one decision, so
+// there is at most one round trip each. Neither run leaves a key behind.
+func TestCompareThroughputBatched(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	c := redistest.Client(t, srv)
+	cfg := config(t, srv.Addr)
+	cfg.Workloads, cfg.Batch = []string{compare.Throughput}, 16
+	rep, err := compare.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Config.Batch != 16 || len(rep.Results) != len(cfg.Algorithms) {
+		t.Fatalf("config %+v, %d results", rep.Config, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.OpsPerSec == nil || r.BatchedOpsPerSec == nil || *r.BatchedOpsPerSec <= 0 || r.BatchedLatencyMicros == nil || r.BatchedLatencyMicros.Count < 1 {
+			t.Errorf("%s: no batched throughput measured: %v", r.Algorithm, deref(r.BatchedOpsPerSec))
+		}
+		if rt := r.BatchedRoundTrips; rt == nil || *rt <= 0 || *rt > 1 {
+			t.Errorf("%s: batched, %v round trips per decision, want more than 0 and at most 1", r.Algorithm, deref(rt))
+		} else {
+			t.Logf("%s: %.0f decisions/s unbatched, %.0f batched at %.2f round trips a decision",
+				r.Algorithm, *r.OpsPerSec, *r.BatchedOpsPerSec, *rt)
+		}
+	}
+	if left := c.Keys(context.Background(), "*"+cfg.Consumer+"*").Val(); len(left) > 0 {
+		t.Errorf("%d keys left behind, such as %s", len(left), left[0])
+	}
+}

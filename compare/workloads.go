@@ -4,20 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/roundtrip"
@@ -373,137 +369,6 @@ func fill(ctx context.Context, lim algorithms.Limiter, key string, limit int64) 
 		})
 	}
 	return g.Wait()
-}
-
-// throughput runs Connections goroutines of back-to-back decisions over Keys
-// clients for Duration, on the real clock.
-func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
-	lim, err := e.new(client, cfg.Policy)
-	if err != nil {
-		return err
-	}
-	if l, ok := lim.(algorithms.Loader); ok {
-		if err := l.Load(ctx); err != nil {
-			return err
-		}
-	}
-	keys := make([]string, cfg.Keys)
-	for i := range keys {
-		keys[i] = algorithms.Key(cfg.Consumer+"-tp-"+strconv.Itoa(i), e.info.Name)
-	}
-	defer cleanup(client, lim, keys...)
-	decide := func(ctx context.Context, i int) error {
-		_, err := lim.Allow(ctx, keys[i%len(keys)])
-		return err
-	}
-	// A short unmeasured run first, so that no algorithm pays for warming up.
-	if _, _, err := drive(ctx, cfg, cfg.Duration/10, decide); err != nil {
-		return err
-	}
-	before, statsErr := commandStats(ctx, client)
-	tctx, counter := roundtrip.With(ctx)
-	ops, hist, err := drive(tctx, cfg, cfg.Duration, decide)
-	if err != nil {
-		return err
-	}
-	after, statsErr2 := commandStats(ctx, client)
-	decisions := float64(hist.TotalCount())
-	rt := float64(counter.Trips()) / decisions
-	res.OpsPerSec, res.RoundTrips = &ops, &rt
-	lat := hdr.PercentilesOf(hist)
-	res.LatencyMicros = &lat
-	if statsErr == nil && statsErr2 == nil {
-		var n int64
-		for cmd, calls := range after {
-			switch cmd {
-			case "evalsha", "eval", "evalsha_ro", "eval_ro", "info", "ping", "script", "script|load", "client|setinfo", "hello":
-				continue
-			}
-			n += calls - before[cmd]
-		}
-		per := float64(n) / decisions
-		res.RedisCommands = &per
-	}
-	return nil
-}
-
-// drive runs cfg.Connections goroutines calling op back to back for d and
-// returns operations per second and the merged latencies.
-func drive(ctx context.Context, cfg Config, d time.Duration, op func(ctx context.Context, i int) error) (float64, *hdrhistogram.Histogram, error) {
-	hists := make([]*hdrhistogram.Histogram, cfg.Connections)
-	g, gctx := errgroup.WithContext(ctx)
-	start := time.Now()
-	deadline := start.Add(d)
-	for w := range hists {
-		hists[w] = hdr.New()
-		g.Go(func() error {
-			rng := mrand.New(mrand.NewPCG(uint64(w), cfg.Seed))
-			for {
-				t0 := time.Now()
-				if !t0.Before(deadline) {
-					return nil
-				}
-				if err := op(gctx, rng.IntN(math.MaxInt32)); err != nil {
-					return err
-				}
-				hdr.Record(hists[w], time.Since(t0).Microseconds())
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, nil, err
-	}
-	elapsed := time.Since(start)
-	total := hdr.New()
-	for _, h := range hists {
-		total.Merge(h)
-	}
-	return float64(total.TotalCount()) / elapsed.Seconds(), total, nil
-}
-
-// pingCeiling is the server's own ceiling on the same connections: PINGs per second.
-func pingCeiling(ctx context.Context, client redis.UniversalClient, cfg Config) (float64, hdr.Percentiles, error) {
-	ping := func(ctx context.Context, _ int) error { return client.Ping(ctx).Err() }
-	if _, _, err := drive(ctx, cfg, cfg.Duration/10, ping); err != nil {
-		return 0, hdr.Percentiles{}, err
-	}
-	ops, hist, err := drive(ctx, cfg, cfg.Duration, ping)
-	if err != nil {
-		return 0, hdr.Percentiles{}, err
-	}
-	return ops, hdr.PercentilesOf(hist), nil
-}
-
-// commandStats reads calls per command from INFO commandstats, summed over
-// a Cluster's masters.
-func commandStats(ctx context.Context, client redis.UniversalClient) (map[string]int64, error) {
-	out := map[string]int64{}
-	var mu sync.Mutex
-	read := func(ctx context.Context, c redis.UniversalClient) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") {
-				continue
-			}
-			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-			n, err := strconv.ParseInt(calls, 10, 64)
-			if err == nil {
-				out[strings.TrimPrefix(name, "cmdstat_")] += n
-			}
-		}
-		return nil
-	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return read(ctx, c) })
-		return out, err
-	}
-	return out, read(ctx, client)
 }
 
 // entrant is one algorithm under comparison: a registered one, or a user's script.

@@ -1,7 +1,9 @@
 // Package drill measures what a rate limiter does when its Redis fails. It
 // starts real Redis servers (and redis-sentinel for a failover), serves
-// ratelab's limiter in front of them with either engine (edge.Serve), sends
-// consumers near and over their limit through it with the bench engine,
+// ratelab's limiter in front of them with either engine (edge.Serve), or as
+// Envoy's rate limit service (edge.ServeRLS), sends consumers near and over
+// their limit through it with the bench engine (or a gRPC client of the
+// service),
 // injects one fault at a time (a hung or restarted Redis, latency or reset
 // connections through an in-process toxiproxy, SCRIPT FLUSH, a full Redis,
 // a failover) under each fail mode, and judges every request it sent with
@@ -46,6 +48,15 @@ const (
 // Faults lists every fault, in the order a drill runs them.
 func Faults() []string { return []string{Hang, Restart, Latency, Reset, ScriptFlush, OOM, Failover} }
 
+// EngineRLS is ratelab rls, Envoy's rate limit service on ratelab's
+// limiter, drilled through its gRPC ShouldRateLimit as Envoy asks it, beside
+// edge's two engines (edge.EngineGo, edge.EngineOpenResty).
+const EngineRLS = "rls"
+
+// Engines lists the engines a drill can run: edge's two and the rate limit
+// service.
+func Engines() []string { return []string{edge.EngineGo, edge.EngineOpenResty, EngineRLS} }
+
 // Modes lists the fail modes: edge's OnError values.
 func Modes() []string {
 	return []string{string(edge.FailOpen), string(edge.FailClosed), string(edge.FailLocal)}
@@ -53,8 +64,9 @@ func Modes() []string {
 
 // Config is one drill. Run gives zero fields the defaults below.
 type Config struct {
-	// Engines are edge.EngineGo and edge.EngineOpenResty; both by default,
-	// the second only when nginx with the Lua module is found.
+	// Engines are edge.EngineGo, edge.EngineOpenResty and EngineRLS; by
+	// default the first two, the second only when nginx with the Lua
+	// module is found.
 	Engines []string
 	// Faults are the faults to inject; all by default.
 	Faults []string
@@ -82,6 +94,11 @@ type Config struct {
 	Nodes int
 	// Timeout bounds one decision in Redis; 200ms by default.
 	Timeout time.Duration
+	// Batch is the most decisions the go engine and the rls service send to
+	// Redis in one round trip (edge.Options.Batch, edge.RLSOptions.Batch);
+	// 1, one call per decision, by default. The openresty engine always
+	// sends one.
+	Batch int
 	// BreakerFailures opens a gateway's circuit after this many failures in
 	// a row; 5 by default, negative for no circuit breaker.
 	BreakerFailures int
@@ -100,6 +117,8 @@ const (
 	MaxPhase     = 10 * time.Minute
 	// MaxRate bounds the requests per second sent to one gateway.
 	MaxRate = 20_000
+	// MaxBatch bounds Config.Batch, as edge bounds its own.
+	MaxBatch = 1024
 )
 
 func (c Config) withDefaults() Config {
@@ -142,6 +161,9 @@ func (c Config) withDefaults() Config {
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 5
 	}
+	if c.Batch == 0 {
+		c.Batch = 1
+	}
 	if c.DownAfter == 0 {
 		c.DownAfter = time.Second
 	}
@@ -153,8 +175,8 @@ func (c Config) withDefaults() Config {
 // fields of Config (Limit and Window for the policy's).
 func (c Config) Validate() error {
 	for _, e := range c.Engines {
-		if e != edge.EngineGo && e != edge.EngineOpenResty {
-			return field.Errorf("Engines", ": %q: want go or openresty", e)
+		if !slices.Contains(Engines(), e) {
+			return field.Errorf("Engines", ": %q: want go, openresty or rls", e)
 		}
 	}
 	for _, f := range c.Faults {
@@ -195,6 +217,8 @@ func (c Config) Validate() error {
 		return field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes")
 	case c.Timeout < time.Millisecond || c.Timeout > time.Minute:
 		return field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", c.Timeout)
+	case c.Batch < 0 || c.Batch > MaxBatch:
+		return field.Errorf("Batch", "must be between 1 and %d (got %d)", MaxBatch, c.Batch)
 	case c.DownAfter < 100*time.Millisecond || c.DownAfter > time.Minute:
 		return field.Errorf("DownAfter", "must be between 100ms and 1m (got %s)", c.DownAfter)
 	case c.rate() > MaxRate:
@@ -227,6 +251,7 @@ type Settings struct {
 	Nodes           int      `json:"nodes"`
 	RatePerSec      float64  `json:"rate_per_sec"`
 	TimeoutMillis   int64    `json:"redis_timeout_ms"`
+	Batch           int      `json:"redis_batch"`
 	BreakerFailures int      `json:"breaker_failures"`
 	DownAfterMillis int64    `json:"down_after_ms"`
 }
@@ -373,6 +398,9 @@ func plan(c Config, nginx error) ([]run, []Skip) {
 				case e == edge.EngineOpenResty && f == Failover:
 					skip("the openresty engine reaches one Redis: no Sentinel")
 					continue
+				case e == EngineRLS && m == string(edge.FailLocal):
+					skip("the rls service has no local limiter: it fails open or closed")
+					continue
 				}
 				if f == Latency {
 					for _, l := range c.Latencies {
@@ -441,7 +469,7 @@ func settings(c Config) Settings {
 	s := Settings{Engines: slices.Clone(c.Engines), Faults: slices.Clone(c.Faults), Modes: slices.Clone(c.Modes),
 		FaultMillis: c.FaultDuration.Milliseconds(), SteadyMillis: c.Steady.Milliseconds(), AfterMillis: c.After.Milliseconds(),
 		Algorithm: c.Algorithm, Limit: c.Policy.Limit, WindowMillis: c.Policy.Window.Milliseconds(), Consumers: c.Consumers,
-		Load: c.Load, Nodes: c.Nodes, RatePerSec: c.rate(), TimeoutMillis: c.Timeout.Milliseconds(),
+		Load: c.Load, Nodes: c.Nodes, RatePerSec: c.rate(), TimeoutMillis: c.Timeout.Milliseconds(), Batch: c.Batch,
 		BreakerFailures: max(c.BreakerFailures, 0), DownAfterMillis: c.DownAfter.Milliseconds()}
 	for _, l := range c.Latencies {
 		s.LatenciesMillis = append(s.LatenciesMillis, l.Milliseconds())

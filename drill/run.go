@@ -318,6 +318,9 @@ func gatewayOnce(ctx context.Context, cfg Config, r run, s *stage) (string, func
 	o := edge.Options{Engine: r.engine, Listen: addr, Upstream: "builtin", Policy: cfg.Policy, Algorithm: cfg.Algorithm,
 		KeyBy: "header:" + consumerHeader, OnError: r.mode, Headers: string(edge.HeadersBoth), Timeout: cfg.Timeout,
 		Pool: 64, Nodes: cfg.Nodes, BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis}
+	if r.engine == edge.EngineGo {
+		o.Batch = cfg.Batch
+	}
 	if err := o.Validate(); err != nil {
 		return "", nil, err
 	}
@@ -347,8 +350,17 @@ func gatewayOnce(ctx context.Context, cfg Config, r run, s *stage) (string, func
 	}
 }
 
-// runOne runs r: the servers, the gateways, the load and the fault; and
-// judges what came back.
+// httpLoad sends the gateway at addr cfg's load for d with bench's HTTP
+// engine, and returns every request it sent.
+func httpLoad(ctx context.Context, cfg Config, addr string, d time.Duration) ([]bench.Response, error) {
+	res, err := bench.RunHTTP(ctx, bench.HTTPConfig{Target: "http://" + addr + "/", Method: http.MethodGet,
+		Rate: cfg.rate(), Connections: min(max(int(cfg.rate()/20), 8), 256), Duration: d,
+		Consumers: cfg.Consumers, ConsumerHeader: consumerHeader, Timeout: 5 * time.Second, KeepResponses: true})
+	return res.Responses(), err
+}
+
+// runOne runs r: the servers, the gateways (or rate limit services), the
+// load and the fault; and judges what came back.
 func runOne(ctx context.Context, cfg Config, r run) (Row, string, error) {
 	s, err := setUp(ctx, cfg, r.fault)
 	if err != nil {
@@ -363,8 +375,12 @@ func runOne(ctx context.Context, cfg Config, r run) (Row, string, error) {
 			_ = stop()
 		}
 	}()
+	serve, load := gateway, httpLoad
+	if r.engine == EngineRLS {
+		serve, load = rlsService, rlsLoad
+	}
 	for range cfg.Nodes {
-		addr, stop, err := gateway(ctx, cfg, r, s)
+		addr, stop, err := serve(ctx, cfg, r, s)
 		if err != nil {
 			return Row{}, version, err
 		}
@@ -378,11 +394,9 @@ func runOne(ctx context.Context, cfg Config, r run) (Row, string, error) {
 	began := time.Now()
 	for _, addr := range addrs {
 		g.Go(func() error {
-			res, err := bench.RunHTTP(gctx, bench.HTTPConfig{Target: "http://" + addr + "/", Method: http.MethodGet,
-				Rate: cfg.rate(), Connections: min(max(int(cfg.rate()/20), 8), 256), Duration: total,
-				Consumers: cfg.Consumers, ConsumerHeader: consumerHeader, Timeout: 5 * time.Second, KeepResponses: true})
+			rs, err := load(gctx, cfg, addr, total)
 			mu.Lock()
-			responses = append(responses, res.Responses()...)
+			responses = append(responses, rs...)
 			mu.Unlock()
 			return err
 		})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
@@ -50,6 +51,11 @@ type setup struct {
 	breaker   int              // failures in a row that open the circuit
 	local     int              // with onError local: the nodes sharing the limit
 	log       io.Writer
+	// batch, over 1, sends the limiter's EVALSHAs through a Batcher of
+	// that many at most per pipeline, as ratelab edge --redis-batch does;
+	// onBatch, when set, sees each pipeline's size.
+	batch   int
+	onBatch func(size int, retry bool)
 }
 
 // startGateway serves a gateway with the built-in upstream on loopback until the test ends.
@@ -68,6 +74,12 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 		s.keyBy.Header = "X-Consumer-Id"
 	}
 	c := client(t, addr, s.timeout)
+	limited := c
+	if s.batch > 1 {
+		b := batch.New(c, batch.Options{Max: s.batch, Flushers: 4, Timeout: s.timeout, OnBatch: s.onBatch})
+		t.Cleanup(func() { b.Close() })
+		limited = b.Wrap(c)
+	}
 	p := algorithms.Policy{Limit: s.limit, Window: s.window}
 	opts := []algorithms.Option{algorithms.WithClock(s.clock)}
 	if s.now != nil {
@@ -76,7 +88,7 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	if s.algorithm == "" {
 		s.algorithm = "sliding-log"
 	}
-	lim, err := algorithms.New(s.algorithm, c, p, opts...)
+	lim, err := algorithms.New(s.algorithm, limited, p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,17 +195,40 @@ func waitForStatus(t *testing.T, url string, hdr map[string]string, status int) 
 // TestConcurrentBurst: 200 concurrent requests from one consumer with limit
 // 10: exactly 10 reach the upstream, 190 get 429 with Retry-After and both
 // header forms, and the consumer's log in Redis holds exactly 10 members.
+// So too when the decisions share round trips (batch 16): the burst is
+// the load that fills pipelines.
 func TestConcurrentBurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	for _, denyCache := range []bool{true, false} {
-		t.Run(fmt.Sprintf("deny cache %v", denyCache), func(t *testing.T) {
+	for _, tc := range []struct {
+		denyCache bool
+		batch     int
+	}{{true, 1}, {false, 1}, {true, 16}, {false, 16}} {
+		t.Run(fmt.Sprintf("deny cache %v/batch %d", tc.denyCache, tc.batch), func(t *testing.T) {
+			var batchMu sync.Mutex
+			var batches, deepest int
+			onBatch := func(size int, _ bool) {
+				batchMu.Lock()
+				defer batchMu.Unlock()
+				batches++
+				deepest = max(deepest, size)
+			}
 			// A timeout that a 2-core machine running the race detector meets
 			// while it opens 200 connections at once: this test is about counts.
-			g, c := startGateway(t, srv.Addr, setup{limit: 10, denyCache: denyCache, timeout: 5 * time.Second})
+			g, c := startGateway(t, srv.Addr, setup{limit: 10, denyCache: tc.denyCache, timeout: 5 * time.Second,
+				batch: tc.batch, onBatch: onBatch})
+			defer func() {
+				batchMu.Lock()
+				defer batchMu.Unlock()
+				// How deep the pipelines went is the scheduler's to say: logged,
+				// never asserted.
+				if tc.batch > 1 {
+					t.Logf("%d pipelines, the deepest of %d decisions", batches, deepest)
+				}
+			}()
 			consumer := redistest.Prefix(t)
 			var mu sync.Mutex
 			codes := map[int]int{}

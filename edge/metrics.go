@@ -53,6 +53,7 @@ type Metrics struct {
 
 	limits *limitCounts
 	rules  ruleGauges
+	trips  redisTrips
 }
 
 // NewMetrics returns metrics at zero, every outcome and kind included, on a
@@ -100,8 +101,9 @@ func NewMetrics() *Metrics {
 	// cannot fail.
 	m.limits = newLimitCounts()
 	m.rules = newRuleGauges()
+	m.trips = newRedisTrips()
 	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency, m.redisUp, m.circuit,
-		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads,
+		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads, m.trips.roundTrips, m.trips.batch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -129,7 +128,7 @@ func Middleware(cfg Config, next http.Handler) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	l := &Handler{cfg: cfg, next: next, denied: map[string]time.Time{}}
+	l := &Handler{cfg: cfg, next: next}
 	probeKey := algorithms.Key("ratelab-probe", cfg.Algorithm)
 	probe := func(ctx context.Context) error {
 		_, err := cfg.Limiter.Allow(ctx, probeKey)
@@ -154,9 +153,7 @@ type Handler struct {
 	next   http.Handler
 	health *health
 
-	mu     sync.Mutex
-	denied map[string]time.Time // key -> when its retry-after passes
-	sweep  time.Time
+	denied denyCache
 }
 
 func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -347,36 +344,11 @@ func (l *Handler) cachedDenial(key string, now time.Time) (time.Time, bool) {
 	if !l.cfg.DenyCache {
 		return time.Time{}, false
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	until, ok := l.denied[key]
-	if ok && !now.Before(until) {
-		delete(l.denied, key)
-		return time.Time{}, false
-	}
-	return until, ok
+	d, ok := l.denied.get(key, now)
+	return d.until, ok
 }
 
-// maxDenied bounds the deny cache. When it is full a denial is simply not
-// cached: Redis still decides, so the cache only ever saves work.
-const maxDenied = 100_000
-
-// cacheDenial remembers a denial; it sweeps expired entries at most once a
-// second, so the cache holds only consumers denied within their retry-after,
-// and at most maxDenied of them.
+// cacheDenial remembers that key is denied until then.
 func (l *Handler) cacheDenial(key string, until, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.denied) < maxDenied {
-		l.denied[key] = until
-	}
-	if now.Sub(l.sweep) < time.Second {
-		return
-	}
-	l.sweep = now
-	for k, u := range l.denied {
-		if !now.Before(u) {
-			delete(l.denied, k)
-		}
-	}
+	l.denied.put(key, denial{until: until, reset: until, cost: 1}, now)
 }

@@ -27,8 +27,8 @@ var ratelimitLua string
 
 // NginxConfig fills edge/openresty/nginx.conf.
 type NginxConfig struct {
-	// Listen and Admin are host:port. Admin serves /__ratelab/forwarded and
-	// nothing else (no /metrics); none when empty.
+	// Listen and Admin are host:port. Admin serves /healthz and
+	// /__ratelab/forwarded, and no /metrics; none when empty.
 	Listen, Admin string
 	// Upstream is a URL for proxy_pass, or "builtin".
 	Upstream string

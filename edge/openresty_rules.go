@@ -10,7 +10,8 @@ import (
 )
 
 // RenderRules writes set as the Lua table the OpenResty module matches
-// requests with (edge/openresty/ratelimit.lua's rules mode): the tree of
+// requests with (edge/openresty/ratelimit.lua's rules mode): the set's
+// version and file, which its /healthz shows, and the tree of
 // descriptors grouped by key, as rules.Set.Match walks it, with every
 // limit's ID, algorithm, policy, cost, shadow mode and replaces. The module
 // derives the same counter keys as the Go gateway. A key the module cannot
@@ -18,7 +19,8 @@ import (
 func RenderRules(set *rules.Set) (string, error) {
 	var b strings.Builder
 	tag := sha1.Sum([]byte(set.Domain))
-	fmt.Fprintf(&b, "return {\n  domain = %s,\n  domain_tag = %s,\n  root = ", luaString(set.Domain), luaString(hex.EncodeToString(tag[:8])))
+	fmt.Fprintf(&b, "return {\n  domain = %s,\n  domain_tag = %s,\n  version = %s,\n  file = %s,\n  root = ", luaString(set.Domain),
+		luaString(hex.EncodeToString(tag[:8])), luaString(set.Version), luaString(set.File))
 	if err := renderLevel(&b, set, set.Descriptors, "  "); err != nil {
 		return "", err
 	}

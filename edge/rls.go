@@ -38,6 +38,10 @@ type RLSConfig struct {
 	// BreakerFailures is the Redis failures in a row that open the circuit;
 	// 0: no circuit breaker.
 	BreakerFailures int
+	// DenyCache answers a call that meets a limit known to refuse it from
+	// memory, without Redis, until that limit admits again (edge's deny
+	// cache): OVER_LIMIT, with the duration_until_reset Redis gave.
+	DenyCache bool
 	// Probe asks Redis whether it answers again while the circuit is open.
 	Probe func(ctx context.Context) error
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy fields
@@ -49,7 +53,7 @@ type RLSConfig struct {
 	// Log receives lines about Redis failures; none when nil.
 	Log io.Writer
 	// Now is the service's clock for the reset of a window no request has
-	// counted in yet; time.Now when nil.
+	// counted in yet, and the deny cache's; time.Now when nil.
 	Now func() time.Time
 }
 
@@ -62,6 +66,7 @@ type RLS struct {
 	pb.UnimplementedRateLimitServiceServer
 	cfg    RLSConfig
 	health *health
+	denied denyCache
 }
 
 var _ pb.RateLimitServiceServer = (*RLS)(nil)
@@ -183,6 +188,15 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 		resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 	}
 	met := s.limits(req, set, resp)
+	// The scripts keep time in whole milliseconds: so does the cache, so that
+	// it never holds a denial longer than Redis would.
+	now := s.cfg.Now().Truncate(time.Millisecond)
+	if decisions, ok := s.cachedDenials(met, now); ok {
+		s.cfg.Metrics.denyCacheHit()
+		s.cfg.Metrics.decision(OutcomeDenyCache)
+		s.statuses(resp, met, decisions)
+		return resp, nil
+	}
 	checks, asked := callChecks(met)
 	decisions := make([]algorithms.Decision, len(met))
 	if len(checks) > 0 {
@@ -190,6 +204,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 		if err != nil {
 			return s.failed(ctx, resp, err)
 		}
+		s.cacheDenials(checks, out, now)
 		// A counter shared by several descriptors reports to each what
 		// remained after its own hits, as envoyproxy/ratelimit's counter,
 		// which adds them one after another.

@@ -81,7 +81,8 @@ func envoyReadme(t *testing.T, name string) string {
 }
 
 // startRLS serves files (name → content) from a directory of their own
-// on the test Redis, deciding at rlsFixed, and dials it over gRPC.
+// on the test Redis, deciding at cfg.Now (rlsFixed when nil), and dials it
+// over gRPC.
 func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsServer {
 	t.Helper()
 	dir := t.TempDir()
@@ -99,11 +100,12 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 	log := &lockedBuffer{}
 	client := redistest.Client(t, srv)
 	cfg.Domains = edge.NewDomainsReloader(domains, log)
-	if cfg.Decider == nil {
-		cfg.Decider = algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockCaller),
-			algorithms.DecideNow(func() time.Time { return rlsFixed }))
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return rlsFixed }
 	}
-	cfg.Now = func() time.Time { return rlsFixed }
+	if cfg.Decider == nil {
+		cfg.Decider = algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockCaller), algorithms.DecideNow(cfg.Now))
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}

@@ -38,12 +38,20 @@ type RLSOptions struct {
 	Timeout time.Duration
 	// Pool is the most Redis connections.
 	Pool int
+	// Batch is the most decisions sent to Redis in one round trip:
+	// concurrent calls' EVALSHAs go out together as one pipeline
+	// (internal/batch), as edge's Options.Batch. 0 or 1: one call per
+	// decision.
+	Batch int
 	// OnError is FailOpen or FailClosed.
 	OnError OnError
 	// BreakerFailures is the Redis failures in a row that open the circuit.
 	BreakerFailures int
 	// ResponseHeaders adds the draft-10 RateLimit fields to the response.
 	ResponseHeaders bool
+	// DenyCache answers a call over a limit known to refuse it from memory
+	// (RLSConfig.DenyCache).
+	DenyCache bool
 	// Clock is where the limiter takes the time from.
 	Clock algorithms.Clock
 	// Log receives the start-up, reload and failure lines.
@@ -65,6 +73,8 @@ func (o RLSOptions) Validate() error {
 		return field.Errorf("Timeout", "must be positive (got %s)", o.Timeout)
 	case o.Pool < 1:
 		return field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
+	case o.Batch < 0 || o.Batch > maxBatch:
+		return field.Errorf("Batch", "must be between 1 and %d (got %d)", maxBatch, o.Batch)
 	case o.OnError != FailOpen && o.OnError != FailClosed:
 		return field.Errorf("OnError", "%q is not open or closed", o.OnError)
 	case o.BreakerFailures < 0:
@@ -85,13 +95,13 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	if err != nil {
 		return err
 	}
-	client := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
-	defer client.Close()
+	metrics := NewMetrics()
+	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
+	defer closeClient()
 	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 	reloader := NewDomainsReloader(domains, o.Log)
-	metrics := NewMetrics()
 	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
-		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, Metrics: metrics, Log: o.Log})
+		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log})
 	defer svc.Close()
 	o.redisAddr = addr
 	lctx, cancel := context.WithTimeout(ctx, o.Timeout*5)

@@ -283,16 +283,26 @@ const maxBatch = 1024
 
 // batchFlushers is how many pipelines of batched decisions may be in
 // flight at once, each on its own connection.
-const batchFlushers = 4
+const batchFlushers = 2
 
 // redisClient is the go engine's Redis client, its EVALSHAs batched when
-// o.Batch is over 1; closeClient stops the batcher, then the client.
-func (o Options) redisClient(r *redis.UniversalOptions) (client redis.UniversalClient, closeClient func()) {
-	plain := redis.NewUniversalClient(RedisOptions(*r, o.Timeout, o.Pool))
-	if o.Batch <= 1 {
+// o.Batch is over 1 and its round trips counted in m; closeClient stops
+// the batcher, then the client.
+func (o Options) redisClient(r *redis.UniversalOptions, m *Metrics) (client redis.UniversalClient, closeClient func()) {
+	return newRedisClient(r, o.Timeout, o.Pool, o.Batch, m)
+}
+
+// newRedisClient is a Redis client of pool connections for decisions
+// bounded by timeout, their EVALSHAs batched up to batchMax per round trip
+// when that is over 1 and their round trips counted in m; closeClient
+// stops the batcher, then the client.
+func newRedisClient(r *redis.UniversalOptions, timeout time.Duration, pool, batchMax int, m *Metrics) (client redis.UniversalClient, closeClient func()) {
+	plain := redis.NewUniversalClient(RedisOptions(*r, timeout, pool))
+	m.CountRedis(plain)
+	if batchMax <= 1 {
 		return plain, func() { plain.Close() }
 	}
-	b := batch.New(plain, batch.Options{Max: o.Batch, Flushers: batchFlushers, Timeout: o.Timeout})
+	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, Timeout: timeout})
 	return b.Wrap(plain), func() {
 		b.Close()
 		plain.Close()
@@ -318,8 +328,9 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if o.Engine == EngineOpenResty {
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
+	cfg.Limit.Metrics = NewMetrics()
 	if !o.Off && cfg.Limit.Rules != nil {
-		client, closeClient := o.redisClient(r)
+		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
 		defer closeClient()
 		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -338,7 +349,7 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 			cfg.Limit.Local = local
 		}
 	} else if !o.Off {
-		client, closeClient := o.redisClient(r)
+		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
 		defer closeClient()
 		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
 		if err != nil {

@@ -94,6 +94,11 @@ func compareColumns(rep compare.Report) []compareColumn {
 		{"p50", compare.Throughput, func(r compare.Result) string { return optLatency(r, func(p hdr.Percentiles) int64 { return p.P50 }) }, never},
 		{"p99", compare.Throughput, func(r compare.Result) string { return optLatency(r, func(p hdr.Percentiles) int64 { return p.P99 }) }, never},
 	}
+	if rep.Config.Batch > 1 { // the throughput workload also ran batched
+		all = append(all,
+			compareColumn{"batched ops/s", compare.Throughput, func(r compare.Result) string { return optFloat(r.BatchedOpsPerSec, 0) }, never},
+			compareColumn{"batched trips", compare.Throughput, func(r compare.Result) string { return optFloat(r.BatchedRoundTrips, 2) }, never})
+	}
 	var cols []compareColumn
 	for _, c := range all {
 		if c.workload == "" || slices.Contains(rep.Config.Workloads, c.workload) {
@@ -222,6 +227,11 @@ func compareNotes(rep compare.Report) []string {
 	if ran(compare.Throughput) {
 		notes = append(notes, fmt.Sprintf("ops/s, p50, p99: decisions over %s on %s for %s, on the real clock.",
 			plural.Count(c.Keys, "client"), plural.Count(c.Connections, "connection"), time.Duration(c.DurationMillis)*time.Millisecond))
+	}
+	if ran(compare.Throughput) && c.Batch > 1 {
+		notes = append(notes, fmt.Sprintf("batched ops/s, trips: the same throughput with the decisions waiting at one moment sent as one "+
+			"pipeline of at most %d EVALSHAs, up to %d pipelines at once, each on its own connection; trips: pipelines per decision.",
+			c.Batch, compare.Pipelines(c.Connections, c.Batch)))
 	}
 	if rep.PingOpsPerSec != nil {
 		notes = append(notes, fmt.Sprintf("The server's own ceiling on those connections: %.0f PINGs/s (p50 %s, p99 %s).",

@@ -33,7 +33,7 @@ func fixedCompare() compare.Report {
 		Redis:   redisrun.Info{Mode: "ephemeral", Version: "7.0.15", Addr: "127.0.0.1:6390"},
 		Config: compare.Settings{Algorithms: []string{"fixed-window", "sliding-log", "sliding-counter"},
 			Workloads: compare.Workloads(), Limit: 100, WindowMillis: 1000, BurstConcurrency: 200, BurstTrials: 5,
-			AccuracyClients: 50, AccuracyWindows: 10, Seed: 1, Connections: 50, Keys: 10000, DurationMillis: 3000},
+			AccuracyClients: 50, AccuracyWindows: 10, Seed: 1, Connections: 50, Keys: 10000, DurationMillis: 3000, Batch: 1},
 		PingOpsPerSec:     f64(50921),
 		PingLatencyMicros: lat(957, 1800, 2140, 2600, 4870, 9120, 152_763),
 		ElapsedMillis:     29670,
@@ -198,5 +198,45 @@ func TestCompareDropsWorkloadsNotRun(t *testing.T) {
 		if w := len([]rune(line)); strings.HasPrefix(line, "│") && w > 100 {
 			t.Errorf("a table row %d columns wide: %s", w, line)
 		}
+	}
+}
+
+// TestCompareBatchedBeside: a throughput workload also run batched shows
+// batched ops/s and trips beside the unbatched ones, in the table, the
+// markdown and the JSON, and a note says what they are; unbatched, neither
+// column is there.
+func TestCompareBatchedBeside(t *testing.T) {
+	rep := fixedCompare()
+	rep.Config.Workloads, rep.Config.Batch = []string{compare.Throughput}, 16
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		r.BurstOverAdmitted, r.BurstUnderAdmitted, r.BoundaryMaxInWindow, r.HammerMaxInWindow, r.HammerRecoveryMillis = nil, nil, nil, nil, nil
+		r.FalseAllowRate, r.FalseDenyRate, r.AccuracyDecisions, r.BytesPerClient = nil, nil, 0, nil
+		r.BatchedOpsPerSec, r.BatchedRoundTrips = f64(float64(61000+i)), f64(0.07)
+		r.BatchedLatencyMicros = lat(700, 1100, 1300, 1800, 3000, 5000, 183_000)
+	}
+	render := func(f reports.Format) string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := reports.Compare(&buf, rep, f, reports.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	md := render(reports.Markdown)
+	header := "| algorithm | exact | keys | trips | cmds | ops/s | p50 | p99 | batched ops/s | batched trips |"
+	if !strings.Contains(md, header+"\n") || !strings.Contains(md, "| 30286 | ") || !strings.Contains(md, "| 61001 | 0.07 |") ||
+		!strings.Contains(md, "at most 16 EVALSHAs") {
+		t.Errorf("the markdown does not show batched beside unbatched (header %s):\n%s", header, md)
+	}
+	if table := render(reports.Table); !strings.Contains(table, "batched ops/s") || !strings.Contains(table, "61001") {
+		t.Errorf("the table does not show the batched throughput:\n%s", table)
+	}
+	if js := render(reports.JSON); !strings.Contains(js, `"batched_ops_per_sec": 61001`) || !strings.Contains(js, `"redis_batch": 16`) {
+		t.Errorf("the JSON does not hold the batched throughput:\n%s", js)
+	}
+	rep.Config.Batch = 1
+	if md := render(reports.Markdown); strings.Contains(md, "batched") {
+		t.Errorf("unbatched, the markdown speaks of batches:\n%s", md)
 	}
 }

@@ -32,7 +32,15 @@ func drillSummary(rep drill.Report) string {
 		"steady %s, fault %s, after %s · Redis timeout %s, %s",
 		serverName(rep.RedisVersion), c.Algorithm, c.Limit, time.Duration(c.WindowMillis)*time.Millisecond, rep.Guarantee,
 		plural.Count(c.Consumers, "consumer"), c.Load, c.RatePerSec, plural.Count(c.Nodes, "gateway"), ms(c.SteadyMillis), ms(c.FaultMillis), ms(c.AfterMillis),
-		ms(c.TimeoutMillis), breaker(c.BreakerFailures))
+		ms(c.TimeoutMillis), breaker(c.BreakerFailures)) + batched(c.Batch)
+}
+
+// batched says how many decisions share a round trip, when more than one.
+func batched(batch int) string {
+	if batch <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", up to %d decisions per round trip (go)", batch)
 }
 
 func breaker(failures int) string {

@@ -17,7 +17,7 @@ func fixedDrill() drill.Report {
 		Command: "drill", RedisVersion: "7.0.15", Guarantee: "at most 10 in any 1s span",
 		Config: drill.Settings{Engines: []string{"go"}, Faults: []string{"hang", "latency", "failover"}, Modes: []string{"open", "closed"},
 			LatenciesMillis: []int64{50}, FaultMillis: 5000, SteadyMillis: 2000, AfterMillis: 3000, Algorithm: "sliding-log", Limit: 10,
-			WindowMillis: 1000, Consumers: 20, Load: 1.5, Nodes: 1, RatePerSec: 300, TimeoutMillis: 200, BreakerFailures: 5, DownAfterMillis: 1000},
+			WindowMillis: 1000, Consumers: 20, Load: 1.5, Nodes: 1, RatePerSec: 300, TimeoutMillis: 200, Batch: 1, BreakerFailures: 5, DownAfterMillis: 1000},
 		Results: []drill.Row{
 			{Fault: "hang", Engine: "go", OnRedisError: "open", Decisions: 3000, Admitted: 2391, OverAdmitted: 683, Errors: 1492,
 				DetectMillis: p(201), RecoverMillis: p(4), P50Millis: 0.88, P99Millis: 302.3, FaultMillis: 5000},

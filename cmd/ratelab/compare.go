@@ -25,7 +25,7 @@ type compareOptions struct {
 
 // compareNames are the flags that set compare.Config's fields.
 var compareNames = flagNames{"Algorithms": "--algorithms", "Workloads": "--workloads", "Connections": "--connections",
-	"Keys": "--keys", "Duration": "--duration", "AccuracyClients": "--accuracy-clients"}
+	"Keys": "--keys", "Duration": "--duration", "AccuracyClients": "--accuracy-clients", "Batch": "--redis-batch"}
 
 func newCompareCmd(io *ioStreams) *cobra.Command {
 	var opts compareOptions
@@ -45,11 +45,14 @@ Workloads (--workloads, comma-separated, all by default):
   hammer      one client at 3x the limit for 3 windows, then a retry every 100 ms: lock-out
   accuracy    Poisson clients near the limit, every decision judged by an exact sliding window
   memory      MEMORY USAGE per client at limits 10, 100, 1,000 and 10,000
-  throughput  decisions/s and latency over --keys clients on --connections connections`,
+  throughput  decisions/s and latency over --keys clients on --connections connections; with
+              --redis-batch N, once more with the decisions waiting at one moment sent as one
+              pipeline of at most N (as ratelab edge --redis-batch sends them), beside`,
 		Example: `  ratelab compare
   ratelab compare --limit 100 --window 1s --redis redis://127.0.0.1:6379
   ratelab compare --cluster-local --workloads burst,throughput
-  ratelab compare --algorithms sliding-log,sliding-counter --output json`,
+  ratelab compare --algorithms sliding-log,sliding-counter --output json
+  ratelab compare --workloads throughput --redis-batch 16`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd.Context(), io, cmd, opts) },
 	}
@@ -61,6 +64,8 @@ Workloads (--workloads, comma-separated, all by default):
 	f.IntVar(&opts.Connections, "connections", 50, "connections (goroutines) of the throughput workload")
 	f.IntVar(&opts.Keys, "keys", 10_000, "clients the throughput workload spreads over")
 	f.DurationVar(&opts.Duration, "duration", 3*time.Second, "length of each throughput measurement")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "with more than 1, measure the throughput workload also batched: "+
+		"at most this many decisions per Redis round trip")
 	f.IntVar(&opts.AccuracyClients, "accuracy-clients", 50, "clients in the accuracy workload's Poisson stream")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the accuracy workload's stream")
 	opts.redis.bind(f, true)
@@ -102,7 +107,8 @@ func compareConfig(cmd *cobra.Command, opts compareOptions) (compare.Config, rep
 		}
 	}
 	// Zero is the library's default: here it can only be a mistake.
-	for name, v := range map[string]int{"Connections": cfg.Connections, "Keys": cfg.Keys, "AccuracyClients": cfg.AccuracyClients} {
+	for name, v := range map[string]int{"Connections": cfg.Connections, "Keys": cfg.Keys, "AccuracyClients": cfg.AccuracyClients,
+		"Batch": cfg.Batch} {
 		if v < 1 {
 			return cfg, "", usagef("%s must be at least 1 (got %d)", compareNames[name], v)
 		}

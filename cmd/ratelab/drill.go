@@ -27,14 +27,14 @@ type drillOptions struct {
 // drillNames are the flags that set drill.Config's fields.
 var drillNames = flagNames{"Engines": "--engine", "Faults": "--faults", "Modes": "--on-redis-error", "Latencies": "--fault-latency",
 	"FaultDuration": "--fault-duration", "Steady": "--steady", "After": "--after", "Algorithm": "--algorithm",
-	"Consumers": "--consumers", "Load": "--load", "Nodes": "--nodes", "Timeout": "--redis-timeout",
+	"Consumers": "--consumers", "Load": "--load", "Nodes": "--nodes", "Timeout": "--redis-timeout", "Batch": "--redis-batch",
 	"BreakerFailures": "--breaker-failures", "DownAfter": "--down-after", "Limit": "--limit", "Window": "--limit"}
 
 func newDrillCmd(io *ioStreams) *cobra.Command {
 	var opts drillOptions
 	cmd := &cobra.Command{
 		Use:   "drill",
-		Short: "Measure what the limiter does when its Redis fails: each fault, each fail mode, both engines",
+		Short: "Measure what the limiter does when its Redis fails: each fault, each fail mode, each engine",
 		Long: `drill starts redis-server (and redis-sentinel for the failover), serves ratelab edge in front of
 it, sends consumers near and over their limit through it with the bench http engine, and injects
 one fault at a time after a steady period:
@@ -47,13 +47,16 @@ one fault at a time after a steady period:
   oom           Redis filled past its maxmemory (noeviction)
   failover      a primary and its replica under redis-sentinel, the primary killed
 
-Each runs under each --on-redis-error mode (open, closed, local) on each --engine, and every
-request sent is judged: admitted beyond the algorithm's guarantee, refused although an exact
+Each runs under each --on-redis-error mode (open, closed, local) on each --engine: go and
+openresty (ratelab edge's engines, loaded over HTTP) or rls (ratelab rls, Envoy's rate limit
+service, loaded through its gRPC ShouldRateLimit as Envoy calls it; it fails open or closed,
+so its local runs are skipped). Every request sent is judged: admitted beyond the algorithm's guarantee, refused although an exact
 sliding window would have admitted it, not decided by Redis; when the gateway noticed, when it
 recovered, and the latency during the fault. docs/drill.md says how to read it.`,
 		Example: `  ratelab drill
   ratelab drill --engine go --faults hang,oom --on-redis-error closed --fail-on-leak
-  ratelab drill --faults hang --on-redis-error local --nodes 2 --output json`,
+  ratelab drill --faults hang --on-redis-error local --nodes 2 --output json
+  ratelab drill --engine rls --on-redis-error open,closed`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.enginesNamed = cmd.Flags().Changed("engine")
@@ -61,7 +64,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty (left to the default, openresty is skipped where nginx is missing; named, it is required)")
+	f.StringVar(&opts.engines, "engine", "go,openresty", "engines, comma-separated: go, openresty, rls (left to the default, openresty is skipped where nginx is missing; named, it is required)")
 	f.StringVar(&opts.faults, "faults", "all", "faults, comma-separated, or all: "+strings.Join(drill.Faults(), ", "))
 	f.StringVar(&opts.modes, "on-redis-error", "open,closed,local", "fail modes to run each fault under, comma-separated")
 	f.DurationSliceVar(&opts.Latencies, "fault-latency", []time.Duration{50 * time.Millisecond, 500 * time.Millisecond}, "latencies of the latency fault")
@@ -74,6 +77,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 	f.Float64Var(&opts.Load, "load", 1.5, "each consumer's rate as a multiple of its limit")
 	f.IntVar(&opts.Nodes, "nodes", 1, "gateways sharing the limit, each sent the whole load (local limits each to --limit / --nodes)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "the gateways' bound on one decision in Redis")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions the go engine and the rls service send in one Redis round trip (1: one call per decision)")
 	f.IntVar(&opts.BreakerFailures, "breaker-failures", 5, "failures in a row that open a gateway's circuit (0: no circuit breaker)")
 	f.DurationVar(&opts.DownAfter, "down-after", time.Second, "how long the sentinel waits before it holds the primary down")
 	f.BoolVar(&opts.failOnLeak, "fail-on-leak", false, "exit 3 when any run admitted beyond the algorithm's guarantee")
@@ -116,7 +120,7 @@ func drillConfig(opts drillOptions) (drill.Config, reports.Format, error) {
 		return cfg, "", usagef("--breaker-failures must not be negative (got %d)", opts.BreakerFailures)
 	}
 	// Zero is the library's default: here it can only be a mistake.
-	for name, v := range map[string]int{"--consumers": cfg.Consumers, "--nodes": cfg.Nodes} {
+	for name, v := range map[string]int{"--consumers": cfg.Consumers, "--nodes": cfg.Nodes, "--redis-batch": cfg.Batch} {
 		if v < 1 {
 			return cfg, "", usagef("%s must be at least 1 (got %d)", name, v)
 		}

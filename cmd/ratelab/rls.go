@@ -21,7 +21,7 @@ type rlsOptions struct {
 
 // rlsNames are the flags that set edge.RLSOptions' fields.
 var rlsNames = flagNames{"GRPC": "--grpc", "HTTP": "--http", "ConfigDir": "--config", "Timeout": "--redis-timeout",
-	"Pool": "--redis-pool", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures"}
+	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures"}
 
 func newRLSCmd(io *ioStreams) *cobra.Command {
 	var opts rlsOptions
@@ -41,8 +41,10 @@ sliding-log, sliding-counter, token-bucket or gcra, any window (window: 30s) and
 on a descriptor. The directory reloads on SIGHUP and when a file changes; a file that does not
 parse is logged, naming its line and field, and the configuration serving keeps serving.
 
-When Redis fails, or the circuit is open after --breaker-failures failures in a row, a call is
-answered --on-redis-error: open (OK, no limit) or closed (OVER_LIMIT). docs/envoy.md has an
+--deny-cache (on by default) answers a call over a limit Redis refused, until that limit admits
+again, from memory without Redis. When Redis fails, or the circuit is open after
+--breaker-failures failures in a row, a call is answered --on-redis-error: open (OK, no limit)
+or closed (OVER_LIMIT). docs/envoy.md has an
 Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to these flags.`,
 		Example: `  ratelab rls --config ./ratelimit/config --redis redis://127.0.0.1:6379
   ratelab rls --config ./config --grpc :8081 --http :8080 --response-headers --on-redis-error closed`,
@@ -57,11 +59,14 @@ Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to 
 	f.StringVar(&opts.ConfigDir, "config", "", "directory of envoyproxy/ratelimit YAML files, one domain each (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)")
 	f.BoolVar(&opts.ResponseHeaders, "response-headers", false, "add the draft-10 RateLimit and RateLimit-Policy fields to response_headers_to_add "+
 		"(envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.BoolVar(&opts.DenyCache, "deny-cache", true, "answer a call over a limit known to refuse it from memory, without Redis, until that limit admits again")
 	f.StringVar(&opts.onError, "on-redis-error", "open", "when Redis fails: open (OK) or closed (OVER_LIMIT)")
 	f.IntVar(&opts.BreakerFailures, "breaker-failures", 5, "Redis failures in a row that open the circuit: calls then skip Redis, "+
 		"which is asked every 100ms until it answers (0: no circuit breaker)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "bound on one decision in Redis")
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most (envoyproxy/ratelimit's REDIS_POOL_SIZE)")
+	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions per Redis round trip: concurrent calls go out as one pipeline "+
+		"(1: one call per decision)")
 	f.StringVar(&opts.clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
 	opts.redis.bind(f, false)
 	complete(cmd, "clock", "redis", "caller")

@@ -44,6 +44,8 @@ func TestRLSRefused(t *testing.T) {
 		{[]string{"--config", good, "--on-redis-error", "local"}, `--on-redis-error "local" is not open or closed`},
 		{[]string{"--config", good, "--redis-timeout", "0s"}, "--redis-timeout must be positive"},
 		{[]string{"--config", good, "--clock", "sundial"}, "--clock"},
+		{[]string{"--config", good, "--redis-batch", "2000"}, "--redis-batch must be between 1 and 1024 (got 2000)"},
+		{[]string{"--config", good, "--redis-batch", "-1"}, "--redis-batch must be between 1 and 1024 (got -1)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)

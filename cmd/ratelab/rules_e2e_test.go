@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -73,56 +70,44 @@ func needNginx(t *testing.T, engine string) {
 }
 
 // serveRules runs ratelab edge --rules file on engine until the test ends,
-// with a Redis timeout of seconds and failing closed, so that no request is
-// admitted without Redis's word. It returns the gateway's URL once it
-// answers.
-func serveRules(t *testing.T, engine, file string) string {
+// failing closed, so that no request is admitted without Redis's word,
+// and the flags of more. It returns the gateway's URL once it accepts
+// connections.
+func serveRules(t *testing.T, engine, file string, more ...string) string {
 	t.Helper()
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncWriter
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--on-redis-error", "closed", "--engine", engine, "--rules", file}, io.Discard, &stderr)
-	}()
-	stop := sync.OnceValue(func() int { cancel(); return <-done })
-	t.Cleanup(func() {
-		if code := stop(); code != exitOK {
-			t.Errorf("edge exit %d: %s", code, stderr.String())
-		}
-	})
-	url := "http://" + addr + "/"
-	// A request with no X-Consumer-Id meets no limit: it asks nothing of
-	// the counters the audit judges.
-	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, "edge does not answer: " + err.Error() + "\n" + stderr.String()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("edge answers %d\n%s", resp.StatusCode, stderr.String())
-	})
-	return url
+	args := append([]string{"--redis", srv.URL(), "--on-redis-error", "closed", "--engine", engine, "--rules", file}, more...)
+	return serveEdge(t, args...).url()
+}
+
+// gateways are the engines the audits of rules hold, the go engine also
+// with its decisions sharing round trips (--redis-batch 16).
+var gateways = []struct {
+	name, engine string
+	flags        []string
+}{
+	{"go", "go", nil},
+	{"go batched", "go", []string{"--redis-batch", "16"}},
+	{"openresty", "openresty", nil},
 }
 
 // TestRulesGatewayAudited: ratelab edge serving the plan rules, with each
-// of the five algorithms in its limits and on both engines, passes the
-// audit by the same file (exit 0): every limit held, none with a wrong
-// header. The audit never accuses a correct gateway.
+// of the five algorithms in its limits and on both engines (the go one
+// batched too), passes the audit by the same file (exit 0): every limit
+// held, none with a wrong header. The audit never accuses a correct
+// gateway.
 func TestRulesGatewayAudited(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	for _, engine := range []string{"go", "openresty"} {
+	for _, gw := range gateways {
 		for _, algorithm := range fiveAlgorithms {
-			t.Run(engine+"/"+algorithm, func(t *testing.T) {
-				needNginx(t, engine)
+			t.Run(gw.name+"/"+algorithm, func(t *testing.T) {
+				needNginx(t, gw.engine)
 				t.Parallel()
 				file := writeRules(t, "rules.yaml", planRules(redistest.Prefix(t), algorithm, true))
-				url := serveRules(t, engine, file)
+				url := serveRules(t, gw.engine, file, gw.flags...)
 				code, stdout, stderr := ratelab(t, planAudit(url, file)...)
 				var res bench.Result
 				decodeJSON(t, stdout, &res)
@@ -200,9 +185,9 @@ func serveSequential(t *testing.T, file string, reverse bool) string {
 
 // TestBrokenRulesGatewayCaught: the audit by the plan rules catches a
 // gateway that breaks them. ratelab edge serving the rules with the 12 per
-// 10 s left out exits 3, on both engines, and the message names per-10s:
-// a free consumer, held to 5 a second alone, gets about 20 through in the
-// 4 s run, over the 12 allowed. A gateway that decides the limits one
+// 10 s left out exits 3, on both engines (the go one batched too), and
+// the message names per-10s: a free consumer, held to 5 a second alone,
+// gets about 20 through in the 4 s run, over the 12 allowed. A gateway that decides the limits one
 // after the other is never accused of a leak (it admits nothing beyond a
 // limit), and is reported as under-admitting per-10s: a free consumer's
 // first 12 requests reach per-10s first and each takes a slot, but only 5
@@ -215,14 +200,14 @@ func TestBrokenRulesGatewayCaught(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	for _, engine := range []string{"go", "openresty"} {
-		t.Run("per-10s left out/"+engine, func(t *testing.T) {
-			needNginx(t, engine)
+	for _, gw := range gateways {
+		t.Run("per-10s left out/"+gw.name, func(t *testing.T) {
+			needNginx(t, gw.engine)
 			t.Parallel()
 			domain := redistest.Prefix(t)
 			full := writeRules(t, "rules.yaml", planRules(domain, "sliding-log", true))
 			served := writeRules(t, "served.yaml", planRules(domain, "sliding-log", false))
-			code, stdout, stderr := ratelab(t, planAudit(serveRules(t, engine, served), full)...)
+			code, stdout, stderr := ratelab(t, planAudit(serveRules(t, gw.engine, served, gw.flags...), full)...)
 			var res bench.Result
 			decodeJSON(t, stdout, &res)
 			if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != bench.Leaked ||

@@ -1,8 +1,7 @@
 package main
 
 import (
-	"context"
-	"io"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,18 +23,8 @@ func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		// A Redis timeout of seconds: a loaded machine must not fail a
-		// decision open, an admission the limiter never made.
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--limit", "5/1s", "--key-by", "ip"}, io.Discard, io.Discard)
-	}()
-	defer func() { cancel(); <-done }()
-	waitListening(t, addr)
-	args := []string{"bench", "http", "http://" + addr + "/", "--rate", "45", "--duration", "2500ms", "--expect-limit", "5/1s", "--fail-on-leak"}
+	url := serveEdge(t, "--redis", srv.URL(), "--limit", "5/1s", "--key-by", "ip").url()
+	args := []string{"bench", "http", url, "--rate", "45", "--duration", "2500ms", "--expect-limit", "5/1s", "--fail-on-leak"}
 
 	code, stdout, stderr := ratelab(t, append(args, "--source-ips", "127.0.0.2-127.0.0.4", "--connections", "3")...)
 	if code != exitOK || !strings.Contains(stdout, ": HELD: the worst consumer, 127.0.0.") || !strings.Contains(stdout, "Retry-After: honest") ||
@@ -45,6 +34,42 @@ func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
 	code, stdout, stderr = ratelab(t, append(args, "--consumers", "3", "--no-probes")...)
 	if code != exitThreshold || !strings.Contains(stderr, "share one limit across the identities sent") {
 		t.Fatalf("from one address: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+}
+
+// TestSourceIPsAuditTheRulesKeyedByAddress: ratelab edge with a rules file
+// that gives each remote_address 6 a second, audited by that file with
+// each consumer sent from its own loopback address, passes (exit 0): the
+// audit judges each address on a counter of its own, as the gateway
+// keeps them, and names them. A claim of half that limit exits 3.
+func TestSourceIPsAuditTheRulesKeyedByAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv)
+	byAddress := func(limit int) string {
+		return fmt.Sprintf("domain: %q\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per-address, unit: second, requests_per_unit: %d}\n",
+			redistest.Prefix(t), limit)
+	}
+	url := serveRules(t, "go", writeRules(t, "rules.yaml", byAddress(6)))
+	for _, tc := range []struct {
+		name  string
+		claim int
+		code  int
+		want  string
+	}{
+		{"holds the file", 6, exitOK, ": HELD: the worst consumer, 127.0.0."},
+		{"a claim of half", 3, exitThreshold, "--fail-on-leak: 127.0.0."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := writeRules(t, "claim.yaml", byAddress(tc.claim))
+			code, stdout, stderr := ratelab(t, "bench", "http", url, "--source-ips", "127.0.0.2-127.0.0.4", "--connections", "3",
+				"--rate", "54", "--duration", "2500ms", "--expect-rules", claim, "--fail-on-leak")
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.want) || !strings.Contains(stdout, "3 consumers from 127.0.0.2-127.0.0.4") {
+				t.Fatalf("exit %d, stderr %q\n%s\nwant exit %d and %q", code, stderr, stdout, tc.code, tc.want)
+			}
+		})
 	}
 }
 

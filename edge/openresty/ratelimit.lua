@@ -24,6 +24,14 @@
 --   headers       "draft", "legacy" or "both"
 --   deny_cache    a lua_shared_dict name to answer denied consumers from
 --                 memory until their retry-after has passed; none when nil
+--   health        a lua_shared_dict name where each worker notes when its
+--                 Redis calls start and stop failing, for healthz(); without
+--                 it, healthz() speaks for the worker that answers alone
+--
+-- init_worker_by_lua_block { require("ratelimit").init_worker() } clears a
+-- new worker's note, and a location with
+-- content_by_lua_block { require("ratelimit").healthz() } answers as the Go
+-- gateway's /healthz does.
 local M = {}
 
 local ok, redis = pcall(require, "resty.redis")
@@ -37,7 +45,7 @@ local cfg
 -- the first time the server could not compile it (Redis before 7), per
 -- worker.
 local single, multi
-local rules
+local rules, rules_loaded
 
 local function hex(s)
   return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end))
@@ -58,6 +66,7 @@ function M.configure(opts)
   if opts.rules_path then
     multi = script_of(assert(opts.decide_path, "decide_path"))
     rules = dofile(opts.rules_path)
+    rules_loaded = ngx.now()
   end
   cfg = {
     host = opts.redis_host or "127.0.0.1",
@@ -74,6 +83,7 @@ function M.configure(opts)
     algorithm = opts.algorithm or "sliding-log",
     clock = opts.clock or "redis",
     breaker = tonumber(opts.breaker_failures) or 0,
+    health = opts.health and ngx.shared[opts.health],
   }
   assert(cfg.clock == "redis" or cfg.clock == "caller", "clock: want redis or caller")
   local kb = opts.key_by or "ip"
@@ -272,10 +282,41 @@ end
 local failures, open, last_kind = 0, false, "other"
 local probes = 0
 
+-- Each worker's health note, in cfg.health under its worker id (which a
+-- worker started again, or after a reload, takes over): since when its
+-- Redis calls fail, of what kind, and whether its circuit is open. It is
+-- written when they start or go on failing, and cleared when Redis answers
+-- again: never on a request that found Redis answering as before, nor on
+-- a failure that changes nothing the note says.
+local failing_since, noted
+
+local function note_failing()
+  failing_since = failing_since or ngx.now()
+  local now = last_kind .. tostring(open)
+  if cfg.health and noted ~= now and not ngx.worker.exiting() then
+    local id = ngx.worker.id() or 0
+    cfg.health:set("since:" .. id, failing_since)
+    cfg.health:set("kind:" .. id, last_kind)
+    cfg.health:set("open:" .. id, open)
+    noted = now
+  end
+end
+
+local function note_answering()
+  failing_since, noted = nil, nil
+  if cfg.health then
+    local id = ngx.worker.id() or 0
+    cfg.health:delete("since:" .. id)
+    cfg.health:delete("kind:" .. id)
+    cfg.health:delete("open:" .. id)
+  end
+end
+
 local function answered()
   if failures > 0 or open then
     ngx.log(ngx.WARN, "ratelab: redis answers again")
     logged, quiet = {}, {}
+    note_answering()
   end
   failures, open = 0, false
 end
@@ -293,6 +334,7 @@ probe = function(premature)
   end
   last_kind = kind(err)
   warn(last_kind, err)
+  note_failing()
   local ok, terr = ngx.timer.at(0.1, probe)
   if not ok then
     ngx.log(ngx.ERR, "ratelab: cannot schedule the Redis probe: ", terr)
@@ -314,6 +356,7 @@ local function failed(err)
       open = false
     end
   end
+  note_failing()
 end
 
 -- Rules mode: the rules ratelab rendered (edge.RenderRules) are walked as
@@ -730,6 +773,80 @@ function M.forwarded()
   end
   ngx.header["Content-Type"] = "application/json"
   ngx.say('{"total":', dict:get("total") or 0, ',"consumers":{', table.concat(parts, ","), "}}")
+end
+
+-- init_worker clears the health note a worker of the same id left.
+function M.init_worker()
+  if cfg and cfg.health then
+    note_answering()
+  end
+end
+
+-- duration writes seconds as Go's time.Duration does, to the millisecond:
+-- 250ms, 1.5s, 2m3.25s.
+local function duration(secs)
+  local ms = math.floor(secs * 1000 + 0.5)
+  if ms < 1000 then
+    return ms == 0 and "0s" or ms .. "ms"
+  end
+  local s = (string.format("%.3f", (ms % 60000) / 1000):gsub("0+$", ""):gsub("%.$", "")) .. "s"
+  local h, m = math.floor(ms / 3600000), math.floor(ms / 60000) % 60
+  if h > 0 then
+    return h .. "h" .. m .. "m" .. s
+  elseif m > 0 then
+    return m .. "m" .. s
+  end
+  return s
+end
+
+-- rfc3339 writes an epoch time in seconds as Go's time.RFC3339Nano does in
+-- UTC, to the millisecond.
+local function rfc3339(t)
+  local ms = math.floor(t * 1000 + 0.5)
+  local frac = string.format("%03d", ms % 1000):gsub("0+$", "")
+  if frac ~= "" then
+    frac = "." .. frac
+  end
+  return os.date("!%Y-%m-%dT%H:%M:%S", math.floor(ms / 1000)) .. frac .. "Z"
+end
+
+-- healthz answers as the Go gateway's /healthz: "ok" while Redis answers;
+-- while it fails, still 200, with since when (the earliest of the workers
+-- failing), why, the fail mode and whether a circuit is open; with rules,
+-- a second line naming their version, file and when nginx loaded them.
+function M.healthz()
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  local since, k, opened, failing, workers = failing_since, last_kind, open, failing_since and 1 or 0, 1
+  if cfg.health then
+    since, failing, opened, workers = nil, 0, false, ngx.worker.count()
+    for id = 0, workers - 1 do
+      local s = cfg.health:get("since:" .. id)
+      if s then
+        failing = failing + 1
+        if not since or s < since then
+          since, k = s, cfg.health:get("kind:" .. id) or "other"
+        end
+        opened = opened or cfg.health:get("open:" .. id) == true
+      end
+    end
+  end
+  if not since then
+    ngx.say("ok")
+  else
+    local circuit = "circuit closed"
+    if opened then
+      circuit = "circuit open, Redis asked every 100ms"
+    end
+    local where = ""
+    if failing < workers then
+      where = string.format(" in %d of %d workers", failing, workers)
+    end
+    ngx.say(string.format("degraded: redis failing for %s (%s: %s)%s; failing %s; %s",
+        duration(ngx.now() - since), k, causes[k] or causes.other, where, cfg.on_error, circuit))
+  end
+  if rules then
+    ngx.say("rules: version ", rules.version, ", ", rules.file, ", loaded ", rfc3339(rules_loaded))
+  end
 end
 
 return M

@@ -1,0 +1,154 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/internal/testwait"
+)
+
+// tripCounts are what the gateway's /metrics and Redis's INFO commandstats
+// say about the round trips of decisions.
+type tripCounts struct {
+	roundTrips, batches, batched, allowed float64 // the gateway's
+	evalsha                               int64   // Redis's calls of EVALSHA
+}
+
+func (a tripCounts) minus(b tripCounts) tripCounts {
+	return tripCounts{a.roundTrips - b.roundTrips, a.batches - b.batches, a.batched - b.batched, a.allowed - b.allowed, a.evalsha - b.evalsha}
+}
+
+func readTrips(t *testing.T, adminAddr string, c *redis.Client) tripCounts {
+	t.Helper()
+	f := scrape(t, adminAddr)
+	for _, name := range []string{"ratelab_edge_redis_round_trips_total", "ratelab_edge_redis_batch_decisions", "ratelab_edge_decisions_total"} {
+		if f[name] == nil {
+			t.Fatalf("/metrics has no %s", name)
+		}
+	}
+	h := f["ratelab_edge_redis_batch_decisions"].GetMetric()[0].GetHistogram()
+	return tripCounts{
+		roundTrips: f["ratelab_edge_redis_round_trips_total"].GetMetric()[0].GetCounter().GetValue(),
+		batches:    float64(h.GetSampleCount()),
+		batched:    h.GetSampleSum(),
+		allowed:    byLabel(t, f["ratelab_edge_decisions_total"], "outcome")[edge.OutcomeAllowed],
+		evalsha:    commandCalls(t, c, "evalsha"),
+	}
+}
+
+// commandCalls is the calls of command in Redis's INFO commandstats; 0
+// when it has none.
+func commandCalls(t *testing.T, c *redis.Client, command string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest+",", ',')], 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
+// TestBatchMetrics: after concurrent decisions through a gateway served by
+// edge.Serve on a redis-server of its own, the gateway's count of decisions
+// sent in batches equals its count of admissions and Redis's own count of
+// EVALSHA calls; every round trip that carried scripts was a batch; with
+// --redis-batch 1 each decision is a round trip of its own, and with 16 no
+// batch holds more than 16, so there are at least a sixteenth as many.
+func TestBatchMetrics(t *testing.T) {
+	t.Parallel()
+	r, err := redisrun.Start(context.Background(), redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Protocol: 2, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	t.Cleanup(func() { rc.Close() })
+	for _, tc := range []struct {
+		name   string
+		batch  int
+		limits []string
+	}{
+		{"one call per decision", 1, []string{"1000000/1h"}},
+		{"batches of 16", 16, []string{"1000000/1h"}},
+		{"batches of 16, two limits", 16, []string{"1000000/1h", "2000000/2h:gcra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listen, admin := freeAddr(t), freeAddr(t)
+			o := edge.Options{Engine: edge.EngineGo, Listen: listen, Admin: admin, Upstream: "builtin",
+				Limits: tc.limits, Algorithm: "sliding-log", Clock: algorithms.ClockRedis, KeyBy: "header:X-Consumer-Id",
+				OnError: "closed", Headers: "both", Nodes: 1, Timeout: 5 * time.Second, Pool: 64, Batch: tc.batch}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- edge.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, r.Addr)
+			}()
+			t.Cleanup(func() {
+				httpClient.CloseIdleConnections()
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			})
+			url := "http://" + listen + "/"
+			testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+				resp, _, err := fetch(url, map[string]string{"X-Consumer-Id": "ready"})
+				if err != nil {
+					return false, fmt.Sprintf("gateway not serving: %v", err)
+				}
+				return resp.StatusCode == http.StatusOK, fmt.Sprintf("gateway answered %d", resp.StatusCode)
+			})
+			before := readTrips(t, admin, rc)
+			const requests, workers = 400, 50
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range requests / workers {
+						resp, _, err := fetch(url, map[string]string{"X-Consumer-Id": "c" + strconv.Itoa((w*requests/workers+i)%100)})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if resp.StatusCode != http.StatusOK {
+							t.Errorf("answered %d, want 200", resp.StatusCode)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			d := readTrips(t, admin, rc).minus(before)
+			t.Logf("%d decisions: %v round trips, %v batches of %v decisions, %d evalsha calls in Redis", requests, d.roundTrips, d.batches, d.batched, d.evalsha)
+			if d.allowed != requests || d.batched != requests || d.evalsha != requests {
+				t.Errorf("admitted %v, sent %v decisions in batches, Redis ran %d EVALSHAs: want %d each", d.allowed, d.batched, d.evalsha, requests)
+			}
+			if d.roundTrips != d.batches {
+				t.Errorf("%v round trips carried scripts and %v batches: want as many", d.roundTrips, d.batches)
+			}
+			if low := float64((requests + tc.batch - 1) / tc.batch); d.batches < low || d.batches > requests {
+				t.Errorf("%v batches, want between %v and %d", d.batches, low, requests)
+			}
+		})
+	}
+}

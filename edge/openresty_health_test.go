@@ -1,0 +1,106 @@
+package edge_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// TestOpenRestyHealthz: nginx's admin port answers /healthz as the Go
+// gateway does: "ok" and the rules' version, file and load time; after a
+// reload, the new version; while Redis hangs, still 200, degraded, with
+// the kind of failure and the fail mode; once Redis answers again, "ok".
+func TestOpenRestyHealthz(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	render := func(file string, n int) (string, string) {
+		t.Helper()
+		set, err := rules.Parse(file, []byte(perConsumer(fmt.Sprintf("healthz-%d", time.Now().UnixNano()), n)), rules.ForGateway())
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := edge.RenderRules(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text, set.Version
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	text, v1 := render(file, 5)
+	started := time.Now()
+	// One worker: the one that fails is the one that answers again.
+	nc := startNginx(t, r, edge.NginxConfig{Rules: text, OnError: "open", Timeout: 500 * time.Millisecond, Workers: 1})
+	healthz := "http://" + nc.Admin + "/healthz"
+	okLine := regexp.MustCompile(`^ok\nrules: version (\w+), (.+), loaded (\S+)\n$`)
+	loaded := func(version string) time.Time {
+		t.Helper()
+		resp, text := body(t, healthz, nil)
+		m := okLine.FindStringSubmatch(text)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" || m == nil ||
+			m[1] != version || m[2] != file {
+			t.Fatalf("/healthz: %d %q (%s), want ok and version %s of %s", resp.StatusCode, text, resp.Header.Get("Content-Type"), version, file)
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[3])
+		if err != nil || at.Before(started.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
+			t.Fatalf("/healthz says the rules were loaded at %q (%v), not while the test ran", m[3], err)
+		}
+		return at
+	}
+	first := loaded(v1)
+
+	// A reload as ratelab edge makes one: new rules, then SIGHUP.
+	text, v2 := render(file, 6)
+	if err := os.WriteFile(filepath.Join(nc.Dir, "rules.lua"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := os.ReadFile(filepath.Join(nc.Dir, "nginx.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(n, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, text := body(t, healthz, nil)
+		return strings.Contains(text, "version "+v2+","), fmt.Sprintf("/healthz says %q, want version %s", text, v2)
+	})
+	if again := loaded(v2); again.Before(first) {
+		t.Fatalf("the reload was loaded at %s, before the first rules (%s)", again, first)
+	}
+
+	url, hdr := "http://"+nc.Listen+"/", map[string]string{"X-Consumer-Id": "healthz"}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusOK || hasLimitFields(resp.Header) {
+		t.Fatalf("Redis hung, failing open: %d with %v, want 200 without RateLimit fields", resp.StatusCode, resp.Header)
+	}
+	degraded := regexp.MustCompile(`^degraded: redis failing for \S+ \(timeout: the rate limiter's store did not answer in time\); ` +
+		`failing open; circuit closed\nrules: version ` + v2 + `, `)
+	if resp, text := body(t, healthz, nil); resp.StatusCode != http.StatusOK || !degraded.MatchString(text) {
+		t.Fatalf("/healthz with Redis hung: %d %q, want 200 and %s", resp.StatusCode, text, degraded)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		get(t, url, hdr)
+		_, text := body(t, healthz, nil)
+		return strings.HasPrefix(text, "ok\n"), fmt.Sprintf("/healthz says %q once Redis answers", text)
+	})
+}

@@ -1,0 +1,141 @@
+package edge_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/batch"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+)
+
+// TestRLSBatchSequence: the same sequence of calls, sent to a service whose
+// decisions go through internal/batch and to one that sends each alone,
+// gets the same responses, field for field.
+func TestRLSBatchSequence(t *testing.T) {
+	file := "domain: " + testDomain + "d\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n" +
+		"  - key: org\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra}\n" +
+		"  - key: slow\n    rate_limit: {window: 30s, requests_per_unit: 2, algorithm: sliding-log}\n"
+	plain := redistest.Client(t, srv)
+	b := batch.New(plain, batch.Options{Max: 16, Flushers: 2, Timeout: 5 * time.Second})
+	t.Cleanup(func() { b.Close() })
+	now := func() time.Time { return rlsFixed }
+	batched := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true,
+		Decider: algorithms.NewDecider(b.Wrap(plain), algorithms.DecideClock(algorithms.ClockCaller), algorithms.DecideNow(now))})
+	alone := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true})
+	calls := []struct {
+		hits  uint32
+		descs func() []*rlpb.RateLimitDescriptor
+	}{
+		{0, descs(desc("user", "u1"), desc("org", "o1"))},
+		{2, descs(desc("user", "u1"), desc("org", "o1"))},
+		{0, descs(desc("user", "u1"), desc("org", "o1"))},
+		{0, descs(addend(desc("org", "o1"), 0))},
+		{1, descs(desc("slow", "s"), desc("slow", "s"))},
+		{1, descs(desc("slow", "s"))},
+		{5, descs(desc("org", "o2"), desc("user", "u2"))},
+		{0, descs(desc("other", "x"))},
+	}
+	for i, c := range calls {
+		a, w := batched.call(t, "d", c.hits, c.descs()...), alone.call(t, "d", c.hits, c.descs()...)
+		if !proto.Equal(a, w) {
+			t.Errorf("call %d: batched %v\nalone %v", i, a, w)
+		}
+	}
+}
+
+// serveRLS serves ServeRLS itself, as ratelab rls does, on the test Redis
+// with the configuration dir, and dials it over gRPC.
+func serveRLS(t *testing.T, dir string, o edge.RLSOptions) pb.RateLimitServiceClient {
+	t.Helper()
+	ready := make(chan string, 1)
+	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, _ string) { ready <- g }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- edge.ServeRLS(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return pb.NewRateLimitServiceClient(conn)
+}
+
+// TestRLSBatchBurst: 200 concurrent calls for one descriptor with a limit
+// of 50 an hour, to ratelab rls's own assembly with --redis-batch 16 and
+// with 1: each admits exactly 50, whatever the batches held.
+func TestRLSBatchBurst(t *testing.T) {
+	const (
+		limit = 50
+		calls = 200
+	)
+	for _, alg := range []string{"sliding-log", "gcra", "token-bucket"} {
+		for _, n := range []int{1, 16} {
+			t.Run(alg+"/"+map[int]string{1: "batch 1", 16: "batch 16"}[n], func(t *testing.T) {
+				prefix := redistest.Prefix(t)
+				dir := t.TempDir()
+				file := "domain: " + prefix + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 50, algorithm: " + alg + "}\n"
+				if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				client := serveRLS(t, dir, edge.RLSOptions{Timeout: 5 * time.Second, Pool: 32, Batch: n,
+					OnError: edge.FailClosed, Clock: algorithms.ClockRedis})
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				admitted, failed := 0, 0
+				start := make(chan struct{})
+				for range calls {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						defer cancel()
+						resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: prefix, Descriptors: []*rlpb.RateLimitDescriptor{desc("user", "u")}})
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case err != nil:
+							failed++
+						case resp.GetOverallCode() == pb.RateLimitResponse_OK:
+							admitted++
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if admitted != limit || failed != 0 {
+					t.Errorf("%d of %d concurrent calls admitted, %d failed; want exactly %d, none failed", admitted, calls, failed, limit)
+				}
+			})
+		}
+	}
+}
