@@ -140,6 +140,9 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 		n = len(limits)
 	}
 	metAny := make([]bool, n)
+	for k := range metAny {
+		metAny[k] = cfg.ExpectConfig == nil // every descriptor is a limit of its own
+	}
 	for _, s := range samples {
 		for _, hs := range meet(s.consumer) {
 			for _, h := range hs {
@@ -267,9 +270,12 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	for k := range r.exps {
 		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = several, true
 	}
-	if len(r.exps) == 0 {
-		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{},
-			Reasons: []string{fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)}}
+	if len(r.exps) == 0 { // by a configuration, which no call met
+		why := fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)
+		if len(samples) == 0 {
+			why = "no call was made in the measured run"
+		}
+		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{}, Reasons: []string{why}}
 		return a, &r.m
 	}
 	a := auditLimits(samples, advs, r.exps, r.m, cov)

@@ -152,7 +152,10 @@ func benchNotes(r bench.Result) []string {
 // one line each when there are several.
 func auditNotes(r bench.Result, a *bench.Audit) []string {
 	var notes []string
-	if len(a.Limits) > 1 {
+	switch {
+	case len(a.Limits) == 0: // bench rls by a configuration no call met
+		notes = append(notes, fmt.Sprintf("Audit: %s: %s.", verdictWord(a.Verdict), strings.Join(a.Reasons, "; ")))
+	case len(a.Limits) > 1:
 		notes = append(notes, fmt.Sprintf("Audit of %d limits: %s.", len(a.Limits), verdictWord(a.Verdict)))
 	}
 	for _, l := range a.Limits {

@@ -254,12 +254,15 @@ func TestBenchRLSAuditCatchesLeak(t *testing.T) {
 	}{
 		{"--expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, "--fail-on-leak: user=a{consumer}: consumer-0 got 12 through"},
 		{"--expect-config", []string{"--descriptor", "user=b{consumer}", "--expect-config", dir}, "--fail-on-leak: user: consumer-0 got 12 through"},
+		{"no descriptor meets the config", []string{"--descriptor", "app=c{consumer}", "--expect-config", dir},
+			`--fail-on-leak: no verdict: no descriptor sent meets a limit of domain`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
 				"--requests", "60", "--no-probes", "--fail-on-leak"}, tc.args...)
 			code, stdout, stderr := ratelab(t, args...)
-			if code != exitThreshold || !strings.Contains(stderr, tc.want) || !strings.Contains(stdout, "LEAKED") {
+			leaked := tc.name != "no descriptor meets the config"
+			if code != exitThreshold || !strings.Contains(stderr, tc.want) || strings.Contains(stdout, "LEAKED") != leaked {
 				t.Fatalf("exit %d, stderr %q; want 3 naming %q\n%s", code, stderr, tc.want, stdout)
 			}
 		})
