@@ -91,7 +91,9 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	if wait(ctx, advertised.Add(50*time.Millisecond)) != nil {
 		return retried{}
 	}
-	first := true
+	// A try that got no answer (refused, reset, timed out) says nothing of
+	// the limit: only answers count, and with none the probe found nothing.
+	first, answered := true, false
 	for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
 		status, err := p.single(ctx, consumer, int(s.route))
 		if err == nil && status >= 200 && status < 300 {
@@ -100,12 +102,14 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 		if ctx.Err() != nil {
 			return retried{}
 		}
-		first = false
+		if err == nil {
+			first, answered = false, true
+		}
 		if wait(ctx, t.Add(100*time.Millisecond)) != nil {
 			return retried{}
 		}
 	}
-	return retried{asked: true}
+	return retried{asked: answered}
 }
 
 // single sends one request for consumer to route on a connection of its

@@ -28,6 +28,9 @@ type RLSConfig struct {
 	// its limit; 0 leaves it unset, which the service reads as 1.
 	HitsAddend uint32
 
+	// Rate … Progress are the load, the run id and the probes, as
+	// HTTPConfig's fields of the same names: calls per second (0: the
+	// closed model), channels, the bounds of the run, consumers, shards.
 	Rate            float64
 	Connections     int
 	Duration        time.Duration

@@ -140,6 +140,9 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 		n = len(limits)
 	}
 	metAny := make([]bool, n)
+	for k := range metAny {
+		metAny[k] = cfg.ExpectConfig == nil // every descriptor is a limit of its own
+	}
 	for _, s := range samples {
 		for _, hs := range meet(s.consumer) {
 			for _, h := range hs {
@@ -157,36 +160,16 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 		renum[k] = len(r.exps)
 		r.exps = append(r.exps, cfg.expectation(k))
 	}
-	r.m = meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(r.exps))}
-	counters := make([]map[string]int32, len(r.exps))
-	owner := make([][]int32, len(r.exps)) // each counter's consumer; -2 when several
-	for k := range r.m.of {
-		r.m.of[k].keys = []string{}
-		counters[k] = map[string]int32{}
-	}
+	b := newCounterBook(len(samples), len(r.exps), name)
 	for i, s := range samples {
 		for _, hs := range meet(s.consumer) {
 			for _, h := range hs {
-				k := renum[h.k]
-				lc := &r.m.of[k]
-				c, seen := counters[k][h.key]
-				switch {
-				case !seen:
-					c = int32(len(lc.names))
-					counters[k][h.key] = c
-					lc.names = append(lc.names, name(s.consumer))
-					lc.keys = append(lc.keys, h.key)
-					owner[k] = append(owner[k], s.consumer)
-				case owner[k][c] != s.consumer && owner[k][c] != -2:
-					owner[k][c] = -2
-					lc.names[c] = h.lbl
-				}
-				r.m.met[i] |= 1 << k
-				lc.idx = append(lc.idx, int32(i))
-				lc.counter = append(lc.counter, c)
+				k := int32(renum[h.k])
+				b.add(i, k, b.counter(k, h.key, h.lbl, s.consumer))
 			}
 		}
 	}
+	r.m = b.m
 	r.status = map[int32][]int{}
 	for c, hs := range perConsumer {
 		st := make([]int, len(hs))
@@ -267,9 +250,12 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	for k := range r.exps {
 		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = several, true
 	}
-	if len(r.exps) == 0 {
-		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{},
-			Reasons: []string{fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)}}
+	if len(r.exps) == 0 { // by a configuration, which no call met
+		why := fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)
+		if len(samples) == 0 {
+			why = "no call was made in the measured run"
+		}
+		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{}, Reasons: []string{why}}
 		return a, &r.m
 	}
 	a := auditLimits(samples, advs, r.exps, r.m, cov)

@@ -57,15 +57,7 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 	// on the same counters: found once, on its first sample.
 	type hit struct{ k, c int32 }
 	cache := map[[2]int32][]hit{}
-	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
-	for k := range m.of {
-		m.of[k].keys = []string{}
-	}
-	counters := make([]map[string]int32, len(limits))
-	owner := make([][]int32, len(limits)) // each counter's consumer; -2 when several
-	for k := range counters {
-		counters[k] = map[string]int32{}
-	}
+	b := newCounterBook(len(samples), len(limits), name)
 	for i, s := range samples {
 		at := [2]int32{int32(s.route), s.consumer}
 		hs, ok := cache[at]
@@ -77,31 +69,15 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 				if key == "" { // unlimited: no counter; one per entries
 					key = h.Label()
 				}
-				lc := &m.of[k]
-				c, seen := counters[k][key]
-				switch {
-				case !seen:
-					c = int32(len(lc.names))
-					counters[k][key] = c
-					lc.names = append(lc.names, name(s.consumer))
-					lc.keys = append(lc.keys, key)
-					owner[k] = append(owner[k], s.consumer)
-				case owner[k][c] != s.consumer && owner[k][c] != -2:
-					owner[k][c] = -2
-					lc.names[c] = h.Label()
-				}
-				hs = append(hs, hit{k: k, c: c})
+				hs = append(hs, hit{k: k, c: b.counter(k, key, h.Label(), s.consumer)})
 			}
 			cache[at] = hs
 		}
 		for _, h := range hs {
-			m.met[i] |= 1 << h.k
-			lc := &m.of[h.k]
-			lc.idx = append(lc.idx, int32(i))
-			lc.counter = append(lc.counter, h.c)
+			b.add(i, h.k, h.c)
 		}
 	}
-	return m
+	return b.m
 }
 
 // localAddress is the address, without its port, that conn was opened

@@ -23,7 +23,8 @@ ROUNDS=${ROUNDS:-3}
 REDIS_CPU=${REDIS_CPU:-0}
 SERVER_CPU=${SERVER_CPU:-1}
 if [ "$(nproc)" -gt 2 ]; then LOAD_CPU=${LOAD_CPU:-2}; else LOAD_CPU=${LOAD_CPU:-$SERVER_CPU}; fi
-RLS_FLAGS=${RLS_FLAGS:-} # more flags of ratelab rls, such as --redis-batch 1
+RLS_TIMEOUT=${RLS_TIMEOUT:-10s} # ratelab rls's --redis-timeout: long enough that no call fails open
+RLS_FLAGS=${RLS_FLAGS:-}       # more flags of ratelab rls, such as --redis-batch 1
 
 ref=${RATELAB_ENVOY_RATELIMIT:-}
 if [ -z "$ref" ]; then
@@ -79,7 +80,7 @@ wait_http() {
   exit 1
 }
 
-declare -A addr pid
+declare -A addr pid metrics
 start_ref() {
   local g h d
   g=$(free_port) h=$(free_port) d=$(free_port)
@@ -95,10 +96,18 @@ start_ratelab() { # name, config directory
   g=$(free_port) h=$(free_port)
   # shellcheck disable=SC2086
   taskset -c "$SERVER_CPU" ./bin/ratelab rls --config "$2/ratelimit/config" --redis "redis://127.0.0.1:$port" \
-    --grpc "127.0.0.1:$g" --http "127.0.0.1:$h" $RLS_FLAGS >"$dir/$1.log" 2>&1 &
+    --grpc "127.0.0.1:$g" --http "127.0.0.1:$h" --redis-timeout "$RLS_TIMEOUT" $RLS_FLAGS >"$dir/$1.log" 2>&1 &
   pids+=($!)
-  addr[$1]=127.0.0.1:$g pid[$1]=$!
+  addr[$1]=127.0.0.1:$g pid[$1]=$! metrics[$1]=http://127.0.0.1:$h/metrics
   wait_http "http://127.0.0.1:$h/healthz" "$1"
+}
+
+# undecided is how many calls ratelab rls name has answered other than
+# from a decision in Redis that admitted them (by its /metrics); 0 for the
+# reference.
+undecided() {
+  [ -n "${metrics[$1]:-}" ] || { echo 0; return; }
+  curl -s "${metrics[$1]}" | awk '/^ratelab_edge_decisions_total/ && !/outcome="allowed"/ {n += $NF} END {print n + 0}'
 }
 
 # cpu_ticks is the CPU time the service name has used, in clock ticks.
@@ -108,13 +117,15 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/${pid[$1]}/stat"; }
 # closed model), keeps its JSON as name-tag.json, and the CPU time the
 # service used per call, in µs, as name-tag.cpu.
 load() { # name, tag, rate
-  local t0
-  t0=$(cpu_ticks "$1")
+  local t0 u0
+  t0=$(cpu_ticks "$1") u0=$(undecided "$1")
   taskset -c "$LOAD_CPU" ./bin/ratelab bench rls "${addr[$1]}" --domain bench --descriptor 'consumer={consumer}' \
     --consumers "$CONSUMERS" --connections "$CONNECTIONS" --rate "$3" --duration "$DURATION" --warmup "$WARMUP" \
     -o json --out "$dir/$1-$2.json" 2>>"$dir/$1-bench.log" || true
   awk -v t=$(($(cpu_ticks "$1") - t0)) -v hz="$(getconf CLK_TCK)" -v n="$(field "$dir/$1-$2.json" 'r["requests"] + r["warmup_requests"]')" \
     'BEGIN {printf "%.0f\n", t * 1e6 / hz / n}' >"$dir/$1-$2.cpu"
+  local u=$(($(undecided "$1") - u0))
+  if [ "$u" != 0 ]; then echo "bench-rls: $1: $u calls answered without a decision that admitted them (failed open, denied, circuit open): see its /metrics" >&2; fi
   python3 - "$dir/$1-$2.json" "$1" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -145,7 +156,7 @@ start_ratelab rls-log "$dir/log"
 cores=$(nproc)
 echo "bench-rls: ratelab rls (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)) against envoyproxy/ratelimit ($ref), Redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}')"
 echo "  one config file: domain bench, descriptor consumer (its value one of $CONSUMERS: consumer={consumer}), fixed window $PER_MINUTE per minute; ratelab's sliding-log the same with algorithm: sliding-log"
-echo "  bench rls --connections $CONNECTIONS --duration $DURATION --warmup $WARMUP, median of $ROUNDS alternating rounds; ratelab rls flags: ${RLS_FLAGS:-none}"
+echo "  bench rls --connections $CONNECTIONS --duration $DURATION --warmup $WARMUP, median of $ROUNDS alternating rounds; ratelab rls --redis-timeout $RLS_TIMEOUT $RLS_FLAGS"
 if [ "$LOAD_CPU" = "$SERVER_CPU" ]; then
   echo "  $cores cores: Redis on cpu $REDIS_CPU; the service under test and bench rls share cpu $SERVER_CPU (the load generator's cost counts against each service alike)"
 else

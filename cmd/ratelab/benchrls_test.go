@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -254,12 +255,15 @@ func TestBenchRLSAuditCatchesLeak(t *testing.T) {
 	}{
 		{"--expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, "--fail-on-leak: user=a{consumer}: consumer-0 got 12 through"},
 		{"--expect-config", []string{"--descriptor", "user=b{consumer}", "--expect-config", dir}, "--fail-on-leak: user: consumer-0 got 12 through"},
+		{"no descriptor meets the config", []string{"--descriptor", "app=c{consumer}", "--expect-config", dir},
+			`--fail-on-leak: no verdict: no descriptor sent meets a limit of domain`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
 				"--requests", "60", "--no-probes", "--fail-on-leak"}, tc.args...)
 			code, stdout, stderr := ratelab(t, args...)
-			if code != exitThreshold || !strings.Contains(stderr, tc.want) || !strings.Contains(stdout, "LEAKED") {
+			leaked := tc.name != "no descriptor meets the config"
+			if code != exitThreshold || !strings.Contains(stderr, tc.want) || strings.Contains(stdout, "LEAKED") != leaked {
 				t.Fatalf("exit %d, stderr %q; want 3 naming %q\n%s", code, stderr, tc.want, stdout)
 			}
 		})
@@ -381,6 +385,109 @@ func TestBenchRLSAuditFlags(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
 			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// startReference runs envoyproxy/ratelimit's service_cmd ($RATELAB_ENVOY_RATELIMIT,
+// else on PATH; the test is skipped without it, as edge's side-by-side
+// test is) on the test package's Redis with the config file src (its
+// domain written in place of DOMAIN), and returns its gRPC address and the
+// directory of its config.
+func startReference(t *testing.T, src string) (addr, dir, domain string) {
+	t.Helper()
+	bin := os.Getenv("RATELAB_ENVOY_RATELIMIT")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("service_cmd"); err != nil {
+			t.Skip("envoyproxy/ratelimit not found: set RATELAB_ENVOY_RATELIMIT to its service_cmd (docs/envoy.md)")
+		}
+	}
+	redistest.Client(t, srv)
+	domain = redistest.Prefix(t)
+	root := t.TempDir()
+	dir = filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(src, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, httpAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LOG_LEVEL=warn",
+		"GRPC_PORT="+port(addr), "PORT="+port(httpAddr), "DEBUG_PORT="+port(debugAddr))
+	var out syncWriter
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("envoyproxy/ratelimit exited:\n%s", out.String())
+		default:
+		}
+		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		if err != nil {
+			return false, fmt.Sprintf("envoyproxy/ratelimit not serving: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("healthcheck %d", resp.StatusCode)
+	})
+	return addr, dir, domain
+}
+
+// TestBenchRLSReferenceHolds: envoyproxy/ratelimit, whose fixed windows
+// count every descriptor's hits, refused calls included, passes bench
+// rls's audit by its own configuration: with one descriptor (its
+// duration_until_reset probed), and with two over more than a second,
+// where the calls the per-second limit refuses spend the per-minute one.
+// A configuration far below its limits catches it (exit 3).
+func TestBenchRLSReferenceHolds(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: second, requests_per_unit: 3}\n" +
+		"  - key: app\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n"
+	addr, dir, domain := startReference(t, config)
+	low := t.TempDir()
+	if err := os.WriteFile(filepath.Join(low, "a.yaml"), []byte(strings.ReplaceAll(strings.ReplaceAll(config, "DOMAIN", domain),
+		"requests_per_unit: 1000", "requests_per_unit: 40")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"one descriptor", []string{"--descriptor", "user=a{consumer}", "--requests", "120", "--expect-config", dir}, exitOK},
+		{"two descriptors", []string{"--descriptor", "user=b{consumer}", "--descriptor", "app=b{consumer}", "--duration", "1500ms",
+			"--expect-config", dir, "--no-probes"}, exitOK},
+		{"far below its limits", []string{"--descriptor", "app=c{consumer}", "--requests", "240", "--expect-config", low, "--no-probes"}, exitThreshold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
+				"--fail-on-leak", "-o", "json"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (%s): %+v", code, tc.code, stderr, res.Audit)
+			}
+			if tc.code == exitOK {
+				for _, l := range res.Audit.Limits {
+					if l.Verdict != "held" || l.Headers.Violations != 0 {
+						t.Errorf("limit %+v", l)
+					}
+				}
 			}
 		})
 	}

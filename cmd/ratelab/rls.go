@@ -65,7 +65,7 @@ Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to 
 		"which is asked every 100ms until it answers (0: no circuit breaker)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "bound on one decision in Redis")
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most (envoyproxy/ratelimit's REDIS_POOL_SIZE)")
-	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions per Redis round trip: concurrent calls go out as one pipeline "+
+	f.IntVar(&opts.Batch, "redis-batch", 16, "most decisions per Redis round trip: concurrent calls go out as one pipeline "+
 		"(1: one call per decision)")
 	f.StringVar(&opts.clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
 	opts.redis.bind(f, false)
