@@ -67,16 +67,21 @@ docs:
 
 # Per-decision cost of each limiter, the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
-# bench http beside wrk (and wrk2, bombardier when installed) on nginx, and
-# ratelab rls beside envoyproxy/ratelimit under bench rls (skipped when its
-# service_cmd is not built). (./rules/: matching a request against ten rules.)
+# batching decisions (limited over off, Go over nginx, idle latency, round
+# trips), bench http beside wrk (and wrk2, bombardier when installed) on
+# nginx, compare's batched throughput beside redis-benchmark pipelining the
+# same script, and ratelab rls beside envoyproxy/ratelimit under bench rls
+# (skipped when its service_cmd is not built). (./rules/: matching a
+# request against ten rules.)
 bench: build
 	@scripts/deps.sh bench
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/ ./rules/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
 	scripts/bench-edge.sh
+	scripts/bench-batch.sh
 	scripts/bench-http.sh
+	scripts/bench-compare.sh
 	scripts/bench-rls.sh
 
 # Every fuzz target (func FuzzXxx in any package, found with go test -list)

@@ -279,6 +279,12 @@ type expectation struct {
 	quota             int64
 	cost              int64
 	shadow, unlimited bool
+	// refusedMaySpend says a request refused may still have spent this
+	// limit (another limit refused it): the checks of remaining count
+	// every request, not only those admitted. refusedAtZero says a request
+	// this limit alone refused must have been told 0 remaining of it (a
+	// rate limit service's OVER_LIMIT status).
+	refusedMaySpend, refusedAtZero bool
 }
 
 // newExpectation makes the expectation of limit per window under

@@ -163,7 +163,7 @@ func auditEdge(t *testing.T, name string, batched int) {
 	defer uc.Close()
 	limited := uc
 	if batched > 1 {
-		b := batch.New(uc, batch.Options{Max: batched, Flushers: 4, Timeout: 5 * time.Second})
+		b := batch.New(uc, batch.Options{Max: batched, Flushers: 2, Timeout: 5 * time.Second})
 		defer b.Close()
 		limited = b.Wrap(uc)
 	}

@@ -58,6 +58,12 @@ type plan struct {
 	// probes is when the Retry-After probes will be over (Unix ns), while
 	// they run; 0 otherwise.
 	probes atomic.Int64
+	// wholeAfter says a denied consumer is surely admitted only once every
+	// limit its request met is whole again (a sample's reset), not at its
+	// Retry-After alone; noEarlyProbe that an admission before then proves
+	// nothing (a rolling window frees a slot before it is whole). A rate
+	// limit service's duration_until_reset is both.
+	wholeAfter, noEarlyProbe bool
 }
 
 // probesUntil is when the probes will be over; zero when none run.

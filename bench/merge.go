@@ -430,6 +430,17 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 		}
 		exps[k] = exp
 	}
+	for k := range exps { // bench rls: see rlsAudit
+		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
+	}
+	if len(runs[0].Config.Descriptors) > 1 {
+		for k := range exps {
+			exps[k].refusedMaySpend = true
+		}
+		if cov.skipUnder == "" {
+			cov.skipUnder = severalDescriptors
+		}
+	}
 	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
 	if counters != nil {
 		m = counters.m

@@ -29,6 +29,54 @@ type limitCounters struct {
 	keys []string
 }
 
+// counterBook builds a meeting whose counters have keys (an audit by
+// rules, or by a rate limit service's descriptors): requests that name one
+// key count against one counter, whichever consumer sent them.
+type counterBook struct {
+	m        meeting
+	counters []map[string]int32 // per limit, counter by key
+	owner    [][]int32          // per limit, each counter's consumer; -2 when several
+	name     func(int32) string
+}
+
+func newCounterBook(samples, limits int, name func(int32) string) *counterBook {
+	b := &counterBook{m: meeting{met: make([]uint64, samples), of: make([]limitCounters, limits)},
+		counters: make([]map[string]int32, limits), owner: make([][]int32, limits), name: name}
+	for k := range b.m.of {
+		b.m.of[k].keys = []string{}
+		b.counters[k] = map[string]int32{}
+	}
+	return b
+}
+
+// counter is limit k's counter of key, which consumer's request met: a
+// new one, named after the consumer, when the key is new; named by label
+// once several consumers met it.
+func (b *counterBook) counter(k int32, key, label string, consumer int32) int32 {
+	lc := &b.m.of[k]
+	c, seen := b.counters[k][key]
+	switch {
+	case !seen:
+		c = int32(len(lc.names))
+		b.counters[k][key] = c
+		lc.names = append(lc.names, b.name(consumer))
+		lc.keys = append(lc.keys, key)
+		b.owner[k] = append(b.owner[k], consumer)
+	case b.owner[k][c] != consumer && b.owner[k][c] != -2:
+		b.owner[k][c] = -2
+		lc.names[c] = label
+	}
+	return c
+}
+
+// add notes that sample i met limit k on its counter c.
+func (b *counterBook) add(i int, k, c int32) {
+	b.m.met[i] |= 1 << k
+	lc := &b.m.of[k]
+	lc.idx = append(lc.idx, int32(i))
+	lc.counter = append(lc.counter, c)
+}
+
 // everyConsumer is the meeting of limits that each consumer has its own of,
 // and that every request meets: --expect-limit's. name names the consumers.
 func everyConsumer(samples []sample, limits, consumers int, name func(int32) string) meeting {

@@ -46,7 +46,7 @@ func (p *plan) retry(ctx context.Context, denials []sample) []retried {
 	runStart := p.start.Add(p.warmup)
 	var until time.Time
 	for _, s := range denials {
-		until = later(until, runStart.Add(s.done+s.retryAfter+10*time.Second))
+		until = later(until, runStart.Add(s.done+p.waitFor(s)+10*time.Second))
 	}
 	p.probes.Store(until.UnixNano())
 	defer p.probes.Store(0)
@@ -68,7 +68,7 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	// The decision was made after s was sent, and the slot cannot free
 	// before its Retry-After, rounded up to a whole second, less that
 	// second: probe just before then, when it is still ahead.
-	if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); time.Until(before) > 0 {
+	if before := runStart.Add(s.sent + s.retryAfter - time.Second - 100*time.Millisecond); !p.noEarlyProbe && time.Until(before) > 0 {
 		if wait(ctx, before) != nil {
 			return retried{}
 		}
@@ -87,11 +87,13 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 	// After the advertised time, counted from when the denial came back,
 	// the consumer must be admitted at the first try. When it is not, keep
 	// asking every 100 ms to learn how late the truth was.
-	advertised := runStart.Add(s.done + s.retryAfter)
+	advertised := runStart.Add(s.done + p.waitFor(s))
 	if wait(ctx, advertised.Add(50*time.Millisecond)) != nil {
 		return retried{}
 	}
-	first := true
+	// A try that got no answer (refused, reset, timed out) says nothing of
+	// the limit: only answers count, and with none the probe found nothing.
+	first, answered := true, false
 	for t := time.Now(); t.Before(advertised.Add(10 * time.Second)); t = time.Now() {
 		status, err := p.single(ctx, consumer, int(s.route))
 		if err == nil && status >= 200 && status < 300 {
@@ -100,12 +102,14 @@ func (p *plan) retryOne(ctx context.Context, runStart time.Time, s sample) retri
 		if ctx.Err() != nil {
 			return retried{}
 		}
-		first = false
+		if err == nil {
+			first, answered = false, true
+		}
 		if wait(ctx, t.Add(100*time.Millisecond)) != nil {
 			return retried{}
 		}
 	}
-	return retried{asked: true}
+	return retried{asked: answered}
 }
 
 // single sends one request for consumer to route on a connection of its

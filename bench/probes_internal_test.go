@@ -17,6 +17,8 @@ type fakeProber struct {
 
 func (f *fakeProber) denials(context.Context, int, int64) []sample { return f.denied }
 
+func (f *fakeProber) waitFor(s sample) time.Duration { return s.retryAfter }
+
 func (f *fakeProber) retry(_ context.Context, d []sample) []retried {
 	f.retries = append(f.retries, d)
 	return f.found[:len(d)]

@@ -132,3 +132,39 @@ func TestSlowProbeIsNotEarly(t *testing.T) {
 		t.Fatalf("retry-after %+v: not probed", ra)
 	}
 }
+
+// TestUnansweredProbeIsNoFault: a gateway that stops answering after the
+// run (its connections reset) never shows whether it would admit a
+// consumer after its Retry-After: the probes find nothing, and the
+// Retry-After is not called false.
+func TestUnansweredProbeIsNoFault(t *testing.T) {
+	t.Parallel()
+	const requests = 6
+	var n sync.Mutex
+	seen := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n.Lock()
+		seen++
+		run := seen <= requests
+		n.Unlock()
+		if !run { // after the run: no answer
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 0, Connections: 1, Requests: requests,
+		Consumers: 1, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := res.Audit.Limits[0].RetryAfter
+	if ra.Honest != nil || ra.Probes != 0 {
+		t.Fatalf("retry-after %+v (%s): probes that got no answer judged the gateway", ra, ra.Fault())
+	}
+}

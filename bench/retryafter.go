@@ -21,6 +21,9 @@ type prober interface {
 	// retry asks each denied consumer again around its Retry-After, all at
 	// once, and returns what it found, one per denial, in their order.
 	retry(ctx context.Context, denials []sample) []retried
+	// waitFor is how long after a denial came back its consumer must be
+	// admitted.
+	waitFor(s sample) time.Duration
 }
 
 // retried is what asking a denied consumer again found.
@@ -59,7 +62,7 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 	picks = picks[:min(len(picks), 3)]
 	const maxWait = 70 * time.Second
 	for _, s := range picks {
-		if s.retryAfter > maxWait {
+		if pr.waitFor(s) > maxWait {
 			a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // RLSConfig is one load run against a rate limit service: calls of
@@ -27,6 +28,9 @@ type RLSConfig struct {
 	// its limit; 0 leaves it unset, which the service reads as 1.
 	HitsAddend uint32
 
+	// Rate … Progress are the load, the run id and the probes, as
+	// HTTPConfig's fields of the same names: calls per second (0: the
+	// closed model), channels, the bounds of the run, consumers, shards.
 	Rate            float64
 	Connections     int
 	Duration        time.Duration
@@ -42,6 +46,20 @@ type RLSConfig struct {
 	KeepResponses   bool
 	NoProbes        bool
 	Progress        func(Progress)
+
+	// ExpectLimit per ExpectWindow, when set, audits the service: each
+	// descriptor's counter (its values as sent, {consumer} rendered) is
+	// held to that limit, in hits (each call takes HitsAddend), under
+	// ExpectAlgorithm's guarantee (algorithms.Algorithms()) or, when empty,
+	// the sliding-window rule.
+	ExpectLimit     int64
+	ExpectWindow    time.Duration
+	ExpectAlgorithm string
+	// ExpectConfig, when set, audits the service by its own configuration
+	// of Domain (envoyproxy/ratelimit's file, parsed for the service): each
+	// descriptor is held to the limits it meets there, each by its own
+	// algorithm. Not with ExpectLimit.
+	ExpectConfig *rules.Set
 }
 
 // Descriptor is one descriptor of a call: its entries, in order.
@@ -101,7 +119,7 @@ func (c RLSConfig) Validate() error {
 	if _, err := c.templates(); err != nil {
 		return err
 	}
-	return nil
+	return c.validateExpect()
 }
 
 // templates are each descriptor's values as templates, in order.
@@ -156,7 +174,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	p := newSchedule(l, t, false)
+	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls) }
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
@@ -174,6 +192,11 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res.StartedUnixMillis = p.start.Add(l.Warmup).UnixMilli()
 	res.RunID = runID
 	d.fill(&res)
+	if p.audit {
+		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
+		res.Audit = &a
+		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+	}
 	return res, ctx.Err()
 }
 
@@ -194,6 +217,7 @@ func (c RLSConfig) runID() string {
 	}
 	h := HTTPConfig{Target: "grpc://" + c.Target, Method: "ShouldRateLimit", Rate: c.Rate, Duration: c.Duration, Warmup: c.Warmup,
 		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Shards: c.Shards, SharedConsumers: c.SharedConsumers,
-		StartAt: c.StartAt, Body: []byte(fmt.Sprintf("%q %q %d", c.Domain, c.descriptorTexts(), c.HitsAddend))}
+		StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
+		Body: []byte(fmt.Sprintf("%q %q %d %v", c.Domain, c.descriptorTexts(), c.HitsAddend, c.ExpectConfig != nil))}
 	return h.runID()
 }

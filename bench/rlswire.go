@@ -157,7 +157,9 @@ func rlsStatus(code pb.RateLimitResponse_Code) int {
 // them by limit): current_limit as q and w (s), limit_remaining as r,
 // duration_until_reset as t (s, rounded up). A call OVER_LIMIT waits, as
 // its Retry-After, the longest duration_until_reset of the descriptors
-// over their limit.
+// over their limit or with nothing remaining (the next call would be
+// refused by them too); its reset is the longest of every descriptor with
+// a limit, when all of them are whole again.
 func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert) {
 	s := sample{consumer: int32(max(consumer, 0)), sent: sent, done: done, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
 	if w.resp == nil {
@@ -169,10 +171,14 @@ func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) 
 		if d := st.GetDurationUntilReset(); d != nil && d.IsValid() {
 			reset = max(d.AsDuration(), 0)
 		}
-		if st.GetCode() == pb.RateLimitResponse_OVER_LIMIT && reset >= 0 {
+		cl := st.GetCurrentLimit()
+		exhausted := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT || (cl != nil && st.GetLimitRemaining() == 0)
+		if s.status == rlsOver && exhausted && reset >= 0 {
 			s.retryAfter = max(s.retryAfter, reset)
 		}
-		cl := st.GetCurrentLimit()
+		if cl != nil && reset >= 0 {
+			s.reset = max(s.reset, reset)
+		}
 		if cl == nil || i >= maxAdverts {
 			continue
 		}

@@ -57,15 +57,7 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 	// on the same counters: found once, on its first sample.
 	type hit struct{ k, c int32 }
 	cache := map[[2]int32][]hit{}
-	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, len(limits))}
-	for k := range m.of {
-		m.of[k].keys = []string{}
-	}
-	counters := make([]map[string]int32, len(limits))
-	owner := make([][]int32, len(limits)) // each counter's consumer; -2 when several
-	for k := range counters {
-		counters[k] = map[string]int32{}
-	}
+	b := newCounterBook(len(samples), len(limits), name)
 	for i, s := range samples {
 		at := [2]int32{int32(s.route), s.consumer}
 		hs, ok := cache[at]
@@ -77,31 +69,15 @@ func rulesMeeting(samples []sample, set *rules.Set, req func(route, consumer int
 				if key == "" { // unlimited: no counter; one per entries
 					key = h.Label()
 				}
-				lc := &m.of[k]
-				c, seen := counters[k][key]
-				switch {
-				case !seen:
-					c = int32(len(lc.names))
-					counters[k][key] = c
-					lc.names = append(lc.names, name(s.consumer))
-					lc.keys = append(lc.keys, key)
-					owner[k] = append(owner[k], s.consumer)
-				case owner[k][c] != s.consumer && owner[k][c] != -2:
-					owner[k][c] = -2
-					lc.names[c] = h.Label()
-				}
-				hs = append(hs, hit{k: k, c: c})
+				hs = append(hs, hit{k: k, c: b.counter(k, key, h.Label(), s.consumer)})
 			}
 			cache[at] = hs
 		}
 		for _, h := range hs {
-			m.met[i] |= 1 << h.k
-			lc := &m.of[h.k]
-			lc.idx = append(lc.idx, int32(i))
-			lc.counter = append(lc.counter, h.c)
+			b.add(i, h.k, h.c)
 		}
 	}
-	return m
+	return b.m
 }
 
 // localAddress is the address, without its port, that conn was opened
@@ -130,9 +106,15 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 		m = everyConsumer(samples, len(exps), cfg.Consumers, p.consumerName)
 	}
 	a := auditLimits(samples, advs, exps, m, cov)
-	// One set of probes for every limit: a consumer denied must be
-	// admitted again once its Retry-After has passed, by every limit that
-	// could have denied it.
+	probeLimits(ctx, p, samples, &a, cov, cfg.NoProbes, "")
+	return a, &m
+}
+
+// probeLimits asks the engine for one set of Retry-After probes for every
+// limit judged: a consumer denied must be admitted again once its
+// Retry-After has passed, by every limit that could have denied it. skip,
+// when set, says why no probe can be made.
+func probeLimits(ctx context.Context, p *plan, samples []sample, a *Audit, cov coverage, noProbes bool, skip string) {
 	var probed *RetryAfterAudit
 	for i := range a.Limits {
 		l := &a.Limits[i]
@@ -142,8 +124,10 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 		case cov.partial:
 			// Another machine may be asking the same consumer meanwhile.
 			l.RetryAfter.Skipped = sharedNote
-		case cfg.NoProbes:
+		case noProbes:
 			l.RetryAfter.Skipped = "probes turned off (--no-probes)"
+		case skip != "":
+			l.RetryAfter.Skipped = skip
 		case ctx.Err() != nil:
 			l.RetryAfter.Skipped = "the run was interrupted"
 		case probed != nil:
@@ -160,5 +144,4 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 			probed = &l.RetryAfter
 		}
 	}
-	return a, &m
 }

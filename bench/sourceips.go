@@ -84,6 +84,9 @@ func (p *plan) consumerName(c int32) string {
 	if c >= 0 && int(c) < len(p.sources) {
 		return p.sources[c].String()
 	}
+	if p.req == nil { // not HTTP: consumer-N
+		return consumerName(c)
+	}
 	return p.req.name(c)
 }
 

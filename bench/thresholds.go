@@ -71,6 +71,10 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		}
 		return crossed
 	}
+	if len(a.Limits) == 0 && a.Verdict == NoVerdict && t.FailOnLeak && !t.AllowNoVerdict {
+		// bench rls by a configuration that no call met: nothing judged.
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s", strings.Join(a.Reasons, "; ")))
+	}
 	for _, l := range a.Limits {
 		if l.Verdict == NotJudged {
 			continue
@@ -82,7 +86,7 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		if t.FailOnUnder != nil {
 			found = append(found, l.crossedUnder(*t.FailOnUnder)...)
 		}
-		if len(a.Limits) > 1 { // say which limit
+		if len(a.Limits) > 1 || r.Command == "bench_rls" { // say which limit (bench rls: which descriptor)
 			for _, e := range found {
 				e.Reason = ": " + l.Label() + e.Reason
 			}

@@ -32,6 +32,13 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 		}
 		checkAdvertised(s, p.Limit, &l.Headers, name)
+		if exp.refusedAtZero && s.denied() && !s.otherMayDeny && s.remaining > 0 {
+			// Refused, and by this limit alone: nothing remained of it.
+			l.Headers.Violations++
+			if l.Headers.Example == "" {
+				l.Headers.Example = name(s.consumer) + " was refused with " + strconv.FormatInt(s.remaining, 10) + " remaining"
+			}
+		}
 	}
 	lookback := exp.guarantee.Lookback(p)
 	underJudged := cov.skipUnder == ""
@@ -63,7 +70,11 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			noOK = append(noOK, int32(c))
 		}
 		if !cov.partial {
-			remainingChecks(j.ok, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
+			counted := j.ok
+			if exp.refusedMaySpend {
+				counted = spentOrNot(ss)
+			}
+			remainingChecks(counted, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
 		}
 		keepWorst(&l.WorstConsumers, ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
 			OverAdmitted: max(j.worst.admitted-j.worst.allowed, 0), UnderAdmitted: j.under}, int32(c), name)
@@ -331,3 +342,16 @@ func keepWorst(worst *[]ConsumerAudit, ca ConsumerAudit, c int32, name func(int3
 }
 
 func anyStatus(string) bool { return true }
+
+// spentOrNot is every request of ss, as remainingChecks counts them when a
+// request refused may have spent the limit: only the admitted ones keep
+// their remaining, to be judged.
+func spentOrNot(ss []sample) []sample {
+	out := slices.Clone(ss)
+	for i := range out {
+		if !out[i].ok() {
+			out[i].remaining = -1
+		}
+	}
+	return out
+}

@@ -81,8 +81,9 @@ type Config struct {
 	Duration time.Duration
 	// Batch, over 1, measures the throughput workload once more with the
 	// decisions sent through internal/batch: those waiting at one moment go
-	// out as one pipeline of at most Batch EVALSHAs, on up to BatchFlushers
-	// connections at once. 0 or 1: one call per decision only.
+	// out as one pipeline of at most Batch EVALSHAs, on up to
+	// Pipelines(Connections, Batch) connections at once. 0 or 1: one call per
+	// decision only.
 	Batch int
 	// Progress, when set, is called as each workload of each algorithm starts.
 	Progress func(algorithm, workload string)

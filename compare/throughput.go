@@ -20,11 +20,6 @@ import (
 	"github.com/ratelab/ratelab/internal/roundtrip"
 )
 
-// BatchFlushers is how many pipelines the batched throughput workload may
-// have in flight at once, each on its own connection: as many as ratelab
-// edge --redis-batch uses.
-const BatchFlushers = 4
-
 // MaxBatch bounds Config.Batch.
 const MaxBatch = 1024
 
@@ -58,7 +53,8 @@ func throughput(ctx context.Context, client redis.UniversalClient, cfg Config, e
 }
 
 // commandsPer is the commands Redis ran per decision between two readings
-// of INFO commandstats, the scripts' own calls and the probes' left out.
+// of INFO commandstats: the scripts' own calls, not the script commands
+// themselves nor INFO, PING, SCRIPT, HELLO and CLIENT SETINFO.
 func commandsPer(before, after map[string]int64, decisions float64) *float64 {
 	var n int64
 	for cmd, calls := range after {
@@ -72,13 +68,21 @@ func commandsPer(before, after map[string]int64, decisions float64) *float64 {
 	return &per
 }
 
+// Pipelines is how many pipelines the batched throughput workload may have
+// in flight at once, each on its own connection: enough for every one of
+// connections goroutines' decisions to be in one, batch to a pipeline.
+func Pipelines(connections, batch int) int {
+	return max(1, (connections+batch-1)/max(batch, 1))
+}
+
 // batched measures the throughput workload with the decisions of the
 // Connections goroutines sent through a batch.Batcher: those waiting at one
-// moment go out as one pipeline of at most Batch EVALSHAs. Round trips are
-// the pipelines sent per decision.
+// moment go out as one pipeline of at most Batch EVALSHAs, on up to
+// Pipelines connections at once. Round trips are the pipelines sent per
+// decision.
 func batched(ctx context.Context, client redis.UniversalClient, cfg Config, e entrant, res *Result) error {
 	var pipelines atomic.Int64
-	b := batch.New(client, batch.Options{Max: cfg.Batch, Flushers: BatchFlushers,
+	b := batch.New(client, batch.Options{Max: cfg.Batch, Flushers: Pipelines(cfg.Connections, cfg.Batch),
 		OnBatch: func(int, bool) { pipelines.Add(1) }})
 	defer b.Close()
 	var from int64

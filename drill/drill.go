@@ -94,9 +94,10 @@ type Config struct {
 	Nodes int
 	// Timeout bounds one decision in Redis; 200ms by default.
 	Timeout time.Duration
-	// Batch is the most decisions the go engine sends to Redis in one round
-	// trip (edge.Options.Batch); 1, one call per decision, by default. The
-	// openresty engine always sends one.
+	// Batch is the most decisions the go engine and the rls service send to
+	// Redis in one round trip (edge.Options.Batch, edge.RLSOptions.Batch);
+	// DefaultBatch by default, as both default to, and 1 for one call per
+	// decision. The openresty engine always sends one.
 	Batch int
 	// BreakerFailures opens a gateway's circuit after this many failures in
 	// a row; 5 by default, negative for no circuit breaker.
@@ -118,6 +119,9 @@ const (
 	MaxRate = 20_000
 	// MaxBatch bounds Config.Batch, as edge bounds its own.
 	MaxBatch = 1024
+	// DefaultBatch is Config.Batch's default: ratelab edge's and ratelab
+	// rls's, so that a drill drills the services as they run by default.
+	DefaultBatch = 16
 )
 
 func (c Config) withDefaults() Config {
@@ -161,7 +165,7 @@ func (c Config) withDefaults() Config {
 		c.BreakerFailures = 5
 	}
 	if c.Batch == 0 {
-		c.Batch = 1
+		c.Batch = DefaultBatch
 	}
 	if c.DownAfter == 0 {
 		c.DownAfter = time.Second

@@ -63,17 +63,17 @@ func TestDrills(t *testing.T) {
 		fault, mode string
 		engines     []string
 		nodes       int
-		batch       int // the go engine's --redis-batch
+		batch       int // the go engine's and the rls service's --redis-batch
 		check       func(t *testing.T, c drill.Settings, r drill.Row)
 	}{
 		{drill.ScriptFlush, "open", all, 1, 1, scriptFlushed},
 		// Batched: a pipeline's NOSCRIPTs load the script once and only
 		// those commands go again.
-		{drill.ScriptFlush, "open", []string{edge.EngineGo}, 1, 16, scriptFlushed},
+		{drill.ScriptFlush, "open", []string{edge.EngineGo, drill.EngineRLS}, 1, 16, scriptFlushed},
 		{drill.Hang, "closed", all, 1, 1, hangClosed},
 		// Batched: the decisions waiting while Redis hangs share pipelines
 		// that all time out; none is replayed once Redis is back.
-		{drill.Hang, "closed", []string{edge.EngineGo}, 1, 16, hangClosed},
+		{drill.Hang, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, 16, hangClosed},
 		{drill.Latency, "open", all, 1, 1, func(t *testing.T, _ drill.Settings, r drill.Row) {
 			if r.Errors != 0 || r.OverAdmitted != 0 || r.P50Millis < 20 {
 				t.Errorf("latency 20ms under a 3s timeout: %d errors, %d over-admitted, p50 %gms; want none, and the latency seen",
@@ -92,7 +92,7 @@ func TestDrills(t *testing.T) {
 		}},
 		{drill.OOM, "closed", all, 1, 1, oomClosed},
 		// Batched: each command of a pipeline gets its own OOM error.
-		{drill.OOM, "closed", []string{edge.EngineGo}, 1, 16, oomClosed},
+		{drill.OOM, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, 16, oomClosed},
 		{drill.Hang, "local", []string{edge.EngineGo}, 2, 1, func(t *testing.T, c drill.Settings, r drill.Row) {
 			// Each transition (into the fault, out of it) may admit up to the
 			// limit beyond the window's, per consumer: the fleet's share.
@@ -102,7 +102,7 @@ func TestDrills(t *testing.T) {
 			}
 		}},
 		{drill.Failover, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, 1, failoverClosed},
-		{drill.Failover, "closed", []string{edge.EngineGo}, 1, 16, failoverClosed},
+		{drill.Failover, "closed", []string{edge.EngineGo, drill.EngineRLS}, 1, 16, failoverClosed},
 	} {
 		for _, engine := range tc.engines {
 			name := tc.fault + "/" + tc.mode + "/" + engine

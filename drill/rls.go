@@ -37,8 +37,8 @@ func rlsConfig(cfg Config) string {
 		strconv.FormatInt(cfg.Policy.Limit, 10) + ", algorithm: " + cfg.Algorithm + "}\n"
 }
 
-// rlsService serves ratelab rls (edge.ServeRLS) with r's mode in front of
-// s, on a free loopback port, until ctx is done; it returns its gRPC
+// rlsService serves ratelab rls (edge.ServeRLS) with r's mode and cfg's
+// batch in front of s, on a free loopback port, until ctx is done; it returns its gRPC
 // address once it listens, with a function that stops it and reports how
 // it ended.
 func rlsService(ctx context.Context, cfg Config, r run, s *stage) (string, func() error, error) {
@@ -52,7 +52,7 @@ func rlsService(ctx context.Context, cfg Config, r run, s *stage) (string, func(
 	}
 	ready := make(chan string, 1)
 	o := edge.RLSOptions{GRPC: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 64, OnError: edge.OnError(r.mode),
-		BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis,
+		BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis, Batch: cfg.Batch,
 		Ready: func(grpcAddr, _ string) { ready <- grpcAddr }}
 	if err := o.Validate(); err != nil {
 		os.RemoveAll(dir)

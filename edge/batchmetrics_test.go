@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/testwait"
 )
@@ -150,5 +151,79 @@ func TestBatchMetrics(t *testing.T) {
 				t.Errorf("%v batches, want between %v and %d", d.batches, low, requests)
 			}
 		})
+	}
+}
+
+// TestBatchMetricsCluster: on a Redis Cluster of 3 masters a batch is
+// split into one pipeline per node, and the metrics count each as a round
+// trip: after concurrent decisions on consumers whose keys fall on every
+// node, the decisions in batches equal the evalsha calls of the three
+// nodes together, there is a batch per round trip, and at least one per
+// node.
+func TestBatchMetricsCluster(t *testing.T) {
+	t.Parallel()
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	ctx := context.Background()
+	client := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2}, 5*time.Second, 64))
+	t.Cleanup(func() { client.Close() })
+	m := edge.NewMetrics()
+	m.CountRedis(client)
+	b := batch.New(client, batch.Options{Max: 64, Flushers: 2, Timeout: 5 * time.Second})
+	t.Cleanup(func() { b.Close() })
+	lim, err := algorithms.New("sliding-log", b.Wrap(client), algorithms.Policy{Limit: 1000, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.(algorithms.Loader).Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for i := range 30 {
+		node, err := client.(*redis.ClusterClient).MasterForKey(ctx, algorithms.Key("c"+strconv.Itoa(i), "sliding-log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[node.Options().Addr] = true
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("the consumers' keys fall on %d nodes, want 3", len(nodes))
+	}
+	evalsha := func() int64 {
+		var n int64
+		for _, addr := range cl.Addrs() {
+			c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+			n += commandCalls(t, c, "evalsha")
+			c.Close()
+		}
+		return n
+	}
+	trips0, e0 := m.RedisRoundTrips(), evalsha()
+	batches0, decisions0 := m.RedisBatches()
+	const decisions = 90
+	var wg sync.WaitGroup
+	for i := range decisions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := lim.Allow(ctx, "c"+strconv.Itoa(i%30))
+			if err != nil || !d.Allowed {
+				t.Errorf("decision %d: %+v, %v; want admitted", i, d, err)
+			}
+		}()
+	}
+	wg.Wait()
+	batches, sent := m.RedisBatches()
+	batches, sent = batches-batches0, sent-decisions0
+	trips, calls := m.RedisRoundTrips()-trips0, evalsha()-e0
+	t.Logf("%d decisions: %d round trips, %d batches of %d decisions, %d evalsha calls on the nodes", decisions, trips, batches, sent, calls)
+	if sent != decisions || calls != decisions {
+		t.Errorf("sent %d decisions in batches, the nodes ran %d EVALSHAs: want %d each", sent, calls, decisions)
+	}
+	if trips != batches || batches < 3 || batches > decisions {
+		t.Errorf("%d round trips, %d batches: want as many, between 3 (one per node) and %d", trips, batches, decisions)
 	}
 }

@@ -76,7 +76,7 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	c := client(t, addr, s.timeout)
 	limited := c
 	if s.batch > 1 {
-		b := batch.New(c, batch.Options{Max: s.batch, Flushers: 4, Timeout: s.timeout, OnBatch: s.onBatch})
+		b := batch.New(c, batch.Options{Max: s.batch, Flushers: 2, Timeout: s.timeout, OnBatch: s.onBatch})
 		t.Cleanup(func() { b.Close() })
 		limited = b.Wrap(c)
 	}

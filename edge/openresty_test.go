@@ -314,6 +314,9 @@ func TestOpenRestyAdmin(t *testing.T) {
 	if f := forwarded(t, nc.Admin); f.Total != 1 || f.Consumers[consumer] != 1 {
 		t.Fatalf("/__ratelab/forwarded says %+v, want the one admitted request", f)
 	}
+	if resp, text := body(t, "http://"+nc.Admin+"/healthz", nil); resp.StatusCode != http.StatusOK || text != "ok\n" {
+		t.Fatalf("/healthz of one limit, Redis answering: %d %q, want ok and no rules line", resp.StatusCode, text)
+	}
 	for _, path := range []string{"/metrics", "/", "/__ratelab/forwarded/x", "/healthz/x"} {
 		if resp, _ := get(t, "http://"+nc.Admin+path, nil); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s on the admin port: %d, want 404", path, resp.StatusCode)
@@ -399,10 +402,17 @@ func TestOpenRestyFailures(t *testing.T) {
 	if sent := failClosed("full Redis", 10, "OOM"); sent != 2 {
 		t.Fatalf("full Redis: %d of 10 decisions reached Redis, want 2: the circuit opens after 2 failures", sent)
 	}
+	if _, text := body(t, "http://"+nc.Admin+"/healthz", nil); !strings.HasPrefix(text, "degraded: redis failing for ") ||
+		!strings.HasSuffix(text, "(oom: the rate limiter's store is full: Redis refused the decision (OOM, maxmemory reached)); failing closed; circuit open, Redis asked every 100ms\n") {
+		t.Fatalf("/healthz with Redis full and the circuit open: %q", text)
+	}
 	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitForStatus(t, url, hdr, http.StatusOK) // the probe found Redis answering, the circuit closed
+	if _, text := body(t, "http://"+nc.Admin+"/healthz", nil); text != "ok\n" {
+		t.Fatalf("/healthz once Redis answers again: %q", text)
+	}
 	fullFor := time.Since(full)
 
 	if err := r.Pause(); err != nil {

@@ -83,8 +83,10 @@ func (t *redisTrips) count(cmds ...redis.Cmder) {
 	}
 }
 
-// tripHook counts each command or pipeline as it goes out: a round trip
-// that fails still went, and the scripts in it may have run.
+// tripHook counts each command or pipeline as it is handed to go-redis to
+// send: a round trip that fails is counted, since the scripts in it may
+// have run; so is one whose deadline passed before it was written, which
+// Redis never saw (a decision that times out under load, rare otherwise).
 type tripHook struct{ t *redisTrips }
 
 func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }

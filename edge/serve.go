@@ -283,7 +283,7 @@ const maxBatch = 1024
 
 // batchFlushers is how many pipelines of batched decisions may be in
 // flight at once, each on its own connection.
-const batchFlushers = 4
+const batchFlushers = 2
 
 // redisClient is the go engine's Redis client, its EVALSHAs batched when
 // o.Batch is over 1 and its round trips counted in m; closeClient stops

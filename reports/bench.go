@@ -76,9 +76,13 @@ func benchRows(r bench.Result) [][]string {
 	}
 	// Responses only above the line; the time failed connections took to
 	// fail is no response time, and gets a row of its own.
+	names := [5]string{"all responses", "2xx", "429", "other status", "no response (time to fail)"}
+	if r.Command == "bench_rls" { // an OK call counts as a 2xx, OVER_LIMIT as a 429
+		names = [5]string{"all answers", "OK (2xx)", "OVER_LIMIT (429)", "other code", "no answer (time to fail)"}
+	}
 	rows := [][]string{
-		row("all responses", r.LatencyMicros), row("2xx", r.Latency2xxMicros), row("429", r.Latency429Micros),
-		row("other status", r.LatencyOtherMicros), row("no response (time to fail)", r.LatencyErrorMicros),
+		row(names[0], r.LatencyMicros), row(names[1], r.Latency2xxMicros), row(names[2], r.Latency429Micros),
+		row(names[3], r.LatencyOtherMicros), row(names[4], r.LatencyErrorMicros),
 	}
 	kinds := make([]string, 0, len(r.ErrorKinds))
 	for k, e := range r.ErrorKinds {
@@ -148,7 +152,10 @@ func benchNotes(r bench.Result) []string {
 // one line each when there are several.
 func auditNotes(r bench.Result, a *bench.Audit) []string {
 	var notes []string
-	if len(a.Limits) > 1 {
+	switch {
+	case len(a.Limits) == 0: // bench rls by a configuration no call met
+		notes = append(notes, fmt.Sprintf("Audit: %s: %s.", verdictWord(a.Verdict), strings.Join(a.Reasons, "; ")))
+	case len(a.Limits) > 1:
 		notes = append(notes, fmt.Sprintf("Audit of %d limits: %s.", len(a.Limits), verdictWord(a.Verdict)))
 	}
 	for _, l := range a.Limits {
@@ -171,7 +178,10 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	}
 	window := time.Duration(l.WindowMillis) * time.Millisecond
 	head := fmt.Sprintf("Audit against %d per %s as %s (%s): %s", l.Limit, window, held, l.Rule, verdictWord(l.Verdict))
-	if l.Descriptor != "" { // a limit of a rules file
+	switch {
+	case l.Descriptor != "" && l.Descriptor == l.ID: // a descriptor of bench rls, or a limit named as its rule
+		head = fmt.Sprintf("Limit %s, %d per %s as %s (%s): %s", l.ID, l.Limit, window, held, l.Rule, verdictWord(l.Verdict))
+	case l.Descriptor != "": // a limit of a rules file
 		head = fmt.Sprintf("Limit %s (%s), %d per %s as %s (%s): %s", l.ID, l.Descriptor, l.Limit, window, held, l.Rule, verdictWord(l.Verdict))
 	}
 	got := fmt.Sprintf("got %d through in %s where %d were allowed", l.WorstWindowAdmitted,
@@ -188,16 +198,22 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 		notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
 	}
 	notes = append(notes, underNote(l))
+	// bench rls reads a status' duration_until_reset as Retry-After, and
+	// its statuses as rate-limit headers.
+	retryAfter, headers := "Retry-After", "Headers"
+	if r.Command == "bench_rls" {
+		retryAfter, headers = "duration_until_reset", "Statuses"
+	}
 	ra := l.RetryAfter
 	switch {
 	case ra.Honest == nil:
-		notes = append(notes, "Retry-After: not probed ("+orDash(ra.Skipped)+").")
+		notes = append(notes, retryAfter+": not probed ("+orDash(ra.Skipped)+").")
 	case *ra.Honest:
-		notes = append(notes, fmt.Sprintf("Retry-After: honest in %d probes (each admitted at its first try after the advertised time).", ra.Probes))
+		notes = append(notes, fmt.Sprintf("%s: honest in %d probes (each admitted at its first try after the advertised time).", retryAfter, ra.Probes))
 	default:
-		notes = append(notes, fmt.Sprintf("Retry-After: FALSE in %d probes: %s.", ra.Probes, ra.Fault()))
+		notes = append(notes, fmt.Sprintf("%s: FALSE in %d probes: %s.", retryAfter, ra.Probes, ra.Fault()))
 	}
-	h := fmt.Sprintf("Headers: %d responses checked, %d violations", l.Headers.Checked, l.Headers.Violations)
+	h := fmt.Sprintf("%s: %d responses checked, %d violations", headers, l.Headers.Checked, l.Headers.Violations)
 	if l.Headers.Example != "" {
 		h += " (" + l.Headers.Example + ")"
 	}

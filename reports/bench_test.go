@@ -87,6 +87,7 @@ func TestBenchGolden(t *testing.T) {
 		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audit(bench.Leaked, leak.Reasons, leak))},
 		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audit(bench.NoVerdict, refused, none))},
 		{"bench_rules", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, rulesAudit())},
+		{"bench_rls", fixedRLS(audit(bench.Held, nil, under))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldens(t, tc.name, func(w io.Writer, f reports.Format) error {
@@ -94,6 +95,18 @@ func TestBenchGolden(t *testing.T) {
 			})
 		})
 	}
+}
+
+// fixedRLS is an audited bench rls run of the calls fixedBench makes:
+// OK counted as 2xx, OVER_LIMIT as 429, one descriptor per consumer.
+func fixedRLS(a *bench.Audit) bench.Result {
+	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, a)
+	r.Command, r.Target = "bench_rls", "127.0.0.1:8081"
+	r.Config.Method, r.Config.ConsumerHeader = "ShouldRateLimit", ""
+	r.Config.Domain, r.Config.Descriptors = "edge", []string{"user={consumer}"}
+	r.Config.IdentityIn = []string{"descriptor user={consumer}"}
+	a.Limits[0].ID, a.Limits[0].Descriptor = "user={consumer}", "user={consumer}"
+	return r
 }
 
 // rulesAudit is an audit by a rules file: a limit per consumer that held,

@@ -230,8 +230,8 @@ func compareNotes(rep compare.Report) []string {
 	}
 	if ran(compare.Throughput) && c.Batch > 1 {
 		notes = append(notes, fmt.Sprintf("batched ops/s, trips: the same throughput with the decisions waiting at one moment sent as one "+
-			"pipeline of at most %d EVALSHAs, up to %d pipelines at once (ratelab edge --redis-batch); trips: pipelines per decision.",
-			c.Batch, compare.BatchFlushers))
+			"pipeline of at most %d EVALSHAs, up to %d pipelines at once, each on its own connection; trips: pipelines per decision.",
+			c.Batch, compare.Pipelines(c.Connections, c.Batch)))
 	}
 	if rep.PingOpsPerSec != nil {
 		notes = append(notes, fmt.Sprintf("The server's own ceiling on those connections: %.0f PINGs/s (p50 %s, p99 %s).",

@@ -40,7 +40,7 @@ func batched(batch int) string {
 	if batch <= 1 {
 		return ""
 	}
-	return fmt.Sprintf(", up to %d decisions per round trip (go)", batch)
+	return fmt.Sprintf(", up to %d decisions per round trip (go, rls)", batch)
 }
 
 func breaker(failures int) string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +23,7 @@ import (
 // bench.Thresholds hold the rest.
 type benchOptions struct {
 	bench.HTTPConfig
-	bench.Thresholds
+	loadFlags
 	headers []string
 	body    string
 	// consumersFrom, jwtSecret and jwtClaims name the consumers; the Set
@@ -41,11 +40,6 @@ type benchOptions struct {
 	expectRules       string
 	paths             []string
 	values            []string
-	threads           int
-	shard             string
-	startAt           string
-	hgrm              string
-	output            outputFlag
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
@@ -122,12 +116,12 @@ every shard of one run shares): report merge merges only one run's shards.`,
 		},
 	}
 	f := http.Flags()
-	f.Float64Var(&opts.Rate, "rate", 100, "requests per second in total (open model); 0 for the closed model")
-	f.IntVar(&opts.Connections, "connections", 10, "keep-alive connections, each with one request in flight at a time")
-	f.IntVar(&opts.threads, "threads", 0, "threads the load generator runs on (GOMAXPROCS), as wrk's -t (0: every core)")
-	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "length of the measured run (0: bounded by --requests)")
-	f.Int64Var(&opts.Requests, "requests", 0, "measured requests to send, at most")
-	f.DurationVar(&opts.Warmup, "warmup", 0, "load before the measured run, reported apart")
+	opts.loadFlags.bind(http, loadFields{Rate: &opts.Rate, Connections: &opts.Connections, Duration: &opts.Duration, Requests: &opts.Requests,
+		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
+		NoProbes: &opts.NoProbes}, loadHelp{Request: "request", Connection: "keep-alive connections, each with one request in flight at a time",
+		ErrorRate:  "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)",
+		FailOnLeak: "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers",
+		NoProbes:   "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)", RunID: "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)"})
 	f.StringVarP(&opts.Method, "method", "X", "GET", "HTTP method")
 	f.StringArrayVarP(&opts.headers, "header", "H", nil, `a header to send, "Name: value" (repeatable; {consumer} and {jwt} may stand in the value)`)
 	f.StringVar(&opts.body, "body", "", "request body, or @FILE to read it from a file ({consumer} and {jwt} may stand in it)")
@@ -136,12 +130,7 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringVar(&opts.consumersFrom, "consumers-from", "", "FILE of identities (API keys, tokens), one a line, sent instead of consumer-0 …; blank lines and # comments skipped")
 	f.StringVar(&opts.jwtSecret, "jwt-secret", "", "sign one HS256 token per consumer with this secret (@FILE: read from a file), sent where {jwt} stands")
 	f.StringArrayVar(&opts.jwtClaims, "jwt-claim", nil, "a claim of the tokens: NAME=VALUE, a string ({consumer} in it: sub={consumer}), or NAME:=JSON (exp:=4102444800) (repeatable)")
-	f.DurationVar(&opts.Timeout, "timeout", 10*time.Second, "bound on one request, connecting included")
 	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify an https target's certificate (for test gateways)")
-	f.DurationVar(&opts.Interval, "interval", time.Second, "length of the timeline's intervals")
-	f.StringVar(&opts.hgrm, "hgrm", "", "write the latency distribution to FILE in HdrHistogram's percentile format (ms)")
-	f.DurationVar(&opts.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
-	f.Var(optionalFloat{&opts.MaxErrorRate}, "max-error-rate", "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)")
 	f.StringArrayVar(&opts.expectLimits, "expect-limit", nil, "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m, "+
 		"or LIMIT/WINDOW:ALGORITHM (repeatable, or a comma list: 5/1s,12/10s: every limit at once, each judged by its own guarantee)")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for the --expect-limit values that name none: "+
@@ -151,19 +140,9 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringArrayVar(&opts.paths, "path", nil, "send to PATH[:WEIGHT] in place of URL's path, mixed by weight (repeatable: --path /search:1 --path /items:9)")
 	f.StringArrayVar(&opts.values, "consumer-values", nil, `a header whose value depends on the consumer, "NAME: VALUE[:WEIGHT],…" `+
 		`(X-Plan: gold:1,free:9: consumer-0 gold, consumer-1 to -9 free, and so on every ten; repeatable)`)
-	f.BoolVar(&opts.FailOnLeak, "fail-on-leak", false, "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers")
-	f.BoolVar(&opts.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
-	f.Var(optionalFloat{&opts.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
-	f.BoolVar(&opts.NoProbes, "no-probes", false, "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)")
-	f.StringVar(&opts.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
-	f.BoolVar(&opts.SharedConsumers, "shared-consumers", false, "with --shard, every shard sends every consumer (by default shard I sends those ≡ I mod N)")
-	f.StringVar(&opts.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
-		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(&opts.sourceIPs, "source-ips", "", "send each consumer from an address of its own, for gateways that key by client IP: "+
 		"FROM-TO or a comma-separated list, one address per consumer (127.0.0.2-127.0.0.60: Linux routes all of 127/8 to lo); "+
 		"--connections then defaults to a multiple of the addresses, up to 1000")
-	f.StringVar(&opts.RunID, "run-id", "", "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)")
-	opts.output.bind(http)
 	complete(http, "expect-algorithm", algorithms.Algorithms()...)
 	cmd.AddCommand(http, newBenchRLSCmd(io))
 	return cmd
@@ -173,10 +152,11 @@ every shard of one run shares): report merge merges only one run's shards.`,
 func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Format, error) {
 	cfg := opts.HTTPConfig
 	cfg.Target = target
-	format, err := opts.output.format()
+	lc, err := opts.loadFlags.config(cfg.Connections, cfg.Timeout)
 	if err != nil {
 		return cfg, "", err
 	}
+	cfg.Shard, cfg.Shards, cfg.StartAt = lc.shard, lc.shards, lc.startAt
 	cfg.Header = http.Header{}
 	for _, h := range opts.headers {
 		name, value, ok := strings.Cut(h, ":")
@@ -200,32 +180,10 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 	if err := expectConfig(&cfg, opts); err != nil {
 		return cfg, "", err
 	}
-	if opts.shard != "" {
-		i, n, _ := strings.Cut(opts.shard, "/")
-		var errI, errN error
-		cfg.Shard, errI = strconv.Atoi(i)
-		cfg.Shards, errN = strconv.Atoi(n)
-		if errI != nil || errN != nil || cfg.Shards < 1 {
-			return cfg, "", usagef("--shard %q: want I/N, such as 0/3", opts.shard)
-		}
-	}
-	if opts.startAt != "" {
-		if cfg.StartAt, err = parseStartAt(opts.startAt, time.Now()); err != nil {
-			return cfg, "", err
-		}
-	}
-	switch {
-	case cfg.Connections < 1:
-		return cfg, "", usagef("--connections must be at least 1 (got %d)", cfg.Connections)
-	case cfg.Timeout <= 0:
-		return cfg, "", usagef("--timeout must be positive (got %s)", cfg.Timeout)
-	case opts.threads < 0 || opts.threads > 1024:
-		return cfg, "", usagef("--threads must be between 0 (every core) and 1024 (got %d)", opts.threads)
-	}
 	if err := errors.Join(cfg.Validate(), opts.Thresholds.Validate()); err != nil {
 		return cfg, "", flagError(err, benchNames)
 	}
-	return cfg, format, nil
+	return cfg, lc.format, nil
 }
 
 func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptions) error {
@@ -234,36 +192,7 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 		return err
 	}
 	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p)) }
-	if opts.threads > 0 { // the load generator's share of the machine, as wrk's -t
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(opts.threads))
-	}
-	res, runErr := bench.RunHTTP(ctx, cfg)
-	io.clearStatus()
-	return finishBench(io, res, runErr, format, opts.hgrm, opts.Thresholds)
-}
-
-// finishBench reports a run, interrupted or not, writes --hgrm, and
-// returns the run's error, or the thresholds it crossed (exit 3). A run
-// in which nothing got an answer is a failed run, not a threshold.
-func finishBench(io *ioStreams, res bench.Result, runErr error, format reports.Format, hgrm string, th bench.Thresholds) error {
-	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return runErr
-	}
-	if err := reports.BenchHTTP(io.out, res, format, io.render()); err != nil {
-		return err
-	}
-	if hgrm != "" {
-		if err := writeFile(hgrm, func(f *os.File) error { return reports.HGRM(f, res.Histogram()) }); err != nil {
-			return fmt.Errorf("--hgrm: %w", err)
-		}
-	}
-	if runErr != nil {
-		return runErr
-	}
-	if err := res.Unanswered(); err != nil {
-		return err
-	}
-	return crossed(th.Crossed(res))
+	return opts.loadFlags.run(io, format, func() (bench.Result, error) { return bench.RunHTTP(ctx, cfg) })
 }
 
 // sourceIPs reads --source-ips into cfg: one address per consumer, whose

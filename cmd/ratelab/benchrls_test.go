@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
 )
@@ -160,6 +164,330 @@ func TestBenchRLSErrors(t *testing.T) {
 				"--connections", "1", "--requests", "4")
 			if code != exitError || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// rlsAudit is what a test reads of bench rls's JSON audit.
+type rlsAudit struct {
+	Audit struct {
+		Verdict string
+		Reasons []string
+		Limits  []struct {
+			ID         string
+			Descriptor string
+			Verdict    string
+			Admitted   int64
+			Denials    int64
+			RetryAfter struct {
+				Probes  int
+				Honest  *bool
+				Skipped string
+			} `json:"retry_after"`
+			Headers struct {
+				Checked    int64
+				Violations int64
+				Example    string
+			}
+		}
+	}
+}
+
+// TestBenchRLSAuditHolds: ratelab rls with sliding-log and gcra limits
+// passes bench rls's audit, by --expect-limit and by its own configuration
+// (--expect-config), one descriptor or two in a call: exit 0, every limit
+// held, its statuses consistent.
+func TestBenchRLSAuditHolds(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6, algorithm: sliding-log}\n" +
+		"  - key: app\n    rate_limit: {unit: minute, requests_per_unit: 9, algorithm: gcra}\n"
+	addr, domain := startRLS(t, config)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(config, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		limits int
+	}{
+		{"sliding-log by --expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, 1},
+		{"gcra by --expect-limit", []string{"--descriptor", "app=a{consumer}", "--expect-limit", "9/1m:gcra"}, 1},
+		{"both by --expect-config", []string{"--descriptor", "user=b{consumer}", "--descriptor", "app=b{consumer}", "--expect-config", dir}, 2},
+		{"hits-addend 3 by --expect-config", []string{"--descriptor", "user=c{consumer}", "--hits-addend", "3", "--expect-config", dir}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "3", "--rate", "0", "--connections", "4",
+				"--requests", "120", "--no-probes", "--fail-on-leak", "-o", "json"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != exitOK || res.Audit.Verdict != "held" || len(res.Audit.Limits) != tc.limits {
+				t.Fatalf("exit %d (%s): %+v", code, stderr, res.Audit)
+			}
+			for _, l := range res.Audit.Limits {
+				if l.Verdict != "held" || l.Admitted == 0 || l.Denials == 0 || l.Headers.Checked == 0 || l.Headers.Violations != 0 {
+					t.Errorf("limit %+v", l)
+				}
+			}
+		})
+	}
+}
+
+// TestBenchRLSAuditCatchesLeak: a service that admits twice what it
+// claims is caught, by --expect-limit and by a configuration of half its
+// limits: exit 3, naming the descriptor.
+func TestBenchRLSAuditCatchesLeak(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: LIMIT, algorithm: sliding-log}\n"
+	addr, domain := startRLS(t, strings.ReplaceAll(config, "LIMIT", "12"))
+	dir := t.TempDir()
+	half := strings.ReplaceAll(strings.ReplaceAll(config, "LIMIT", "6"), "DOMAIN", domain)
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(half), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, "--fail-on-leak: user=a{consumer}: consumer-0 got 12 through"},
+		{"--expect-config", []string{"--descriptor", "user=b{consumer}", "--expect-config", dir}, "--fail-on-leak: user: consumer-0 got 12 through"},
+		{"no descriptor meets the config", []string{"--descriptor", "app=c{consumer}", "--expect-config", dir},
+			`--fail-on-leak: no verdict: no descriptor sent meets a limit of domain`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
+				"--requests", "60", "--no-probes", "--fail-on-leak"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			leaked := tc.name != "no descriptor meets the config"
+			if code != exitThreshold || !strings.Contains(stderr, tc.want) || strings.Contains(stdout, "LEAKED") != leaked {
+				t.Fatalf("exit %d, stderr %q; want 3 naming %q\n%s", code, stderr, tc.want, stdout)
+			}
+		})
+	}
+}
+
+// TestBenchRLSProbes: duration_until_reset is probed as bench http probes
+// Retry-After: a consumer refused is admitted at its first call after the
+// reset the service announced (a sliding log of 1s, a fixed window).
+func TestBenchRLSProbes(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n"+
+		"  - key: user\n    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding-log}\n"+
+		"  - key: fixed\n    rate_limit: {unit: second, requests_per_unit: 3}\n")
+	for _, d := range []string{"user={consumer}", "fixed={consumer}"} {
+		t.Run(d, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", d, "--consumers", "2",
+				"--rate", "0", "--connections", "2", "--requests", "40", "--expect-limit", "3/1s", "--expect-algorithm",
+				map[string]string{"user={consumer}": "sliding-log", "fixed={consumer}": "fixed-window"}[d], "-o", "json")
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != exitOK || len(res.Audit.Limits) != 1 {
+				t.Fatalf("exit %d (%s): %+v", code, stderr, res.Audit)
+			}
+			ra := res.Audit.Limits[0].RetryAfter
+			if ra.Probes == 0 || ra.Honest == nil || !*ra.Honest {
+				t.Fatalf("probes %+v", ra)
+			}
+		})
+	}
+}
+
+// TestBenchRLSShardsMerge: two shards of one bench rls run merge into one
+// result that holds both's calls and audits them as one; a result reads
+// back as it was written (JSON round trip), and report html draws it.
+func TestBenchRLSShardsMerge(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}\n")
+	dir := t.TempDir()
+	var files []string
+	for shard := range 2 {
+		code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "4",
+			"--rate", "0", "--connections", "2", "--requests", "80", "--shard", fmt.Sprintf("%d/2", shard), "--run-id", "rls-shards",
+			"--expect-limit", "5/1m:gcra", "--no-probes", "-o", "json")
+		if code != exitOK {
+			t.Fatalf("shard %d: exit %d: %s", shard, code, stderr)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("%d.json", shard))
+		if err := os.WriteFile(path, []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	code, stdout, stderr := ratelab(t, "report", "merge", files[0], files[1], "--fail-on-leak", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	var merged struct {
+		Command      string
+		Requests     int64
+		StatusCounts map[string]int64 `json:"status_counts"`
+		rlsAudit
+	}
+	decodeJSON(t, stdout, &merged)
+	if merged.Command != "bench_rls" || merged.Requests != 80 || merged.StatusCounts["200"] != 20 || merged.Audit.Verdict != "held" ||
+		len(merged.Audit.Limits) != 1 || merged.Audit.Limits[0].Admitted != 20 {
+		t.Fatalf("merged: %s, %d calls, %v, audit %+v", merged.Command, merged.Requests, merged.StatusCounts, merged.Audit)
+	}
+	// A result read back and written again is the same JSON.
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	again, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after map[string]any
+	decodeJSON(t, string(data), &before)
+	decodeJSON(t, string(again), &after)
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("read back and written again, the result changed:\n%s\n%s", data, again)
+	}
+	page := filepath.Join(dir, "report.html")
+	if code, _, stderr := ratelab(t, "report", "html", files[0], files[1], "--out", page); code != exitOK {
+		t.Fatalf("report html: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="bench-throughput"`) {
+		t.Fatalf("the page (%v) draws no bench rls run", err)
+	}
+}
+
+// TestBenchRLSAuditFlags: the audit's flags are checked before any call.
+func TestBenchRLSAuditFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"bench", "rls", freeAddr(t), "--domain", "d", "--descriptor", "user={consumer}", "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-config"},
+		{[]string{"--expect-limit", "5"}, "--expect-limit"},
+		{[]string{"--expect-limit", "5/1s,6/1m"}, "give one LIMIT/WINDOW"},
+		{[]string{"--expect-limit", "5/1s", "--expect-algorithm", "magic"}, `--expect-algorithm "magic": want one of`},
+		{[]string{"--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
+		{[]string{"--expect-limit", "5/1s", "--expect-config", dir}, "--expect-config and --expect-limit are two audits"},
+		{[]string{"--expect-config", dir}, `no file of it has domain "d" (it has other)`},
+		{[]string{"--expect-config", filepath.Join(dir, "missing")}, "--expect-config: config directory"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// startReference runs envoyproxy/ratelimit's service_cmd ($RATELAB_ENVOY_RATELIMIT,
+// else on PATH; the test is skipped without it, as edge's side-by-side
+// test is) on the test package's Redis with the config file src (its
+// domain written in place of DOMAIN), and returns its gRPC address and the
+// directory of its config.
+func startReference(t *testing.T, src string) (addr, dir, domain string) {
+	t.Helper()
+	bin := os.Getenv("RATELAB_ENVOY_RATELIMIT")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("service_cmd"); err != nil {
+			t.Skip("envoyproxy/ratelimit not found: set RATELAB_ENVOY_RATELIMIT to its service_cmd (docs/envoy.md)")
+		}
+	}
+	redistest.Client(t, srv)
+	domain = redistest.Prefix(t)
+	root := t.TempDir()
+	dir = filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(src, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, httpAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LOG_LEVEL=warn",
+		"GRPC_PORT="+port(addr), "PORT="+port(httpAddr), "DEBUG_PORT="+port(debugAddr))
+	var out syncWriter
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("envoyproxy/ratelimit exited:\n%s", out.String())
+		default:
+		}
+		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		if err != nil {
+			return false, fmt.Sprintf("envoyproxy/ratelimit not serving: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("healthcheck %d", resp.StatusCode)
+	})
+	return addr, dir, domain
+}
+
+// TestBenchRLSReferenceHolds: envoyproxy/ratelimit, whose fixed windows
+// count every descriptor's hits, refused calls included, passes bench
+// rls's audit by its own configuration: with one descriptor (its
+// duration_until_reset probed), and with two over more than a second,
+// where the calls the per-second limit refuses spend the per-minute one.
+// A configuration far below its limits catches it (exit 3).
+func TestBenchRLSReferenceHolds(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: second, requests_per_unit: 3}\n" +
+		"  - key: app\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n"
+	addr, dir, domain := startReference(t, config)
+	low := t.TempDir()
+	if err := os.WriteFile(filepath.Join(low, "a.yaml"), []byte(strings.ReplaceAll(strings.ReplaceAll(config, "DOMAIN", domain),
+		"requests_per_unit: 1000", "requests_per_unit: 40")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"one descriptor", []string{"--descriptor", "user=a{consumer}", "--requests", "120", "--expect-config", dir}, exitOK},
+		{"two descriptors", []string{"--descriptor", "user=b{consumer}", "--descriptor", "app=b{consumer}", "--duration", "1500ms",
+			"--expect-config", dir, "--no-probes"}, exitOK},
+		{"far below its limits", []string{"--descriptor", "app=c{consumer}", "--requests", "240", "--expect-config", low, "--no-probes"}, exitThreshold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
+				"--fail-on-leak", "-o", "json"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (%s): %+v", code, tc.code, stderr, res.Audit)
+			}
+			if tc.code == exitOK {
+				for _, l := range res.Audit.Limits {
+					if l.Verdict != "held" || l.Headers.Violations != 0 {
+						t.Errorf("limit %+v", l)
+					}
+				}
 			}
 		})
 	}

@@ -77,7 +77,8 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 	f.Float64Var(&opts.Load, "load", 1.5, "each consumer's rate as a multiple of its limit")
 	f.IntVar(&opts.Nodes, "nodes", 1, "gateways sharing the limit, each sent the whole load (local limits each to --limit / --nodes)")
 	f.DurationVar(&opts.Timeout, "redis-timeout", 200*time.Millisecond, "the gateways' bound on one decision in Redis")
-	f.IntVar(&opts.Batch, "redis-batch", 1, "most decisions the go engine sends in one Redis round trip (1: one call per decision)")
+	f.IntVar(&opts.Batch, "redis-batch", drill.DefaultBatch, "most decisions the go engine and the rls service send in one Redis round trip, "+
+		"as their own --redis-batch (1: one call per decision)")
 	f.IntVar(&opts.BreakerFailures, "breaker-failures", 5, "failures in a row that open a gateway's circuit (0: no circuit breaker)")
 	f.DurationVar(&opts.DownAfter, "down-after", time.Second, "how long the sentinel waits before it holds the primary down")
 	f.BoolVar(&opts.failOnLeak, "fail-on-leak", false, "exit 3 when any run admitted beyond the algorithm's guarantee")

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,43 +80,24 @@ func TestEdgeLimitsRefused(t *testing.T) {
 func TestEdgeSeveralLimits(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := freeAddr(t)
-	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
-			"--limit", "3/1m", "--limit", "2/1h:gcra", "--key-by", "header:X-Consumer-Id"}, io.Discard, &stderr)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
+	e := serveEdge(t, "--redis", srv.URL(), "--limit", "3/1m", "--limit", "2/1h:gcra", "--key-by", "header:X-Consumer-Id")
 	var codes []int
 	consumer := redistest.Prefix(t)
-	for len(codes) < 3 {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-		req.Header.Set("X-Consumer-Id", consumer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("edge not serving after 10s: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		resp.Body.Close()
+	for range 3 {
+		resp := e.getAs(t, consumer)
 		codes = append(codes, resp.StatusCode)
 		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-1m";q=3;w=60, "per-1h";q=2;w=3600` {
 			t.Errorf("RateLimit-Policy %q", got)
 		}
 	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	if code := e.stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, e.log.String())
 	}
 	if fmt.Sprint(codes) != "[200 200 429]" {
 		t.Fatalf("statuses %v, want [200 200 429]", codes)
 	}
-	if !strings.Contains(stderr.String(), "2 limits: per-1m 3 per 1m0s (sliding-log), per-1h 2 per 1h0m0s (gcra)") {
-		t.Fatalf("the start-up log does not name the limits: %s", stderr.String())
+	if stderr := e.log.String(); !strings.Contains(stderr, "2 limits: per-1m 3 per 1m0s (sliding-log), per-1h 2 per 1h0m0s (gcra)") {
+		t.Fatalf("the start-up log does not name the limits: %s", stderr)
 	}
 }
 
@@ -148,16 +126,9 @@ func TestEdgeRulesReload(t *testing.T) {
 			if err := os.WriteFile(file, []byte(version(100)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			addr := freeAddr(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan int, 1)
-			var stderr syncWriter
-			go func() {
-				done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-					"--redis-timeout", "5s", "--engine", engine, "--rules", file}, io.Discard, &stderr)
-			}()
+			e := serveEdge(t, "--redis", srv.URL(), "--engine", engine, "--rules", file)
 			policy := func() string {
-				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+				req, _ := http.NewRequest(http.MethodGet, e.url(), nil)
 				req.Header.Set("X-Consumer-Id", "alice")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -166,8 +137,6 @@ func TestEdgeRulesReload(t *testing.T) {
 				resp.Body.Close()
 				return resp.Header.Get("RateLimit-Policy")
 			}
-			stop := sync.OnceValue(func() int { cancel(); return <-done })
-			defer stop()
 			waitPolicy := func(want string, rewrite func()) {
 				t.Helper()
 				testwait.Eventually(t, 15*time.Second, func() (bool, string) {
@@ -175,7 +144,7 @@ func TestEdgeRulesReload(t *testing.T) {
 					if got != want && rewrite != nil {
 						rewrite()
 					}
-					return got == want, fmt.Sprintf("the policy is %q, want %q\n%s", got, want, stderr.String())
+					return got == want, fmt.Sprintf("the policy is %q, want %q\n%s", got, want, e.log.String())
 				})
 			}
 			waitPolicy(`"per-consumer";q=100;w=60`, nil)
@@ -185,32 +154,14 @@ func TestEdgeRulesReload(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			if code := stop(); code != exitOK {
-				t.Fatalf("exit %d: %s", code, stderr.String())
+			if code := e.stop(); code != exitOK {
+				t.Fatalf("exit %d: %s", code, e.log.String())
 			}
-			if !strings.Contains(stderr.String(), "reloaded: version") {
-				t.Fatalf("the reload is not logged:\n%s", stderr.String())
+			if !strings.Contains(e.log.String(), "reloaded: version") {
+				t.Fatalf("the reload is not logged:\n%s", e.log.String())
 			}
 		})
 	}
-}
-
-// syncWriter is a buffer written by a command's goroutines and read by the test.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // TestEdgeOpenRestyAnyAlgorithm: the nginx engine runs a lone limit of any
@@ -227,20 +178,10 @@ func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncWriter
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--engine", "openresty", "--limit", "2/1m", "--algorithm", "gcra", "--key-by", "header:X-Consumer-Id"},
-			io.Discard, &stderr)
-	}()
-	stop := sync.OnceValue(func() int { cancel(); return <-done })
-	defer stop()
+	e := serveEdge(t, "--redis", srv.URL(), "--engine", "openresty", "--limit", "2/1m", "--algorithm", "gcra", "--key-by", "header:X-Consumer-Id")
 	consumer := redistest.Prefix(t)
 	send := func() (*http.Response, error) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req, _ := http.NewRequest(http.MethodGet, e.url(), nil)
 		req.Header.Set("X-Consumer-Id", consumer)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
@@ -252,7 +193,7 @@ func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
 	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
 		resp, err := send()
 		if err != nil {
-			return false, "nginx does not answer: " + err.Error() + "\n" + stderr.String()
+			return false, "nginx does not answer: " + err.Error() + "\n" + e.log.String()
 		}
 		codes = append(codes, resp.StatusCode)
 		if got := resp.Header.Get("RateLimit-Policy"); got != `"default";q=2;w=60` {
@@ -267,14 +208,14 @@ func TestEdgeOpenRestyAnyAlgorithm(t *testing.T) {
 		}
 		codes = append(codes, resp.StatusCode)
 	}
-	if code := stop(); code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	if code := e.stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, e.log.String())
 	}
 	if fmt.Sprint(codes) != "[200 200 429]" {
-		t.Fatalf("statuses %v, want [200 200 429]\n%s", codes, stderr.String())
+		t.Fatalf("statuses %v, want [200 200 429]\n%s", codes, e.log.String())
 	}
-	if !strings.Contains(stderr.String(), "default 2 per 1m0s (gcra)") {
-		t.Fatalf("the start-up log does not name the limit:\n%s", stderr.String())
+	if !strings.Contains(e.log.String(), "default 2 per 1m0s (gcra)") {
+		t.Fatalf("the start-up log does not name the limit:\n%s", e.log.String())
 	}
 }
 
@@ -291,17 +232,9 @@ func TestEdgeBatched(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Client(t, srv)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			addr := freeAddr(t)
-			done := make(chan int, 1)
-			var stderr bytes.Buffer
-			go func() {
-				done <- run(ctx, append([]string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-					"--redis-timeout", "5s", "--redis-batch", "16", "--key-by", "header:X-Consumer-Id"}, tc.limits...), io.Discard, &stderr)
-			}()
+			e := serveEdge(t, append([]string{"--redis", srv.URL(), "--redis-batch", "16", "--key-by", "header:X-Consumer-Id"}, tc.limits...)...)
 			get := func(consumer string) (int, error) {
-				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+				req, _ := http.NewRequest(http.MethodGet, e.url(), nil)
 				req.Header.Set("X-Consumer-Id", consumer)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -311,15 +244,6 @@ func TestEdgeBatched(t *testing.T) {
 				return resp.StatusCode, nil
 			}
 			prefix := redistest.Prefix(t)
-			testwait.Eventually(t, 10*time.Second, func() (bool, string) {
-				select {
-				case code := <-done:
-					t.Fatalf("exit %d: %s", code, stderr.String())
-				default:
-				}
-				_, err := get(prefix + "ready")
-				return err == nil, fmt.Sprintf("edge not serving: %v", err)
-			})
 			const requests = 40
 			statuses := make(chan int, requests)
 			var wg sync.WaitGroup
@@ -343,9 +267,8 @@ func TestEdgeBatched(t *testing.T) {
 			if count[http.StatusOK] != 10 || count[http.StatusTooManyRequests] != requests-10 {
 				t.Errorf("statuses %v, want 10 × 200 and %d × 429", count, requests-10)
 			}
-			cancel()
-			if code := <-done; code != exitOK {
-				t.Fatalf("exit %d: %s", code, stderr.String())
+			if code := e.stop(); code != exitOK {
+				t.Fatalf("exit %d: %s", code, e.log.String())
 			}
 		})
 	}

@@ -621,36 +621,21 @@ func TestEdgeBadInput(t *testing.T) {
 func TestEdgeServes(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := freeAddr(t)
-	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
-			"--limit", "2/1m", "--key-by", "header:X-Consumer-Id"}, io.Discard, &stderr)
-	}()
-	waitListening(t, addr)
+	e := serveEdge(t, "--redis", srv.URL(), "--limit", "2/1m", "--key-by", "header:X-Consumer-Id")
 	var codes []int
 	consumer := redistest.Prefix(t)
 	for range 3 {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-		req.Header.Set("X-Consumer-Id", consumer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp := e.getAs(t, consumer)
 		codes = append(codes, resp.StatusCode)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	if code := e.stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, e.log.String())
 	}
 	if fmt.Sprint(codes) != "[200 200 429]" {
 		t.Fatalf("statuses %v, want [200 200 429]", codes)
 	}
-	if !strings.Contains(stderr.String(), "on a Redis error: fail open") {
-		t.Fatalf("the start-up log does not state the failure mode: %s", stderr.String())
+	if !strings.Contains(e.log.String(), "on a Redis error: fail open") {
+		t.Fatalf("the start-up log does not state the failure mode: %s", e.log.String())
 	}
 }
 
@@ -673,42 +658,26 @@ func TestEdgeClock(t *testing.T) {
 					t.Skip(err)
 				}
 				mon := redistest.NewMonitor(t, srv)
-				addr := freeAddr(t)
-				args := []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
-					"--limit", "5/1m", "--key-by", "header:X-Consumer-Id", "--engine", engine}
+				args := []string{"--redis", srv.URL(), "--limit", "5/1m", "--key-by", "header:X-Consumer-Id", "--engine", engine}
 				if clock != "redis" {
 					args = append(args, "--clock", clock)
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan int, 1)
-				var stderr bytes.Buffer
-				go func() { done <- run(ctx, args, io.Discard, &stderr) }()
-				// stop ends the edge once, and its log may be read after it.
-				stop := sync.OnceValue(func() int { cancel(); return <-done })
+				e := serveEdge(t, args...)
 				defer func() {
 					if t.Failed() {
-						stop()
-						t.Log(stderr.String())
+						e.stop()
+						t.Log(e.log.String())
 					}
 				}()
 				consumer := redistest.Prefix(t)
-				testwait.Eventually(t, 10*time.Second, func() (bool, string) {
-					req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
-					req.Header.Set("X-Consumer-Id", consumer)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						return false, fmt.Sprintf("edge not serving: %v", err)
-					}
-					resp.Body.Close()
-					return true, ""
-				})
+				e.getAs(t, consumer)
 				id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
 				key := algorithms.Key(id.Key, "sliding-log")
 				call := mon.Find(t, 5*time.Second, func(a []string) bool {
 					return (a[0] == "evalsha" || a[0] == "eval") && len(a) == 8 && a[3] == key
 				})
-				if code := stop(); code != exitOK {
-					t.Fatalf("exit %d: %s", code, stderr.String())
+				if code := e.stop(); code != exitOK {
+					t.Fatalf("exit %d: %s", code, e.log.String())
 				}
 				sent := call[6]
 				if ms, err := strconv.ParseInt(sent, 10, 64); clock == "caller" && (err != nil || time.Since(time.UnixMilli(ms)).Abs() > time.Minute) {
@@ -717,8 +686,8 @@ func TestEdgeClock(t *testing.T) {
 				if clock == "redis" && sent != "" {
 					t.Fatalf("on Redis's clock the script was sent the time %q, want none", sent)
 				}
-				if want := map[string]string{"redis": "Redis's clock", "caller": "this host's clock"}[clock]; !strings.Contains(stderr.String(), want) {
-					t.Errorf("the start-up log does not say %q: %s", want, stderr.String())
+				if want := map[string]string{"redis": "Redis's clock", "caller": "this host's clock"}[clock]; !strings.Contains(e.log.String(), want) {
+					t.Errorf("the start-up log does not say %q: %s", want, e.log.String())
 				}
 			})
 		}
@@ -875,16 +844,8 @@ func TestBenchAudit(t *testing.T) {
 		t.Fatalf("merged leaky runs: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}
 
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
-			"--limit", "5/1s", "--key-by", "header:X-Consumer-Id"}, io.Discard, io.Discard)
-	}()
-	defer func() { cancel(); <-done }()
-	waitListening(t, addr)
-	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", "http://" + addr + "/", "--fail-on-leak"}, args...)...)
+	url := serveEdge(t, "--redis", srv.URL(), "--limit", "5/1s", "--key-by", "header:X-Consumer-Id").url()
+	code, stdout, stderr = ratelab(t, append([]string{"bench", "http", url, "--fail-on-leak"}, args...)...)
 	if code != exitOK || !strings.Contains(stdout, ": HELD: the worst consumer") || !strings.Contains(stdout, "Retry-After: honest") {
 		t.Fatalf("ratelab edge: exit %d, stderr %q\n%s", code, stderr, stdout)
 	}

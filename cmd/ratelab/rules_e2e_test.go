@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -73,46 +70,23 @@ func needNginx(t *testing.T, engine string) {
 }
 
 // serveRules runs ratelab edge --rules file on engine until the test ends,
-// with a Redis timeout of seconds and failing closed, so that no request is
-// admitted without Redis's word, and the flags of more. It returns the
-// gateway's URL once it answers.
+// failing closed, so that no request is admitted without Redis's word,
+// and the flags of more. It returns the gateway's URL once it accepts
+// connections.
 func serveRules(t *testing.T, engine, file string, more ...string) string {
 	t.Helper()
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var stderr syncWriter
-	go func() {
-		done <- run(ctx, append([]string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--on-redis-error", "closed", "--engine", engine, "--rules", file}, more...), io.Discard, &stderr)
-	}()
-	stop := sync.OnceValue(func() int { cancel(); return <-done })
-	t.Cleanup(func() {
-		if code := stop(); code != exitOK {
-			t.Errorf("edge exit %d: %s", code, stderr.String())
-		}
-	})
-	url := "http://" + addr + "/"
-	// A request with no X-Consumer-Id meets no limit: it asks nothing of
-	// the counters the audit judges.
-	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, "edge does not answer: " + err.Error() + "\n" + stderr.String()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("edge answers %d\n%s", resp.StatusCode, stderr.String())
-	})
-	return url
+	args := append([]string{"--redis", srv.URL(), "--on-redis-error", "closed", "--engine", engine, "--rules", file}, more...)
+	return serveEdge(t, args...).url()
 }
 
-// gateways are the engines the audits of rules hold, the go engine also
-// with its decisions sharing round trips (--redis-batch 16).
+// gateways are the engines the audits of rules hold, the go engine with one
+// call per decision and with its decisions sharing round trips (16 to a
+// pipeline, its default).
 var gateways = []struct {
 	name, engine string
 	flags        []string
 }{
-	{"go", "go", nil},
+	{"go", "go", []string{"--redis-batch", "1"}},
 	{"go batched", "go", []string{"--redis-batch", "16"}},
 	{"openresty", "openresty", nil},
 }

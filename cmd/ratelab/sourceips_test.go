@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,18 +23,8 @@ func TestSourceIPsAuditTheEdgeKeyedByIP(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		// A Redis timeout of seconds: a loaded machine must not fail a
-		// decision open, an admission the limiter never made.
-		done <- run(ctx, []string{"edge", "--redis", srv.URL(), "--listen", addr, "--admin", "", "--upstream", "builtin",
-			"--redis-timeout", "5s", "--limit", "5/1s", "--key-by", "ip"}, io.Discard, io.Discard)
-	}()
-	defer func() { cancel(); <-done }()
-	waitListening(t, addr)
-	args := []string{"bench", "http", "http://" + addr + "/", "--rate", "45", "--duration", "2500ms", "--expect-limit", "5/1s", "--fail-on-leak"}
+	url := serveEdge(t, "--redis", srv.URL(), "--limit", "5/1s", "--key-by", "ip").url()
+	args := []string{"bench", "http", url, "--rate", "45", "--duration", "2500ms", "--expect-limit", "5/1s", "--fail-on-leak"}
 
 	code, stdout, stderr := ratelab(t, append(args, "--source-ips", "127.0.0.2-127.0.0.4", "--connections", "3")...)
 	if code != exitOK || !strings.Contains(stdout, ": HELD: the worst consumer, 127.0.0.") || !strings.Contains(stdout, "Retry-After: honest") ||

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -18,7 +14,6 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 )
 
 // slidingLog is a gateway with an exact sliding log per consumer (in
@@ -167,7 +162,7 @@ func TestEdgeNeverUnderAdmits(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			// A database of its own: other tests' gateways send consumer-0 too.
-			addr := startEdge(t, "--redis", srv.URL()+"/7", "--algorithm", name, "--limit", "5/500ms")
+			addr := serveEdge(t, "--redis", srv.URL()+"/7", "--key-by", "header:X-Consumer-Id", "--algorithm", name, "--limit", "5/500ms").addr
 			for _, load := range [][]string{
 				{"--rate", "40"}, // 20 a second each, where 10 are allowed
 				{"--rate", "28"}, // 14 each
@@ -187,37 +182,6 @@ func TestEdgeNeverUnderAdmits(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startEdge serves ratelab edge in this process with args (a Redis
-// timeout of seconds, so that it never fails open) until the test ends,
-// and returns its address once it accepts connections.
-func startEdge(t *testing.T, args ...string) string {
-	t.Helper()
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, append([]string{"edge", "--listen", addr, "--admin", "", "--upstream", "builtin", "--redis-timeout", "5s",
-			"--key-by", "header:X-Consumer-Id"}, args...), io.Discard, io.Discard)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	waitListening(t, addr)
-	return addr
-}
-
-// waitListening waits, for at most 10 seconds, until addr accepts
-// connections.
-func waitListening(t *testing.T, addr string) {
-	t.Helper()
-	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false, fmt.Sprintf("nothing listens on %s: %v", addr, err)
-		}
-		c.Close()
-		return true, ""
-	})
 }
 
 // TestVerdictFlagsRefused: the verdict's flags are checked before anything

@@ -5,9 +5,14 @@
 // A Batcher has a few flushers (Options.Flushers), each a goroutine that
 // takes a waiting call, adds every other call already waiting (up to
 // Options.Max) without waiting for more, and sends them as one go-redis
-// pipeline. An idle flusher takes a lone call at once: when idle, a call goes
-// out alone with no added wait; under load, calls queue while the flushers
-// are busy and the next pipelines are deeper.
+// pipeline. Before it sends a pipeline that is not full, a flusher lets the
+// goroutines that are ready to run go first (runtime.Gosched), and takes
+// the calls they made meanwhile: Go's scheduler runs the flusher a call
+// woke right after its caller parks, before the other requests already
+// read, which would otherwise send most calls alone. When nothing else is
+// ready to run, the yield returns at once: when idle, a call goes out alone
+// with no added wait; under load, calls queue while the flushers are busy
+// and the next pipelines are deeper.
 //
 // Each call keeps its own context and its own error. A caller whose context
 // ends gets its context's error at once; its command, if not yet sent, is
@@ -18,11 +23,21 @@
 // The client must not retry (MaxRetries -1): go-redis retries a whole
 // pipeline after a network error, which would replay calls that may have
 // been counted.
+//
+// On a Cluster (a *redis.ClusterClient), go-redis splits each pipeline by
+// slot and sends one pipeline to each node concurrently; a call that meets
+// MOVED or ASK (its slot moved) was not run, and the client sends it again
+// to the node named, up to MaxRedirects times. MaxRetries does not govern
+// this: the same budget also resends a node's part of a pipeline after a
+// network error on it, which may replay calls that ran. MaxRedirects -1
+// rules that out, at the cost of failing the calls that meet MOVED until the
+// client has reloaded the slots (at once: a MOVED reply makes it reload).
 package batch
 
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -184,18 +199,27 @@ func (b *Batcher) flusher() {
 		case <-b.done:
 			return
 		}
-	fill:
-		for len(batch) < b.opts.Max {
-			select {
-			case c := <-b.calls:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
+		if batch = b.fill(batch); len(batch) < b.opts.Max {
+			runtime.Gosched()
+			batch = b.fill(batch)
 		}
 		b.flush(batch)
 		clear(batch)
 	}
+}
+
+// fill adds to batch the calls waiting, up to Max, without waiting for
+// more.
+func (b *Batcher) fill(batch []*call) []*call {
+	for len(batch) < b.opts.Max {
+		select {
+		case c := <-b.calls:
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush sends the live calls of batch as one pipeline, then the ones that

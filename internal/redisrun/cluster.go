@@ -85,6 +85,14 @@ func (c *Cluster) form(ctx context.Context) error {
 			return fmt.Errorf("addslots on %s: %w", c.Servers[i].Addr, err)
 		}
 	}
+	// Distinct config epochs, as redis-cli --cluster create gives them:
+	// nodes that all start at 0 settle their collisions by gossip for a
+	// while, and a slot moved meanwhile can fall back to its old owner.
+	for i, cl := range clients {
+		if err := cl.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("set-config-epoch on %s: %w", c.Servers[i].Addr, err)
+		}
+	}
 	for _, s := range c.Servers[1:] {
 		host, port, _ := strings.Cut(s.Addr, ":")
 		p, _ := strconv.Atoi(port)

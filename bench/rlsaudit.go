@@ -1,0 +1,289 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// The audit of a rate limit service judges each descriptor's counter on
+// the calls whose overall code was OK: a call OVER_LIMIT may have been
+// refused by any of its descriptors, and a service may consume nothing of
+// a call it refuses (ratelab rls decides a call's limits all or nothing)
+// or every descriptor's hits (envoyproxy/ratelimit counts each): the OK
+// calls are what every honest service counted. With several descriptors,
+// a refused call may thus have spent the limits that did not refuse it:
+// the checks that need every admission of a counter then count every
+// call, and under-admission is not judged.
+
+// severalDescriptors says why under-admission is not judged for calls of
+// several descriptors.
+const severalDescriptors = "a call of several descriptors may be refused by one of them and still spend the others " +
+	"(envoyproxy/ratelimit counts every descriptor's hits): which denials were false cannot be told"
+
+// validateExpect checks what the audit expects.
+func (c RLSConfig) validateExpect() error {
+	switch {
+	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
+		return field.Errorf("ExpectLimit", "needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
+	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
+		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
+	case c.ExpectConfig != nil && c.ExpectLimit > 0:
+		return field.Errorf("ExpectConfig", "and {ExpectLimit} are two audits: give one")
+	case c.ExpectConfig != nil && c.ExpectConfig.Domain != c.Domain:
+		return field.Errorf("ExpectConfig", "%s: its domain is %q, not the calls' %q", c.ExpectConfig.File, c.ExpectConfig.Domain, c.Domain)
+	case c.ExpectConfig != nil && len(c.ExpectConfig.Limits()) > maxExpected:
+		return field.Errorf("ExpectConfig", "%s: at most %d limits (got %d)", c.ExpectConfig.File, maxExpected, len(c.ExpectConfig.Limits()))
+	}
+	if c.ExpectLimit > 0 {
+		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
+			return field.Errorf("ExpectLimit", ": %v", err)
+		}
+		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditing says whether the run is audited.
+func (c RLSConfig) auditing() bool { return c.ExpectLimit > 0 || c.ExpectConfig != nil }
+
+// cost is what one call takes of each descriptor's limit: its hits_addend,
+// which the service reads as 1 when unset.
+func (c RLSConfig) cost() int64 { return max(int64(c.HitsAddend), 1) }
+
+// rlsMet is what the audit knows of the calls a run made: the limits
+// judged, which of them each sample's call met and on which counters, and
+// the limit each of its descriptors' statuses speaks of.
+type rlsMet struct {
+	exps []expectation
+	m    meeting
+	// status[c][d] is the limit descriptor d of consumer c's call met, when
+	// it met one alone; -1 otherwise (none, several, or one that another
+	// descriptor of the call met too).
+	status map[int32][]int
+}
+
+// rlsMeeting finds, for each sample, the limits its call met: with
+// ExpectLimit, each descriptor is a limit of its own, on the counter its
+// values name; with ExpectConfig, each descriptor meets the limits the
+// configuration gives it (rules.Set.Lookup, and replaces across the call,
+// as the service applies them), and only the limits some call met are
+// judged.
+func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int32) string) rlsMet {
+	type hit struct {
+		k   int
+		key string
+		lbl string
+	}
+	var limits []*rules.Limit
+	if cfg.ExpectConfig != nil {
+		limits = cfg.ExpectConfig.Limits()
+	}
+	// Each consumer's call meets the same limits: found once.
+	perConsumer := map[int32][][]hit{}
+	meet := func(c int32) [][]hit {
+		if hs, ok := perConsumer[c]; ok {
+			return hs
+		}
+		req := calls.request(int(c))
+		if cfg.Consumers == 0 {
+			req = calls.request(-1)
+		}
+		hs := make([][]hit, len(req.GetDescriptors()))
+		replacing := map[string]bool{}
+		var found [][]rules.Hit
+		for d, desc := range req.GetDescriptors() {
+			entries := make([]rules.Entry, len(desc.GetEntries()))
+			for j, e := range desc.GetEntries() {
+				entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			}
+			if cfg.ExpectConfig == nil {
+				label := cfg.Domain + "/" + descriptorLabel(entries)
+				hs[d] = []hit{{k: d, key: label, lbl: label}}
+				continue
+			}
+			rh := cfg.ExpectConfig.Lookup(entries)
+			found = append(found, rh)
+			for _, h := range rh {
+				for _, r := range h.Limit.Replaces {
+					replacing[r] = true
+				}
+			}
+		}
+		for d, rh := range found {
+			for _, h := range rh {
+				if h.Limit.Name != "" && replacing[h.Limit.Name] {
+					continue
+				}
+				key := h.Key
+				if key == "" { // unlimited: no counter
+					key = h.Label()
+				}
+				hs[d] = append(hs[d], hit{k: slices.Index(limits, h.Limit), key: key, lbl: h.Label()})
+			}
+		}
+		perConsumer[c] = hs
+		return hs
+	}
+	// The limits judged: every descriptor's, or the configuration's that
+	// some call met, in the file's order.
+	n := len(cfg.Descriptors)
+	if cfg.ExpectConfig != nil {
+		n = len(limits)
+	}
+	metAny := make([]bool, n)
+	for k := range metAny {
+		metAny[k] = cfg.ExpectConfig == nil // every descriptor is a limit of its own
+	}
+	for _, s := range samples {
+		for _, hs := range meet(s.consumer) {
+			for _, h := range hs {
+				metAny[h.k] = true
+			}
+		}
+	}
+	var r rlsMet
+	renum := make([]int, n)
+	for k := range n {
+		renum[k] = -1
+		if !metAny[k] {
+			continue
+		}
+		renum[k] = len(r.exps)
+		r.exps = append(r.exps, cfg.expectation(k))
+	}
+	b := newCounterBook(len(samples), len(r.exps), name)
+	for i, s := range samples {
+		for _, hs := range meet(s.consumer) {
+			for _, h := range hs {
+				k := int32(renum[h.k])
+				b.add(i, k, b.counter(k, h.key, h.lbl, s.consumer))
+			}
+		}
+	}
+	r.m = b.m
+	r.status = map[int32][]int{}
+	for c, hs := range perConsumer {
+		st := make([]int, len(hs))
+		count := map[int]int{}
+		for d, h := range hs {
+			st[d] = -1
+			if len(h) == 1 {
+				st[d] = renum[h[0].k]
+				count[st[d]]++
+			}
+		}
+		for d, k := range st {
+			if k >= 0 && count[k] > 1 {
+				st[d] = -1
+			}
+		}
+		r.status[c] = st
+	}
+	return r
+}
+
+// descriptorLabel is a descriptor's entries as key=value,key=value.
+func descriptorLabel(entries []rules.Entry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = e.Key + "=" + e.Value
+	}
+	return strings.Join(parts, ",")
+}
+
+// expectation is what the audit holds limit k to: descriptor k's
+// ExpectLimit, or the configuration's k-th limit; each call takes its
+// hits_addend of it.
+func (c RLSConfig) expectation(k int) expectation {
+	var exp expectation
+	if c.ExpectConfig == nil {
+		exp, _ = newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm) // validated
+		exp.descriptor = c.Descriptors[k].String()
+		exp.id = exp.descriptor
+	} else {
+		exp = rulesExpectations(c.ExpectConfig)[k]
+	}
+	exp.cost = c.cost()
+	if !exp.unlimited {
+		exp.policy.Limit = exp.quota / exp.cost
+	}
+	return exp
+}
+
+// nameAdverts names each sample's adverts, which the wire named by
+// descriptor, by the limit its descriptor met alone; an advert of a
+// descriptor that met none, or several, says nothing.
+func (r rlsMet) nameAdverts(samples []sample, advs []advert) {
+	for _, s := range samples {
+		st := r.status[s.consumer]
+		for i := s.advAt; i < s.advAt+uint32(s.advN); i++ {
+			a := &advs[i]
+			d := int(a.name)
+			if a.named && d < len(st) && st[d] >= 0 {
+				a.name = int16(st[d])
+				continue
+			}
+			*a = advert{}
+		}
+	}
+}
+
+// rlsAudit judges a run's samples (with their adverts) against what cfg
+// expects, and asks the engine for the probes of duration_until_reset. It
+// returns the meeting of samples and limits it judged by.
+func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samples []sample, advs []advert, cov coverage) (Audit, *meeting) {
+	r := rlsMeeting(cfg, calls, samples, p.consumerName)
+	r.nameAdverts(samples, advs)
+	several := len(cfg.Descriptors) > 1
+	if several && cov.skipUnder == "" {
+		cov.skipUnder = severalDescriptors
+	}
+	for k := range r.exps {
+		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = several, true
+	}
+	if len(r.exps) == 0 { // by a configuration, which no call met
+		why := fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)
+		if len(samples) == 0 {
+			why = "no call was made in the measured run"
+		}
+		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{}, Reasons: []string{why}}
+		return a, &r.m
+	}
+	a := auditLimits(samples, advs, r.exps, r.m, cov)
+	// duration_until_reset is when the limits are whole again: a call is
+	// surely admitted then; only a fixed window frees nothing before it.
+	p.wholeAfter = true
+	p.noEarlyProbe = slices.ContainsFunc(r.exps, func(e expectation) bool {
+		return e.judged() && e.guarantee != algorithms.AlignedWindows
+	})
+	skip := ""
+	if cfg.Consumers > 1 {
+		for _, d := range cfg.Descriptors {
+			if !strings.Contains(d.String(), "{consumer}") {
+				skip = "descriptor " + d.String() + " is every consumer's: the probes of several consumers at once would spend it"
+				break
+			}
+		}
+	}
+	probeLimits(ctx, p, samples, &a, cov, cfg.NoProbes, skip)
+	return a, &r.m
+}
+
+// waitFor is how long after a denial came back its consumer must be
+// admitted: its Retry-After, or for a rate limit service, when every limit
+// its call met is whole again (the longest duration_until_reset).
+func (p *plan) waitFor(s sample) time.Duration {
+	if p.wholeAfter {
+		return max(s.retryAfter, s.reset)
+	}
+	return s.retryAfter
+}

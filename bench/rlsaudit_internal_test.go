@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelab/ratelab/rules"
+)
+
+// rlsService simulates a rate limit service's answers to one consumer's
+// calls of two descriptors, each with a fixed window (a of 1s, b of 1m):
+// the limits, and what it spends of a refused call.
+type rlsService struct {
+	limits [2]int64
+	// spendRefused adds every descriptor's hits, refused or not
+	// (envoyproxy/ratelimit); otherwise a refused call spends nothing
+	// (ratelab rls).
+	spendRefused bool
+	// overSays is the limit_remaining a status over its limit gives (0
+	// for an honest service); fallBy how much remaining falls per hit (1).
+	overSays, fallBy int64
+}
+
+// answer decides the calls, made every 100 ms by consumer 0, one at a
+// time, and returns them as the wire samples them.
+func (svc rlsService) answer(calls int) ([]sample, []advert) {
+	windows := [2]time.Duration{time.Second, time.Minute}
+	var used [2]int64
+	var at [2]time.Duration // each counter's window
+	var samples []sample
+	var advs []advert
+	for i := range calls {
+		sent := time.Duration(i) * 100 * time.Millisecond
+		var over [2]bool
+		var reset [2]time.Duration
+		for d, w := range windows {
+			if start := sent.Truncate(w); start != at[d] {
+				at[d], used[d] = start, 0
+			}
+			over[d] = used[d]+1 > svc.limits[d]
+			reset[d] = (at[d] + w - sent + time.Second - 1).Truncate(time.Second)
+		}
+		ok := !over[0] && !over[1]
+		for d := range used {
+			if ok || svc.spendRefused {
+				used[d]++
+			}
+		}
+		s := sample{consumer: 0, sent: sent, done: sent + time.Millisecond, status: rlsOK, retryAfter: -1, limit: -1, remaining: -1,
+			reset: max(reset[0], reset[1])}
+		s.advAt, s.advN = uint32(len(advs)), 2
+		for d := range used {
+			r := max(svc.limits[d]-svc.fallBy*used[d], 0)
+			if over[d] {
+				r = svc.overSays
+			}
+			if !ok && (over[d] || r == 0) {
+				s.status, s.retryAfter = rlsOver, max(s.retryAfter, reset[d])
+			}
+			advs = append(advs, advert{name: int16(d), named: true, q: givenAs(int32(svc.limits[d])), w: givenAs(int32(windows[d] / time.Second)),
+				r: givenAs(int32(r)), t: givenAs(int32(reset[d] / time.Second))})
+		}
+		samples = append(samples, s)
+	}
+	return samples, advs
+}
+
+// TestRLSAuditJudgesStatuses: the audit never accuses a service that
+// spends a refused call's other descriptors (envoyproxy/ratelimit), nor
+// one that spends nothing (ratelab rls), and catches remaining counts that
+// fall too fast or say something remains of a limit that refused the call.
+func TestRLSAuditJudgesStatuses(t *testing.T) {
+	const config = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n" +
+		"  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+	set, err := rules.Parse("d.yaml", []byte(config), rules.ForService(), rules.WithDefaultAlgorithm("fixed-window"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		descriptors []Descriptor
+		svc         rlsService
+		verdict     Verdict
+		violation   string // in the headers' example; "" for none
+	}{
+		{"spends refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, spendRefused: true, fallBy: 1}, Held, ""},
+		{"spends nothing of refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, fallBy: 1}, Held, ""},
+		{"one descriptor", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1}, Held, ""},
+		{"remaining falls by two", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 2}, Held, "remaining fell from 3 to 1"},
+		{"refused with some remaining", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1, overSays: 2}, Held,
+			"was refused with 2 remaining"},
+		{"admits three times the limit", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{15, 1 << 20}, fallBy: 1}, Leaked, "advertised a limit of 15"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := RLSConfig{Target: "127.0.0.1:1", Domain: "d", Descriptors: tc.descriptors, Consumers: 1, Requests: 1, ExpectConfig: set}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			calls, err := newRLSCalls(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples, advs := tc.svc.answer(40)
+			r := rlsMeeting(cfg, calls, samples, consumerName)
+			r.nameAdverts(samples, advs)
+			for k := range r.exps {
+				r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = len(tc.descriptors) > 1, true
+			}
+			cov := coverage{horizon: -1}
+			if len(tc.descriptors) > 1 {
+				cov.skipUnder = severalDescriptors
+			}
+			a := auditLimits(samples, advs, r.exps, r.m, cov)
+			if a.Verdict != tc.verdict || len(a.Limits) != len(tc.descriptors) {
+				t.Fatalf("verdict %s over %d limits (%v), want %s over %d", a.Verdict, len(a.Limits), a.Reasons, tc.verdict, len(tc.descriptors))
+			}
+			h := a.Limits[0].Headers
+			if h.Checked == 0 || (tc.violation == "") != (h.Violations == 0) || !strings.Contains(h.Example, tc.violation) {
+				t.Fatalf("headers %+v, want a violation %q", h, tc.violation)
+			}
+			for _, l := range a.Limits[1:] {
+				if l.Headers.Violations != 0 {
+					t.Fatalf("%s: headers %+v", l.ID, l.Headers)
+				}
+			}
+		})
+	}
+}
