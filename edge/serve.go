@@ -281,8 +281,10 @@ func (o Options) config() (GatewayConfig, error) {
 // than Redis can serve, and delay the first reply of each.
 const maxBatch = 1024
 
-// batchFlushers is how many pipelines of batched decisions may be in
-// flight at once, each on its own connection.
+// batchFlushers is how many pipelines of batched decisions are always
+// ready to go out, each on its own connection: one in Redis while the next
+// gathers. When decisions wait while both are out, the batcher sends more
+// pipelines, as many as the pool allows (batch.Options.MaxPipelines).
 const batchFlushers = 2
 
 // redisClient is the go engine's Redis client, its EVALSHAs batched when
@@ -302,7 +304,7 @@ func newRedisClient(r *redis.UniversalOptions, timeout time.Duration, pool, batc
 	if batchMax <= 1 {
 		return plain, func() { plain.Close() }
 	}
-	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, Timeout: timeout})
+	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, MaxPipelines: pool, Timeout: timeout})
 	return b.Wrap(plain), func() {
 		b.Close()
 		plain.Close()

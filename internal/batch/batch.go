@@ -5,7 +5,13 @@
 // A Batcher has a few flushers (Options.Flushers), each a goroutine that
 // takes a waiting call, adds every other call already waiting (up to
 // Options.Max) without waiting for more, and sends them as one go-redis
-// pipeline. Before it sends a pipeline that is not full, a flusher lets the
+// pipeline. When calls wait while every flusher's pipeline is out, and they
+// are at least as many as the pipelines out hold on average, the batcher
+// starts one more flusher for them, up to Options.MaxPipelines in all; a
+// flusher so started ends when it finds no call waiting. So a slow Redis
+// gets as many pipelines in flight as the calls waiting need, each sent at
+// once rather than after a round trip, while a fast one, whose pipelines
+// come back before many calls wait, gets full ones from the few flushers. Before it sends a pipeline that is not full, a flusher lets the
 // goroutines that are ready to run go first (runtime.Gosched), and takes
 // the calls they made meanwhile: Go's scheduler runs the flusher a call
 // woke right after its caller parks, before the other requests already
@@ -54,9 +60,14 @@ type Options struct {
 	// Max is the most calls in one pipeline; 1 sends each call alone.
 	// Default 16.
 	Max int
-	// Flushers is how many pipelines may be in flight at once, each on its
-	// own connection. Default 1.
+	// Flushers is how many flushers run all the time, each with at most
+	// one pipeline in flight, on its own connection. Default 1.
 	Flushers int
+	// MaxPipelines bounds the pipelines in flight at once, counting those
+	// of the flushers started while every flusher's pipeline was out (see
+	// the package comment); at most the client's pool size. Default, and
+	// at least, Flushers: no flusher is started on demand.
+	MaxPipelines int
 	// Timeout bounds one pipeline when no call in it has a deadline, and
 	// caps the deadline of one that has. Default 5s.
 	Timeout time.Duration
@@ -77,6 +88,12 @@ type Batcher struct {
 	stopped chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	closing bool // Close has begun: no flusher starts
+	running int  // flushers running
+	out     int  // of them, with a pipeline in flight
+	sending int  // calls in those pipelines
 }
 
 type call struct {
@@ -104,19 +121,21 @@ func New(client redis.Cmdable, opts Options) *Batcher {
 	if opts.Flushers <= 0 {
 		opts.Flushers = 1
 	}
+	opts.MaxPipelines = max(opts.MaxPipelines, opts.Flushers)
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
 	b := &Batcher{
 		client:  client,
 		opts:    opts,
-		calls:   make(chan *call, opts.Max*opts.Flushers),
+		calls:   make(chan *call, opts.Max*opts.MaxPipelines),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
+		running: opts.Flushers,
 	}
 	b.wg.Add(opts.Flushers)
 	for range opts.Flushers {
-		go b.flusher()
+		go b.flusher(false)
 	}
 	go func() {
 		b.wg.Wait()
@@ -150,6 +169,7 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 	case <-b.done:
 		return nil, ErrClosed
 	}
+	b.grow()
 	select {
 	case r := <-c.reply:
 		return r.val, r.err
@@ -171,7 +191,12 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 // calls still waiting with ErrClosed. It returns once every goroutine of
 // the Batcher has ended.
 func (b *Batcher) Close() error {
-	b.once.Do(func() { close(b.done) })
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closing = true
+		b.mu.Unlock()
+		close(b.done)
+	})
 	<-b.stopped
 	return nil
 }
@@ -189,15 +214,31 @@ func (b *Batcher) drain() {
 	}
 }
 
-func (b *Batcher) flusher() {
+// flusher sends the waiting calls in pipelines until Close. One started on
+// demand also ends when it finds no call waiting.
+func (b *Batcher) flusher(onDemand bool) {
 	defer b.wg.Done()
 	batch := make([]*call, 0, b.opts.Max)
 	for {
-		select {
-		case c := <-b.calls:
-			batch = append(batch[:0], c)
-		case <-b.done:
-			return
+		if onDemand {
+			select {
+			case c := <-b.calls:
+				batch = append(batch[:0], c)
+			case <-b.done:
+				return
+			default:
+				if b.retire() {
+					return
+				}
+				continue
+			}
+		} else {
+			select {
+			case c := <-b.calls:
+				batch = append(batch[:0], c)
+			case <-b.done:
+				return
+			}
 		}
 		if batch = b.fill(batch); len(batch) < b.opts.Max {
 			runtime.Gosched()
@@ -205,6 +246,61 @@ func (b *Batcher) flusher() {
 		}
 		b.flush(batch)
 		clear(batch)
+	}
+}
+
+// grow starts one more flusher when calls wait, every flusher's pipeline is
+// out, the calls waiting are at least as many as those pipelines hold on
+// average (so the new pipeline costs no more round trips per call than
+// they do), and fewer than MaxPipelines are out. A caller runs it after
+// queueing its call, and a flusher as it sends: one of the two sees the
+// queue and the flushers as they are after both.
+func (b *Batcher) grow() {
+	if b.opts.MaxPipelines == b.opts.Flushers {
+		return
+	}
+	waiting := len(b.calls)
+	if waiting == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing || b.out < b.running || b.running >= b.opts.MaxPipelines || waiting*b.out < b.sending {
+		return
+	}
+	b.running++
+	// Close has not begun, so the flushers started by New still run and
+	// the WaitGroup is above zero.
+	b.wg.Add(1)
+	go b.flusher(true)
+}
+
+// retire ends a flusher started on demand that found no call waiting,
+// unless one was queued since: a caller that queued before retire took the
+// lock is seen here, and one after sees this flusher gone and may start
+// another.
+func (b *Batcher) retire() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.calls) > 0 {
+		return false
+	}
+	b.running--
+	return true
+}
+
+// sent counts a pipeline of n calls in flight until its function returns.
+func (b *Batcher) sent(n int) func() {
+	b.mu.Lock()
+	b.out++
+	b.sending += n
+	b.mu.Unlock()
+	b.grow()
+	return func() {
+		b.mu.Lock()
+		b.out--
+		b.sending -= n
+		b.mu.Unlock()
 	}
 }
 
@@ -231,6 +327,7 @@ func (b *Batcher) flush(batch []*call) {
 	}
 	ctx, cancel := b.context(live)
 	defer cancel()
+	defer b.sent(len(live))()
 	cmds := b.exec(ctx, live, false)
 	var again []*call
 	var noScript error
