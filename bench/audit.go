@@ -111,6 +111,10 @@ type LimitAudit struct {
 	// limit's requests per unit over its cost).
 	Limit        int64 `json:"limit"`
 	WindowMillis int64 `json:"window_ms"`
+	// Quota is the limit in units per WindowMillis, when a request takes
+	// several (Cost above 1): a token bucket, GCRA or sliding counter
+	// admits by units, which Limit, rounded down, does not tell.
+	Quota int64 `json:"quota,omitempty"`
 	// Algorithm is the algorithm the endpoint was held to (--expect-algorithm);
 	// empty for the sliding-window rule of --expect-limit alone. Rule says
 	// in words what its guarantee allows.

@@ -282,7 +282,7 @@ func TestRampFindsTheWorstSpan(t *testing.T) {
 		}
 		p := algorithms.Policy{Limit: int64(1 + r.IntN(6)), Window: time.Duration(20+r.IntN(300)) * time.Millisecond}
 		for _, g := range []algorithms.Guarantee{algorithms.BurstRefill, algorithms.WeightedWindows} {
-			got := worstRamp(ok, p, g)
+			got := worstRamp(ok, p, g, 1)
 			matched := false
 			best := int64(math.MinInt64)
 			for _, s := range ok {

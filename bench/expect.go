@@ -164,6 +164,29 @@ func descriptorText(d *rules.Descriptor) string {
 	return strings.Join(parts, " > ")
 }
 
+// units is the policy in the units the limit counts (its quota per
+// window) and what one request takes of them. A bucket refills, and a
+// sliding counter weighs, units, not whole requests: requests of several
+// units are admitted at quota / cost a window, which policy.Limit (the
+// quota in whole requests, rounded down) falls short of when the cost
+// does not divide the quota. Windows and logs admit whole requests in
+// each window, which policy.Limit counts exactly.
+func (e expectation) units() (algorithms.Policy, int64) {
+	if e.cost > 1 && e.quota > 0 && !e.unlimited {
+		return algorithms.Policy{Limit: e.quota, Window: e.policy.Window}, e.cost
+	}
+	return e.policy, 1
+}
+
+// rule says in words what the limit allows.
+func (e expectation) rule() string {
+	switch p, cost := e.units(); {
+	case cost > 1 && (e.guarantee == algorithms.BurstRefill || e.guarantee == algorithms.WeightedWindows):
+		return fmt.Sprintf("%s, in units, of which a request takes %d", e.guarantee.Rule(p), cost)
+	}
+	return e.guarantee.Rule(e.policy)
+}
+
 // judged reports whether the audit judges the limit: a shadow limit never
 // blocks, an unlimited one always admits, and one of cost 0 (or more than
 // its limit) takes nothing a request could be judged by.

@@ -427,6 +427,9 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 		if counters != nil { // a rules limit, as the run's audit described it
 			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
 			exp.quota = l.Limit * max(l.Cost, 1)
+			if l.Quota > 0 {
+				exp.quota = l.Quota
+			}
 		}
 		exps[k] = exp
 	}

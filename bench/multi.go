@@ -162,6 +162,9 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		}
 		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0)
 		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
+		if _, cost := exp.units(); cost > 1 {
+			l.Quota = exp.quota
+		}
 		if exp.judged() {
 			l.DenialsElsewhere = elsewhere
 		}
@@ -182,7 +185,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool) LimitAudit {
 	name := func(c int32) string { return names[c] }
 	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.guarantee.Rule(exp.policy), WorstConsumers: []ConsumerAudit{}}
+		Rule: exp.rule(), WorstConsumers: []ConsumerAudit{}}
 	switch {
 	case !exp.judged():
 		l := blank

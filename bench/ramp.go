@@ -21,9 +21,14 @@ import (
 // [sent(i), reply]; each reply adds one to every start at or before its
 // flight's send. A segment tree with range additions and a maximum makes
 // that O(n log n).
-func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee) span {
+//
+// p counts units, of which each request takes cost (1 but for a rate
+// limit service's hits_addend or a rules limit's cost): what a span
+// allows is its units over the cost, rounded down.
+func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee, cost int64) span {
+	cost = max(cost, 1)
 	if len(ok) == 0 {
-		return span{allowed: g.MaxIn(p, 0)}
+		return span{allowed: g.MaxIn(p, 0) / cost}
 	}
 	bySent := slices.Clone(ok)
 	slices.SortFunc(bySent, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
@@ -34,7 +39,7 @@ func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee) span {
 	byDone := slices.Clone(bySent)
 	slices.SortFunc(byDone, func(a, b sample) int { return cmpDur(a.done, b.done) })
 
-	rate := float64(p.Limit) / float64(p.Window) // admissions per ns of span
+	rate := float64(p.Limit) / float64(cost) / float64(p.Window) // admissions per ns of span
 	t := newMaxTree(len(bySent))
 	for i, s := range sents {
 		t.add(i, i, rate*float64(s))
@@ -67,7 +72,7 @@ func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee) span {
 		}
 	}
 	d := bestEnd - from
-	return span{span: d, admitted: n, allowed: g.MaxIn(p, d)}
+	return span{span: d, admitted: n, allowed: g.MaxIn(p, d) / cost}
 }
 
 // maxTree is a segment tree over n values with range additions and the

@@ -37,7 +37,9 @@ func worstSpan(ok []sample, exp expectation) span {
 	}
 	// A burst then a steady rate: the bound grows with the span. Every
 	// span from one success's send to another's reply is weighed at once.
-	return worstRamp(ok, p, g)
+	// A request of several units: the bound in units, over its cost.
+	units, cost := exp.units()
+	return worstRamp(ok, units, g, cost)
 }
 
 // worstWindow is the most successes whose whole flight lies inside one span

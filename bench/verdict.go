@@ -18,7 +18,7 @@ import (
 func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string) LimitAudit {
 	p := exp.policy
 	l := LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.guarantee.Rule(p), Reasons: []string{}, WorstConsumers: []ConsumerAudit{}}
+		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []ConsumerAudit{}}
 	per := make([][]sample, consumers)
 	statuses := map[string]int64{}
 	var answered, turnedAway int64

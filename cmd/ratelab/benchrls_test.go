@@ -492,3 +492,38 @@ func TestBenchRLSReferenceHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchRLSHitsAddendRefills: a bucket refills, and a sliding counter
+// weighs, hits, not whole calls: with 5 hits a second and calls of 2, an
+// honest token bucket, GCRA or sliding counter admits 2.5 calls a second
+// once its burst is spent, not 2 (5/2 rounded down). The audit holds each
+// to what it admits in hits and finds it held, by its configuration and by
+// --expect-limit.
+func TestBenchRLSHitsAddendRefills(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: tb\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token-bucket}\n" +
+		"  - key: gcra\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra}\n" +
+		"  - key: sc\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding-counter}\n"
+	addr, domain := startRLS(t, config)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(config, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []struct{ key, name string }{{"tb", "token-bucket"}, {"gcra", "gcra"}, {"sc", "sliding-counter"}} {
+		for _, audit := range [][]string{{"--expect-config", dir}, {"--expect-limit", "5/1s:" + alg.name}} {
+			t.Run(alg.name+" "+audit[0], func(t *testing.T) {
+				// Long enough for the refill to outrun 2 calls a second.
+				args := append([]string{"bench", "rls", addr, "--domain", domain, "--descriptor", alg.key + "=" + strings.TrimPrefix(audit[0], "--") + "-{consumer}",
+					"--consumers", "1", "--hits-addend", "2", "--rate", "0", "--connections", "2", "--duration", "4s", "--no-probes",
+					"--fail-on-leak", "-o", "json"}, audit...)
+				code, stdout, stderr := ratelab(t, args...)
+				var res rlsAudit
+				decodeJSON(t, stdout, &res)
+				if code != exitOK || res.Audit.Verdict != "held" || len(res.Audit.Limits) != 1 {
+					t.Fatalf("exit %d (%s): %+v", code, stderr, res.Audit)
+				}
+			})
+		}
+	}
+}
