@@ -527,3 +527,50 @@ func TestBenchRLSHitsAddendRefills(t *testing.T) {
 		}
 	}
 }
+
+// unknownRLS is a broken rate limit service: it admits each consumer's
+// first 5 calls and then answers OVER_LIMIT, but every other of those
+// denials UNKNOWN, which Envoy lets through as it lets OK through.
+type unknownRLS struct {
+	pb.UnimplementedRateLimitServiceServer
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (u *unknownRLS) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	key := fmt.Sprint(req.GetDescriptors())
+	u.calls[key]++
+	switch n := u.calls[key]; {
+	case n <= 5:
+		return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK}, nil
+	case n%2 == 0:
+		return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_UNKNOWN}, nil
+	}
+	return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OVER_LIMIT}, nil
+}
+
+// TestBenchRLSUnknownIsAdmitted: Envoy refuses a request only when the
+// service answers OVER_LIMIT; a service that answers UNKNOWN where it
+// should refuse lets the requests through, and is caught leaking.
+func TestBenchRLSUnknownIsAdmitted(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, &unknownRLS{calls: map[string]int{}})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(l) }()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	code, stdout, stderr := ratelab(t, "bench", "rls", l.Addr().String(), "--domain", "d", "--descriptor", "user={consumer}",
+		"--consumers", "2", "--rate", "0", "--connections", "2", "--requests", "60", "--expect-limit", "5/1h", "--no-probes", "--fail-on-leak")
+	if code != exitThreshold || !strings.Contains(stderr, "--fail-on-leak: user={consumer}: consumer-0 got 18 through") {
+		t.Fatalf("exit %d, stderr %q; want 3, consumer-0 leaking\n%s", code, stderr, stdout)
+	}
+}
