@@ -283,8 +283,9 @@ const maxBatch = 1024
 
 // batchFlushers is how many pipelines of batched decisions are always
 // ready to go out, each on its own connection: one in Redis while the next
-// gathers. When decisions wait while both are out, the batcher sends more
-// pipelines, as many as the pool allows (batch.Options.MaxPipelines).
+// gathers. A decision that has waited batch.Options.Wait while both are
+// out starts another, up to as many as the pool allows
+// (batch.Options.MaxPipelines).
 const batchFlushers = 2
 
 // redisClient is the go engine's Redis client, its EVALSHAs batched when

@@ -5,13 +5,14 @@
 // A Batcher has a few flushers (Options.Flushers), each a goroutine that
 // takes a waiting call, adds every other call already waiting (up to
 // Options.Max) without waiting for more, and sends them as one go-redis
-// pipeline. When calls wait while every flusher's pipeline is out, and they
-// are at least as many as the pipelines out hold on average, the batcher
-// starts one more flusher for them, up to Options.MaxPipelines in all; a
-// flusher so started ends when it finds no call waiting. So a slow Redis
-// gets as many pipelines in flight as the calls waiting need, each sent at
-// once rather than after a round trip, while a fast one, whose pipelines
-// come back before many calls wait, gets full ones from the few flushers. Before it sends a pipeline that is not full, a flusher lets the
+// pipeline. When a call waits while every flusher's pipeline is out, and
+// either it has waited Options.Wait or the newest of those pipelines went
+// out Wait ago or more, the batcher starts one more flusher for the calls
+// waiting, up to Options.MaxPipelines in all; a flusher so started ends when
+// it finds no call waiting. So behind a slow Redis a call goes out at once,
+// or after at most Wait, not after a whole round trip, while a fast Redis,
+// whose pipelines come back within Wait, gets full ones from the few
+// flushers. Before it sends a pipeline that is not full, a flusher lets the
 // goroutines that are ready to run go first (runtime.Gosched), and takes
 // the calls they made meanwhile: Go's scheduler runs the flusher a call
 // woke right after its caller parks, before the other requests already
@@ -46,6 +47,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +70,11 @@ type Options struct {
 	// the package comment); at most the client's pool size. Default, and
 	// at least, Flushers: no flusher is started on demand.
 	MaxPipelines int
+	// Wait is how long a call waits for a flusher while every flusher's
+	// pipeline is out before the batcher starts another (when MaxPipelines
+	// allows). Default 1ms: longer than a pipeline takes in a Redis close
+	// by, far shorter than a round trip to a slow one.
+	Wait time.Duration
 	// Timeout bounds one pipeline when no call in it has a deadline, and
 	// caps the deadline of one that has. Default 5s.
 	Timeout time.Duration
@@ -90,10 +97,10 @@ type Batcher struct {
 	wg      sync.WaitGroup
 
 	mu      sync.Mutex
-	closing bool // Close has begun: no flusher starts
-	running int  // flushers running
-	out     int  // of them, with a pipeline in flight
-	sending int  // calls in those pipelines
+	closing bool      // Close has begun: no flusher starts
+	running int       // flushers running
+	out     int       // of them, with a pipeline in flight
+	busy    time.Time // when the newest of those pipelines went out
 }
 
 type call struct {
@@ -105,6 +112,7 @@ type call struct {
 	keys   []string
 	args   []any
 	reply  chan result // buffered: the flusher never blocks on it
+	taken  atomic.Bool // a flusher took it from the queue
 }
 
 type result struct {
@@ -122,6 +130,9 @@ func New(client redis.Cmdable, opts Options) *Batcher {
 		opts.Flushers = 1
 	}
 	opts.MaxPipelines = max(opts.MaxPipelines, opts.Flushers)
+	if opts.Wait <= 0 {
+		opts.Wait = time.Millisecond
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
@@ -169,21 +180,51 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 	case <-b.done:
 		return nil, ErrClosed
 	}
-	b.grow()
+	// waited fires every Wait while the call is still queued, when
+	// flushers may be started on demand.
+	var waited <-chan time.Time
+	if b.opts.MaxPipelines > b.opts.Flushers {
+		b.grow(false)
+		t := time.NewTimer(b.opts.Wait)
+		defer t.Stop()
+		waited = t.C
+		for {
+			select {
+			case r := <-c.reply:
+				return r.val, r.err
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-b.stopped:
+				return b.last(c)
+			case <-waited:
+				if c.taken.Load() {
+					waited = nil
+					continue
+				}
+				b.grow(true)
+				t.Reset(b.opts.Wait)
+			}
+		}
+	}
 	select {
 	case r := <-c.reply:
 		return r.val, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.stopped:
-		// A call taken by a flusher is answered before stopped closes;
-		// one sent after the last drain never is.
-		select {
-		case r := <-c.reply:
-			return r.val, r.err
-		default:
-			return nil, ErrClosed
-		}
+		return b.last(c)
+	}
+}
+
+// last is the answer of a call whose Batcher has stopped: a call taken by a
+// flusher is answered before stopped closes; one sent after the last drain
+// never is.
+func (b *Batcher) last(c *call) (any, error) {
+	select {
+	case r := <-c.reply:
+		return r.val, r.err
+	default:
+		return nil, ErrClosed
 	}
 }
 
@@ -223,6 +264,7 @@ func (b *Batcher) flusher(onDemand bool) {
 		if onDemand {
 			select {
 			case c := <-b.calls:
+				c.taken.Store(true)
 				batch = append(batch[:0], c)
 			case <-b.done:
 				return
@@ -235,6 +277,7 @@ func (b *Batcher) flusher(onDemand bool) {
 		} else {
 			select {
 			case c := <-b.calls:
+				c.taken.Store(true)
 				batch = append(batch[:0], c)
 			case <-b.done:
 				return
@@ -250,22 +293,19 @@ func (b *Batcher) flusher(onDemand bool) {
 }
 
 // grow starts one more flusher when calls wait, every flusher's pipeline is
-// out, the calls waiting are at least as many as those pipelines hold on
-// average (so the new pipeline costs no more round trips per call than
-// they do), and fewer than MaxPipelines are out. A caller runs it after
-// queueing its call, and a flusher as it sends: one of the two sees the
-// queue and the flushers as they are after both.
-func (b *Batcher) grow() {
-	if b.opts.MaxPipelines == b.opts.Flushers {
-		return
-	}
-	waiting := len(b.calls)
-	if waiting == 0 {
+// out, and fewer than MaxPipelines are: at once when the newest pipeline
+// out went out Wait ago or more (Redis is slow now), else only for a call
+// that has waited Wait itself.
+func (b *Batcher) grow(waited bool) {
+	if len(b.calls) == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closing || b.out < b.running || b.running >= b.opts.MaxPipelines || waiting*b.out < b.sending {
+	if b.closing || b.out < b.running || b.running >= b.opts.MaxPipelines {
+		return
+	}
+	if !waited && time.Since(b.busy) < b.opts.Wait {
 		return
 	}
 	b.running++
@@ -289,17 +329,15 @@ func (b *Batcher) retire() bool {
 	return true
 }
 
-// sent counts a pipeline of n calls in flight until its function returns.
-func (b *Batcher) sent(n int) func() {
+// sent counts a pipeline in flight until its function returns.
+func (b *Batcher) sent() func() {
 	b.mu.Lock()
 	b.out++
-	b.sending += n
+	b.busy = time.Now()
 	b.mu.Unlock()
-	b.grow()
 	return func() {
 		b.mu.Lock()
 		b.out--
-		b.sending -= n
 		b.mu.Unlock()
 	}
 }
@@ -310,6 +348,7 @@ func (b *Batcher) fill(batch []*call) []*call {
 	for len(batch) < b.opts.Max {
 		select {
 		case c := <-b.calls:
+			c.taken.Store(true)
 			batch = append(batch, c)
 		default:
 			return batch
@@ -327,7 +366,7 @@ func (b *Batcher) flush(batch []*call) {
 	}
 	ctx, cancel := b.context(live)
 	defer cancel()
-	defer b.sent(len(live))()
+	defer b.sent()()
 	cmds := b.exec(ctx, live, false)
 	var again []*call
 	var noScript error
