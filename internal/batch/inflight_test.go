@@ -175,3 +175,30 @@ func TestPipelinesInFlightAreBounded(t *testing.T) {
 	b.Close()
 	goleak.VerifyNone(t, ignore...)
 }
+
+// TestNoPipelineOnDemandWithinWait: calls that wait while every flusher's
+// pipeline is out start no other pipeline until the newest out has been
+// out Wait, or they have waited Wait: with Wait longer than the test, 200
+// concurrent calls never have more pipelines out than Flushers, however
+// many of them wait behind each pipeline.
+func TestNoPipelineOnDemandWithinWait(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t, srv)
+	if err := echo.Load(context.Background(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newStall(0)
+	c.AddHook(s)
+	b := newBatcher(t, c, Options{Max: 4, Flushers: 2, MaxPipelines: 64, Wait: time.Hour})
+	key := redistest.Prefix(t) + "n"
+	var chans []<-chan answer
+	for i := range 200 {
+		chans = append(chans, runAsync(b, key, i))
+	}
+	for i, ch := range chans {
+		checkAnswer(t, <-ch, i)
+	}
+	if p := s.peakOut(); p > 2 {
+		t.Errorf("%d pipelines out at once, want at most 2 (Flushers)", p)
+	}
+}
