@@ -152,6 +152,10 @@ cpu() { awk '{printf "%.1f\n", ($8 + $9) * 1000 / $2}' "$1" | median; }
 echo "    on cpu time, which other work on the machine disturbs less: gateway + Redis $(cpu "$dir/off") µs a request off," \
   "$(cpu "$dir/limited") µs limited: $(ratio "$(cpu "$dir/off")" "$(cpu "$dir/limited")") ($(cpu "$dir/unbatched") µs with --redis-batch 1:" \
   "$(ratio "$(cpu "$dir/off")" "$(cpu "$dir/unbatched")"))"
+gwcpu() { awk '{printf "%.1f\n", $8 * 1000 / $2}' "$1" | median; }
+echo "    the gateway's cpu alone, what (a) would be were Redis on a core of its own: $(gwcpu "$dir/off") µs a request off," \
+  "$(gwcpu "$dir/limited") µs limited: $(ratio "$(gwcpu "$dir/off")" "$(gwcpu "$dir/limited")") ($(gwcpu "$dir/unbatched") µs with --redis-batch 1:" \
+  "$(ratio "$(gwcpu "$dir/off")" "$(gwcpu "$dir/unbatched")"))"
 echo "(b) go gateway / nginx + ratelimit.lua: $(ratio "$limited" "$nginx")  (target at least 2)"
 idle_ratios
 # Columns of $dir/limited: req/s, requests, round trips, batches, decisions in batches, Redis evalsha calls, Redis reads,
