@@ -27,16 +27,23 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
 trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# ready NAME LISTEN PID: waits until the gateway answers, or stops the bench
+# with its log (a port taken, a bad flag) rather than load something else.
+ready() {
+  for _ in $(seq 200); do curl -s -o /dev/null "http://$2/" && return; kill -0 "$3" 2>/dev/null || break; sleep 0.05; done
+  echo "bench-edge: $1 did not answer on $2; its log:" >&2; cat "$dir/$1.log" >&2; exit 1
+}
 
 # wrk_rps runs ratelab edge with its flags pinned to SERVER_CPU, wrk pinned to
 # LOAD_CPU, and prints the requests per second.
 wrk_rps() {
   local name=$1; shift
-  local listen=127.0.0.1:18091
+  local listen=127.0.0.1:$(freeport)
   taskset -c "$SERVER_CPU" ./bin/ratelab edge --listen "$listen" --admin "" --upstream builtin --key-by header:X-Consumer-Id \
     --redis "redis://127.0.0.1:$port" "$@" 2>"$dir/$name.log" &
   local pid=$!
-  for _ in $(seq 200); do curl -s -o /dev/null "http://$listen/" && break; sleep 0.05; done
+  ready "$name" "$listen" "$pid"
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNECTIONS" -d"$DURATION" -s scripts/wrk-consumers.lua "http://$listen/" >"$dir/$name.wrk"
   kill -INT "$pid"; wait "$pid" || true
   if grep -q Non-2xx "$dir/$name.wrk"; then echo "bench-edge: $name answered non-2xx: $(grep Non-2xx "$dir/$name.wrk")" >&2; fi
@@ -50,10 +57,12 @@ median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 limits() {
   command -v taskset >/dev/null || { echo "bench-edge: needs taskset (util-linux)" >&2; exit 1; }
   taskset -pc "$REDIS_CPU" "$(cat "$dir/redis.pid")" >/dev/null
-  local one=() three=()
+  local one=() three=() r
   for i in $(seq "$ROUNDS"); do
-    one+=("$(wrk_rps "one-$i" --algorithm "$ALGORITHM" --limit 100000000/1m)")
-    three+=("$(wrk_rps "three-$i" --algorithm "$ALGORITHM" --limit 10000000/1s --limit 100000000/1m --limit 1000000000/1h)")
+    r=$(wrk_rps "one-$i" --algorithm "$ALGORITHM" --limit 100000000/1m)
+    one+=("$r")
+    r=$(wrk_rps "three-$i" --algorithm "$ALGORITHM" --limit 10000000/1s --limit 100000000/1m --limit 1000000000/1h)
+    three+=("$r")
   done
   local m1 m3
   m1=$(printf '%s\n' "${one[@]}" | median)
@@ -66,11 +75,11 @@ limits() {
 
 run() { # name, then ratelab edge flags
   local name=$1; shift
-  local listen=127.0.0.1:18090
+  local listen=127.0.0.1:$(freeport)
   ./bin/ratelab edge --listen "$listen" --admin "" --upstream builtin --key-by header:X-Consumer-Id \
     --redis "redis://127.0.0.1:$port" "$@" 2>"$dir/$name.log" &
   local pid=$!
-  for _ in $(seq 200); do curl -s -o /dev/null "http://$listen/" && break; sleep 0.05; done
+  ready "$name" "$listen" "$pid"
   wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s scripts/wrk-consumers.lua "http://$listen/" >"$dir/$name.wrk"
   kill -INT "$pid"; wait "$pid" || true
   local rps p50 p99 non2xx
