@@ -60,6 +60,19 @@ func TestBenchRLSOverTLS(t *testing.T) {
 	}
 }
 
+// TestBenchRLSTLSToPlaintext: bench rls over TLS to a service served in
+// plaintext fails each call's handshake: exit 1, errors of kind tls.
+func TestBenchRLSTLSToPlaintext(t *testing.T) {
+	t.Parallel()
+	files := redistest.TLSFiles(t)
+	addr, domain := startRLS(t, rlsTLSConfig)
+	code, stderr, verdict := benchRLSOver(t, addr, domain, "a", "--tls-ca", files.CAFile)
+	if code != exitError || !strings.Contains(stderr, "no request got a response: 30 of 30 failed: tls 30 (first: ") ||
+		!strings.Contains(stderr, "authentication handshake failed") || verdict == "held" {
+		t.Fatalf("exit %d, verdict %q, stderr %q; want exit 1 and tls errors", code, verdict, stderr)
+	}
+}
+
 // TestBenchRLSMutualTLS: ratelab rls with --grpc-tls-client-ca answers
 // only a client whose certificate that CA signs.
 func TestBenchRLSMutualTLS(t *testing.T) {
