@@ -41,6 +41,10 @@ type RLSOptions struct {
 	// certificate and refuses one without a certificate they sign (mutual
 	// TLS). It needs TLSCertFile.
 	TLSClientCAFile string
+	// TLS, when set, is the TLS configuration of the gRPC service as
+	// GRPCTLS read it from the files above, used as it is: the files are
+	// then not read again.
+	TLS *tls.Config
 	// HTTP is the address of /json (envoyproxy/ratelimit's), /healthz and
 	// /metrics, such as ":8080"; none when empty.
 	HTTP string
@@ -72,8 +76,7 @@ type RLSOptions struct {
 	// Ready, when set, receives the addresses served once they listen.
 	Ready func(grpcAddr, httpAddr string)
 
-	redisAddr string      // named in the start-up line
-	tls       *tls.Config // the gRPC service's, read from the files
+	redisAddr string // named in the start-up line
 }
 
 // Validate checks the options; errors are *field.Error.
@@ -136,8 +139,10 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	if err != nil {
 		return err
 	}
-	if o.tls, err = o.GRPCTLS(); err != nil {
-		return err
+	if o.TLS == nil {
+		if o.TLS, err = o.GRPCTLS(); err != nil {
+			return err
+		}
 	}
 	metrics := NewMetrics()
 	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
@@ -161,9 +166,9 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 // until ctx is done, and reloads its configuration meanwhile.
 func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 	reloader, metrics := svc.cfg.Domains, svc.cfg.Metrics
-	if o.tls == nil {
+	if o.TLS == nil {
 		var err error
-		if o.tls, err = o.GRPCTLS(); err != nil {
+		if o.TLS, err = o.GRPCTLS(); err != nil {
 			return err
 		}
 	}
@@ -172,8 +177,8 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 		return fmt.Errorf("grpc listen: %w", err)
 	}
 	var opts []grpc.ServerOption
-	if o.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.tls)))
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
@@ -198,7 +203,7 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 	if o.Log != nil {
 		d := reloader.Current()
 		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
-			grpcSecurity(o.tls), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
+			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
 	}
 	if o.Ready != nil {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))

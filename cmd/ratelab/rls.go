@@ -101,7 +101,7 @@ func rlsConfig(io *ioStreams, opts rlsOptions) (edge.RLSOptions, redisrun.Target
 	if err := o.Validate(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, rlsNames)
 	}
-	if _, err := o.GRPCTLS(); err != nil {
+	if o.TLS, err = o.GRPCTLS(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, rlsNames)
 	}
 	if _, err := edge.LoadDomains(o.ConfigDir); err != nil {
