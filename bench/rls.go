@@ -34,8 +34,8 @@ type RLSConfig struct {
 	// the system's roots, or TLSCAFile's certificates when set, for
 	// TLSServerName (default: Target's host); Insecure skips the
 	// verification. TLSCertFile and TLSKeyFile are a client certificate
-	// and its key, for a service that asks for one (mutual TLS). Any of
-	// TLSCAFile, TLSCertFile, TLSServerName and Insecure needs TLS.
+	// and its key (both or neither), for a service that asks for one
+	// (mutual TLS). Each of the other fields needs TLS.
 	TLS                                bool
 	TLSCAFile, TLSCertFile, TLSKeyFile string
 	TLSServerName                      string
