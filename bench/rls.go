@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/pemfile"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -27,6 +29,17 @@ type RLSConfig struct {
 	// HitsAddend is the call's hits_addend: what each descriptor takes of
 	// its limit; 0 leaves it unset, which the service reads as 1.
 	HitsAddend uint32
+
+	// TLS calls the service over TLS, verifying its certificate against
+	// the system's roots, or TLSCAFile's certificates when set, for
+	// TLSServerName (default: Target's host); Insecure skips the
+	// verification. TLSCertFile and TLSKeyFile are a client certificate
+	// and its key (both or neither), for a service that asks for one
+	// (mutual TLS). Each of the other fields needs TLS.
+	TLS                                bool
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	TLSServerName                      string
+	Insecure                           bool
 
 	// Rate … Progress are the load, the run id and the probes, as
 	// HTTPConfig's fields of the same names: calls per second (0: the
@@ -119,7 +132,53 @@ func (c RLSConfig) Validate() error {
 	if _, err := c.templates(); err != nil {
 		return err
 	}
+	if _, err := c.tlsConfig(); err != nil {
+		return err
+	}
 	return c.validateExpect()
+}
+
+// tlsConfig is the TLS configuration of the calls, read from its files:
+// nil for plaintext. Errors are *field.Error.
+func (c RLSConfig) tlsConfig() (*tls.Config, error) {
+	if !c.TLS {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"TLSCAFile", c.TLSCAFile != ""}, {"TLSCertFile", c.TLSCertFile != ""}, {"TLSKeyFile", c.TLSKeyFile != ""},
+			{"TLSServerName", c.TLSServerName != ""}, {"Insecure", c.Insecure}} {
+			if f.set {
+				return nil, field.Errorf(f.name, "needs {TLS}")
+			}
+		}
+		return nil, nil
+	}
+	switch {
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		return nil, field.Errorf("TLSCertFile", "needs {TLSKeyFile}, the certificate's key")
+	case c.TLSKeyFile != "" && c.TLSCertFile == "":
+		return nil, field.Errorf("TLSKeyFile", "needs {TLSCertFile}, the certificate it is the key of")
+	}
+	host, _, _ := net.SplitHostPort(c.Target)
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, InsecureSkipVerify: c.Insecure} //nolint:gosec // Insecure is the user's choice, for test services
+	if c.TLSServerName != "" {
+		t.ServerName = c.TLSServerName
+	}
+	if c.TLSCAFile != "" {
+		pool, err := pemfile.CertPool(c.TLSCAFile)
+		if err != nil {
+			return nil, field.Errorf("TLSCAFile", ": %v", err)
+		}
+		t.RootCAs = pool
+	}
+	if c.TLSCertFile != "" {
+		cert, err := pemfile.KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, field.Errorf("TLSCertFile", ": %v", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
 }
 
 // templates are each descriptor's values as templates, in order.
@@ -174,8 +233,12 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return Result{}, err
+	}
 	p := newSchedule(l, t, cfg.auditing())
-	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls) }
+	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -105,11 +108,13 @@ func (c *rlsCalls) value(i, j, consumer int) string {
 }
 
 // rlsWire is a connection's gRPC channel to the rate limit service: a
-// grpc.ClientConn of its own, opened at its first call.
+// grpc.ClientConn of its own, opened at its first call, over TLS when tls
+// is set.
 type rlsWire struct {
 	p      *plan
 	target string
 	calls  *rlsCalls
+	tls    *tls.Config
 	cc     *grpc.ClientConn
 	client pb.RateLimitServiceClient
 	resp   *pb.RateLimitResponse
@@ -117,15 +122,19 @@ type rlsWire struct {
 
 var _ wire = (*rlsWire)(nil)
 
-func newRLSWire(p *plan, target string, calls *rlsCalls) *rlsWire {
-	return &rlsWire{p: p, target: target, calls: calls}
+func newRLSWire(p *plan, target string, calls *rlsCalls, tc *tls.Config) *rlsWire {
+	return &rlsWire{p: p, target: target, calls: calls, tls: tc}
 }
 
 // exchange makes consumer's call, bounded by the run's timeout.
 func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, _ int) (int, int64, error) {
 	w.resp = nil
 	if w.cc == nil {
-		cc, err := grpc.NewClient(w.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if w.tls != nil {
+			creds = credentials.NewTLS(w.tls)
+		}
+		cc, err := grpc.NewClient(w.target, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return 0, 0, &rlsError{err: err, kind: kindOther}
 		}
@@ -135,7 +144,7 @@ func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, _ in
 	resp, err := w.client.ShouldRateLimit(cctx, w.calls.request(consumer))
 	cancel()
 	if err != nil {
-		return 0, 0, rlsFailure(err)
+		return 0, 0, rlsFailure(err, w.tls != nil)
 	}
 	w.resp = resp
 	return rlsStatus(resp.GetOverallCode()), int64(proto.Size(resp)), nil
@@ -251,10 +260,11 @@ func (e *rlsError) Error() string { return e.err.Error() }
 func (e *rlsError) Unwrap() error { return e.err }
 
 // rlsFailure names the kind of a failed call: the deadline passed
-// (timeout); the service could not be reached (refused) or the channel
-// broke (reset); the service answered with an error status, such as
-// InvalidArgument or Unimplemented (protocol).
-func rlsFailure(err error) error {
+// (timeout); the service could not be reached (refused), the channel
+// broke (reset) or TLS failed (tls); the service answered with an error
+// status, such as InvalidArgument or Unimplemented (protocol). overTLS says
+// whether the call was made over TLS.
+func rlsFailure(err error, overTLS bool) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return &rlsError{err: err, kind: classify(err)}
@@ -267,8 +277,14 @@ func rlsFailure(err error) error {
 		kind = kindOther
 	case codes.Unavailable:
 		kind = kindReset
-		if strings.Contains(st.Message(), "connection refused") {
+		switch msg := st.Message(); {
+		case strings.Contains(msg, "connection refused"):
 			kind = kindRefused
+		case strings.Contains(msg, "tls: ") || strings.Contains(msg, "authentication handshake failed"):
+			kind = kindTLS
+		case !overTLS && strings.Contains(msg, "error reading server preface"):
+			// A service served over TLS hangs up so on a plaintext call.
+			err = fmt.Errorf("%w (if the service is served over TLS, call it with --tls)", err)
 		}
 	}
 	return &rlsError{err: err, kind: kind}

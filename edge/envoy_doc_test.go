@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3" // the Any types of docs/envoy.md's bootstrap
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
@@ -85,6 +87,36 @@ func validateAll(t *testing.T, m protoreflect.Message, path string, whole bool) 
 		}
 		return true
 	})
+}
+
+// TestEnvoyDocTLSCluster: docs/envoy.md's cluster that reaches the
+// service over TLS loads into Envoy's v3 Cluster, every field known, and
+// passes its validation; its transport socket is an UpstreamTlsContext
+// that asks for h2, with a CA to verify the service and a client
+// certificate.
+func TestEnvoyDocTLSCluster(t *testing.T) {
+	var doc any
+	if err := yaml.Unmarshal([]byte(docBlock(t, "ratelab_rls_tls.yaml")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c clusterv3.Cluster
+	if err := protojson.Unmarshal(js, &c); err != nil {
+		t.Fatalf("the cluster does not load into Envoy's types: %v", err)
+	}
+	validateAll(t, c.ProtoReflect(), "cluster", true)
+	var tc tlsv3.UpstreamTlsContext
+	if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&tc); err != nil {
+		t.Fatalf("transport_socket: %v", err)
+	}
+	ctx := tc.GetCommonTlsContext()
+	if tc.GetSni() == "" || len(ctx.GetAlpnProtocols()) != 1 || ctx.GetAlpnProtocols()[0] != "h2" ||
+		ctx.GetValidationContext().GetTrustedCa().GetFilename() == "" || len(ctx.GetTlsCertificates()) != 1 {
+		t.Errorf("UpstreamTlsContext %v: want an SNI, ALPN h2, a trusted CA and a client certificate", &tc)
+	}
 }
 
 // TestEnvoyDocConfig: the Envoy bootstrap of docs/envoy.md loads into

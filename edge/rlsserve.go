@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/pemfile"
 )
 
 // RLSOptions are the settings of ratelab rls.
@@ -28,6 +31,20 @@ type RLSOptions struct {
 	// GRPC is the address of the gRPC service (RateLimitService and
 	// grpc.health.v1), such as ":8081".
 	GRPC string
+	// TLSCertFile and TLSKeyFile, when set (both or neither), are the PEM
+	// files of the certificate and key the gRPC service is served with over
+	// TLS (1.2 or later); else it is plaintext. They are read once, at
+	// start. /json, /healthz and /metrics on HTTP stay plaintext.
+	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile, when set, is the PEM file of the CAs that sign the
+	// clients' certificates: the gRPC service then asks every client for a
+	// certificate and refuses one without a certificate they sign (mutual
+	// TLS). It needs TLSCertFile.
+	TLSClientCAFile string
+	// TLS, when set, is the TLS configuration of the gRPC service as
+	// GRPCTLS read it from the files above, used as it is: the files are
+	// then not read again.
+	TLS *tls.Config
 	// HTTP is the address of /json (envoyproxy/ratelimit's), /healthz and
 	// /metrics, such as ":8080"; none when empty.
 	HTTP string
@@ -79,8 +96,35 @@ func (o RLSOptions) Validate() error {
 		return field.Errorf("OnError", "%q is not open or closed", o.OnError)
 	case o.BreakerFailures < 0:
 		return field.Errorf("BreakerFailures", "must be 0 or more (got %d)", o.BreakerFailures)
+	case o.TLSCertFile != "" && o.TLSKeyFile == "":
+		return field.Errorf("TLSCertFile", "needs {TLSKeyFile}, the certificate's key")
+	case o.TLSKeyFile != "" && o.TLSCertFile == "":
+		return field.Errorf("TLSKeyFile", "needs {TLSCertFile}, the certificate it is the key of")
+	case o.TLSClientCAFile != "" && o.TLSCertFile == "":
+		return field.Errorf("TLSClientCAFile", "needs {TLSCertFile} and {TLSKeyFile}: client certificates are asked for over TLS")
 	}
 	return nil
+}
+
+// GRPCTLS reads the TLS configuration of the gRPC service from its files:
+// nil when it is plaintext. Errors are *field.Error naming the file.
+func (o RLSOptions) GRPCTLS() (*tls.Config, error) {
+	if o.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := pemfile.KeyPair(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return nil, field.Errorf("TLSCertFile", ": %v", err)
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if o.TLSClientCAFile != "" {
+		pool, err := pemfile.CertPool(o.TLSClientCAFile)
+		if err != nil {
+			return nil, field.Errorf("TLSClientCAFile", ": %v", err)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
 }
 
 // ServeRLS serves the rate limit service until ctx is done, on the Redis
@@ -94,6 +138,11 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	domains, err := LoadDomains(o.ConfigDir)
 	if err != nil {
 		return err
+	}
+	if o.TLS == nil {
+		if o.TLS, err = o.GRPCTLS(); err != nil {
+			return err
+		}
 	}
 	metrics := NewMetrics()
 	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
@@ -117,11 +166,21 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 // until ctx is done, and reloads its configuration meanwhile.
 func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 	reloader, metrics := svc.cfg.Domains, svc.cfg.Metrics
+	if o.TLS == nil {
+		var err error
+		if o.TLS, err = o.GRPCTLS(); err != nil {
+			return err
+		}
+	}
 	gl, err := net.Listen("tcp", o.GRPC)
 	if err != nil {
 		return fmt.Errorf("grpc listen: %w", err)
 	}
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
 	hs := grpchealth.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -143,8 +202,8 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 	}
 	if o.Log != nil {
 		d := reloader.Current()
-		fmt.Fprintf(o.Log, "ratelab rls: gRPC on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
-			gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
+		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
+			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
 	}
 	if o.Ready != nil {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))
@@ -184,6 +243,17 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// grpcSecurity says in the start-up line how the gRPC service is served.
+func grpcSecurity(c *tls.Config) string {
+	switch {
+	case c == nil:
+		return " (plaintext)"
+	case c.ClientAuth == tls.RequireAndVerifyClientCert:
+		return " (TLS, client certificates required)"
+	}
+	return " (TLS)"
 }
 
 func listenerAddr(l net.Listener) string {

@@ -29,7 +29,9 @@ type benchRLSOptions struct {
 // benchRLSNames are the flags that set bench.RLSConfig's fields; the
 // others are bench http's (benchNames).
 var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "HitsAddend": "--hits-addend",
-	"ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit"}
+	"ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit",
+	"TLS": "--tls", "TLSCAFile": "--tls-ca", "TLSCertFile": "--tls-cert", "TLSKeyFile": "--tls-key", "TLSServerName": "--tls-server-name",
+	"Insecure": "--insecure"}
 
 func newBenchRLSCmd(io *ioStreams) *cobra.Command {
 	var opts benchRLSOptions
@@ -37,7 +39,7 @@ func newBenchRLSCmd(io *ioStreams) *cobra.Command {
 		Use:   "rls ADDR",
 		Short: "Load-test an Envoy rate limit service (envoy.service.ratelimit.v3) over gRPC",
 		Long: `bench rls calls envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit at ADDR (HOST:PORT,
-plaintext gRPC), on the engine of bench http: the open model (--rate, latency timed from each
+gRPC, plaintext unless --tls), on the engine of bench http: the open model (--rate, latency timed from each
 call's intended send time, as wrk2 does) or the closed one (--rate 0), HDR histograms, the
 timeline, JSON, --shard and report merge / report html. Each connection is a gRPC channel of
 its own, with one call in flight at a time.
@@ -49,9 +51,15 @@ descriptor; {consumer} in a value stands for the consumer (consumer-0 … consum
 A call answered OK counts as a 2xx and one OVER_LIMIT as a 429, so that results read, merge
 and render as bench http's; a call the service refuses with a gRPC error (InvalidArgument,
 Unimplemented …) or that cannot reach it is an error. A run in which no call got an answer
-exits 1. docs/envoy.md says more.`,
+exits 1.
+
+--tls calls over TLS, verifying the service's certificate against the system's roots, or
+--tls-ca's, for ADDR's host or --tls-server-name; --tls-cert and --tls-key give a client
+certificate, for a service that asks for one (mutual TLS). Each of these implies --tls.
+docs/envoy.md says more.`,
 		Example: `  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor 'user={consumer}' --consumers 50 --rate 2000 --duration 30s
-  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor generic_key=global --rate 0 --connections 64 --duration 10s -o json > run.json`,
+  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor generic_key=global --rate 0 --connections 64 --duration 10s -o json > run.json
+  ratelab bench rls rls.internal:8081 --tls-ca ca.pem --tls-cert bench.pem --tls-key bench-key.pem --domain edge --descriptor user=a --duration 10s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("bench rls takes one ADDR, HOST:PORT (got %d arguments)", len(args))
@@ -67,6 +75,12 @@ exits 1. docs/envoy.md says more.`,
 	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] ({consumer} may stand in a value; repeatable, in order)")
 	f.Int64Var(&opts.hitsAddend, "hits-addend", 0, "the call's hits_addend: what each descriptor takes of its limit (0: unset, which the service reads as 1)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "consumers to spread the calls over, named where {consumer} stands")
+	f.BoolVar(&opts.TLS, "tls", false, "call over TLS, verifying the service's certificate against the system's roots (or --tls-ca's)")
+	f.StringVar(&opts.TLSCAFile, "tls-ca", "", "PEM file of the certificates that sign the service's (implies --tls)")
+	f.StringVar(&opts.TLSCertFile, "tls-cert", "", "PEM file of a client certificate, for a service that asks for one: mutual TLS (with --tls-key; implies --tls)")
+	f.StringVar(&opts.TLSKeyFile, "tls-key", "", "PEM file of --tls-cert's key")
+	f.StringVar(&opts.TLSServerName, "tls-server-name", "", "the name the service's certificate is verified for (default: ADDR's host; implies --tls)")
+	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify the service's certificate (for test services; implies --tls)")
 	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit each descriptor's counter against LIMIT/WINDOW in hits, such as 100/1m, or LIMIT/WINDOW:ALGORITHM")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the service to this algorithm's guarantee for --expect-limit: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
@@ -87,6 +101,7 @@ exits 1. docs/envoy.md says more.`,
 func benchRLSConfig(target string, opts benchRLSOptions) (bench.RLSConfig, reports.Format, error) {
 	cfg := opts.RLSConfig
 	cfg.Target = target
+	cfg.TLS = cfg.TLS || cfg.TLSCAFile != "" || cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" || cfg.TLSServerName != "" || cfg.Insecure
 	lc, err := opts.loadFlags.config(cfg.Connections, cfg.Timeout)
 	if err != nil {
 		return cfg, "", err

@@ -28,9 +28,9 @@ import (
 
 // startRLS serves ratelab rls in-process from a directory holding the
 // config file src (its domain written in place of DOMAIN), on the test
-// package's Redis, and returns the gRPC address and the domain. The
-// service stops when the test ends.
-func startRLS(t *testing.T, src string) (addr, domain string) {
+// package's Redis, with the flags extra, and returns the gRPC address and
+// the domain. The service stops when the test ends.
+func startRLS(t *testing.T, src string, extra ...string) (addr, domain string) {
 	t.Helper()
 	redistest.Client(t, srv)
 	dir := t.TempDir()
@@ -43,8 +43,8 @@ func startRLS(t *testing.T, src string) (addr, domain string) {
 	done := make(chan int, 1)
 	var stderr syncWriter
 	go func() {
-		done <- run(ctx, []string{"rls", "--redis", srv.URL(), "--config", dir, "--grpc", addr, "--http", httpAddr,
-			"--redis-timeout", "5s"}, io.Discard, &stderr)
+		done <- run(ctx, append([]string{"rls", "--redis", srv.URL(), "--config", dir, "--grpc", addr, "--http", httpAddr,
+			"--redis-timeout", "5s"}, extra...), io.Discard, &stderr)
 	}()
 	stop := sync.OnceValue(func() int { cancel(); return <-done })
 	t.Cleanup(func() {

@@ -21,7 +21,8 @@ type rlsOptions struct {
 
 // rlsNames are the flags that set edge.RLSOptions' fields.
 var rlsNames = flagNames{"GRPC": "--grpc", "HTTP": "--http", "ConfigDir": "--config", "Timeout": "--redis-timeout",
-	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures"}
+	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures",
+	"TLSCertFile": "--grpc-tls-cert", "TLSKeyFile": "--grpc-tls-key", "TLSClientCAFile": "--grpc-tls-client-ca"}
 
 func newRLSCmd(io *ioStreams) *cobra.Command {
 	var opts rlsOptions
@@ -44,10 +45,17 @@ parse is logged, naming its line and field, and the configuration serving keeps 
 --deny-cache (on by default) answers a call over a limit Redis refused, until that limit admits
 again, from memory without Redis. When Redis fails, or the circuit is open after
 --breaker-failures failures in a row, a call is answered --on-redis-error: open (OK, no limit)
-or closed (OVER_LIMIT). docs/envoy.md has an
-Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to these flags.`,
+or closed (OVER_LIMIT).
+
+--grpc-tls-cert and --grpc-tls-key serve the gRPC service over TLS (1.2 or later), and
+--grpc-tls-client-ca then asks every client for a certificate signed by those CAs (mutual TLS).
+The files are read once, at start. /json, /healthz and /metrics on --http stay plaintext.
+
+docs/envoy.md has an Envoy configuration that uses it, and envoyproxy/ratelimit's settings
+mapped to these flags.`,
 		Example: `  ratelab rls --config ./ratelimit/config --redis redis://127.0.0.1:6379
-  ratelab rls --config ./config --grpc :8081 --http :8080 --response-headers --on-redis-error closed`,
+  ratelab rls --config ./config --grpc :8081 --http :8080 --response-headers --on-redis-error closed
+  ratelab rls --config ./config --grpc-tls-cert rls.pem --grpc-tls-key rls-key.pem --grpc-tls-client-ca clients-ca.pem`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runRLS(cmd.Context(), io, opts)
@@ -56,6 +64,11 @@ Envoy configuration that uses it, and envoyproxy/ratelimit's settings mapped to 
 	f := cmd.Flags()
 	f.StringVar(&opts.GRPC, "grpc", ":8081", "address of the gRPC service (envoyproxy/ratelimit's GRPC_PORT)")
 	f.StringVar(&opts.HTTP, "http", ":8080", "address of /json, /healthz and /metrics (envoyproxy/ratelimit's PORT; empty: none)")
+	f.StringVar(&opts.TLSCertFile, "grpc-tls-cert", "", "PEM file of the certificate (and chain) to serve gRPC over TLS with, "+
+		"with --grpc-tls-key (envoyproxy/ratelimit's GRPC_SERVER_TLS_CERT; default: plaintext)")
+	f.StringVar(&opts.TLSKeyFile, "grpc-tls-key", "", "PEM file of --grpc-tls-cert's key (GRPC_SERVER_TLS_KEY)")
+	f.StringVar(&opts.TLSClientCAFile, "grpc-tls-client-ca", "", "PEM file of the CAs that sign the clients' certificates: "+
+		"require and verify one from every gRPC client, mutual TLS (GRPC_CLIENT_TLS_CACERT)")
 	f.StringVar(&opts.ConfigDir, "config", "", "directory of envoyproxy/ratelimit YAML files, one domain each (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)")
 	f.BoolVar(&opts.ResponseHeaders, "response-headers", false, "add the draft-10 RateLimit and RateLimit-Policy fields to response_headers_to_add "+
 		"(envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
@@ -86,6 +99,9 @@ func rlsConfig(io *ioStreams, opts rlsOptions) (edge.RLSOptions, redisrun.Target
 	}
 	o.Clock = clock
 	if err := o.Validate(); err != nil {
+		return o, redisrun.TargetConfig{}, flagError(err, rlsNames)
+	}
+	if o.TLS, err = o.GRPCTLS(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, rlsNames)
 	}
 	if _, err := edge.LoadDomains(o.ConfigDir); err != nil {

@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/plural":             {},
 	"internal/testwait":           {},
 	"internal/batch":              {},
+	"internal/pemfile":            {},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},

@@ -19,7 +19,7 @@ import (
 
 // TLSFiles writes a self-signed certificate for 127.0.0.1, good for an
 // hour, and its key into the test's temporary directory. The certificate is
-// its own CA.
+// its own CA, and serves a server or a client (mutual TLS) alike.
 func TLSFiles(t testing.TB) redisrun.TLSFiles {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -32,7 +32,7 @@ func TLSFiles(t testing.TB) redisrun.TLSFiles {
 		NotBefore:             time.Now().Add(-time.Minute),
 		NotAfter:              time.Now().Add(time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
