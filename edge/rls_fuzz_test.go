@@ -9,8 +9,8 @@ import (
 	"time"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -78,7 +78,9 @@ func FuzzShouldRateLimit(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	entry := func(k, v string) *rlpb.RateLimitDescriptor_Entry { return &rlpb.RateLimitDescriptor_Entry{Key: k, Value: v} }
+	entry := func(k, v string) *rlpb.RateLimitDescriptor_Entry {
+		return &rlpb.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
 	seed(&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlpb.RateLimitDescriptor{{Entries: []*rlpb.RateLimitDescriptor_Entry{entry("user", "alice")}}}})
 	seed(&pb.RateLimitRequest{Domain: "d", HitsAddend: 3, Descriptors: []*rlpb.RateLimitDescriptor{
 		{Entries: []*rlpb.RateLimitDescriptor_Entry{entry("user", "vip")}},
@@ -88,7 +90,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}})
 	seed(&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlpb.RateLimitDescriptor{{
 		Entries: []*rlpb.RateLimitDescriptor_Entry{entry("path", "/api/v1")},
-		Limit: &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 4, Unit: typev3.RateLimitUnit_YEAR},
+		Limit:   &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 4, Unit: typev3.RateLimitUnit_YEAR},
 	}}})
 	seed(&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlpb.RateLimitDescriptor{{
 		Entries: []*rlpb.RateLimitDescriptor_Entry{entry("window", "w")}, HitsAddend: wrapperspb.UInt64(1 << 63)}}})
