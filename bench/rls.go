@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/pemfile"
@@ -23,8 +24,8 @@ type RLSConfig struct {
 	// Domain is the domain of every call.
 	Domain string
 	// Descriptors are the descriptors of every call, in order; {consumer}
-	// in a value stands for the consumer's identity (consumer-0 …), and {{
-	// for a literal {.
+	// in a value stands for the consumer's identity (consumer-0 …, or
+	// Identities), and {{ for a literal {.
 	Descriptors []Descriptor
 	// HitsAddend is the call's hits_addend: what each descriptor takes of
 	// its limit; 0 leaves it unset, which the service reads as 1.
@@ -59,6 +60,11 @@ type RLSConfig struct {
 	KeepResponses   bool
 	NoProbes        bool
 	Progress        func(Progress)
+	// Identities, when set, are the consumers' identities (API keys,
+	// tenants …), Consumers of them, each sent where {consumer} stands in
+	// place of consumer-0 …; the audit and the result name the consumers
+	// by them.
+	Identities []string
 
 	// ExpectLimit per ExpectWindow, when set, audits the service: each
 	// descriptor's counter (its values as sent, {consumer} rendered) is
@@ -129,13 +135,42 @@ func (c RLSConfig) Validate() error {
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
 	}
-	if _, err := c.templates(); err != nil {
+	ts, err := c.templates()
+	if err != nil {
+		return err
+	}
+	if err := c.checkIdentities(ts); err != nil {
 		return err
 	}
 	if _, err := c.tlsConfig(); err != nil {
 		return err
 	}
 	return c.validateExpect()
+}
+
+// checkIdentities checks Identities (checkIdentities), each a string a
+// descriptor's value can carry (UTF-8), and that some value, of the
+// templates ts, sends them.
+func (c RLSConfig) checkIdentities(ts [][]template) error {
+	if c.Identities == nil {
+		return nil
+	}
+	if err := checkIdentities(c.Identities, c.Consumers); err != nil {
+		return err
+	}
+	for i, id := range c.Identities {
+		if !utf8.ValidString(id) {
+			return field.Errorf("Identities", ": identity %d is not UTF-8 text, which a descriptor's value must be", i+1)
+		}
+	}
+	for _, d := range ts {
+		for _, t := range d {
+			if t.uses(consumerPlaceholder) {
+				return nil
+			}
+		}
+	}
+	return field.Errorf("Identities", "names the consumers where {consumer} stands, and no value of {Descriptors} holds it")
 }
 
 // tlsConfig is the TLS configuration of the calls, read from its files:
@@ -239,6 +274,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	}
 	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
+	p.identities = cfg.Identities
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err
@@ -246,7 +282,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	defer stopProgress()
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
-	res.Config.Domain, res.Config.Descriptors = cfg.Domain, cfg.descriptorTexts()
+	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
 	for i, d := range cfg.Descriptors {
 		if strings.Contains(res.Config.Descriptors[i], "{consumer}") {
 			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
@@ -279,8 +315,8 @@ func (c RLSConfig) runID() string {
 		return c.RunID
 	}
 	h := HTTPConfig{Target: "grpc://" + c.Target, Method: "ShouldRateLimit", Rate: c.Rate, Duration: c.Duration, Warmup: c.Warmup,
-		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Shards: c.Shards, SharedConsumers: c.SharedConsumers,
-		StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
+		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Identities: c.Identities, Shards: c.Shards,
+		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
 		Body: []byte(fmt.Sprintf("%q %q %d %v", c.Domain, c.descriptorTexts(), c.HitsAddend, c.ExpectConfig != nil))}
 	return h.runID()
 }
