@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -89,28 +90,87 @@ type DescriptorEntry struct {
 	Key, Value string
 }
 
-// String is the descriptor as --descriptor takes it: key=value,key=value.
+// String is the descriptor as --descriptor takes it: key=value,key=value,
+// each comma and backslash of a key or value escaped (\, and \\), so that
+// ParseDescriptor reads it back as d.
 func (d Descriptor) String() string {
-	parts := make([]string, len(d))
+	var b strings.Builder
 	for i, e := range d {
-		parts[i] = e.Key + "=" + e.Value
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(descriptorEscaper.Replace(e.Key))
+		b.WriteByte('=')
+		b.WriteString(descriptorEscaper.Replace(e.Value))
 	}
-	return strings.Join(parts, ",")
+	return b.String()
 }
 
+// descriptorEscaper escapes a key or value for Descriptor.String.
+var descriptorEscaper = strings.NewReplacer(`\`, `\\`, `,`, `\,`)
+
+// descriptorEscapes says what a --descriptor value may escape.
+const descriptorEscapes = `\, is a comma and \\ a backslash`
+
 // ParseDescriptor reads a --descriptor value: key=value[,key=value…], one
-// descriptor of the call. An entry without = is a key with an empty value.
+// descriptor of the call, in which \, is a comma that does not end the
+// entry and \\ a backslash; any other backslash is refused. An entry
+// without = is a key with an empty value; the spaces around a key are
+// dropped, and a value is kept as it is.
 func ParseDescriptor(s string) (Descriptor, error) {
 	var d Descriptor
-	for item := range strings.SplitSeq(s, ",") {
-		k, v, _ := strings.Cut(item, "=")
+	var part strings.Builder
+	key, inValue := "", false
+	end := func() error {
+		k, v := part.String(), ""
+		if inValue {
+			k, v = key, part.String()
+		}
 		k = strings.TrimSpace(k)
 		if k == "" {
-			return nil, field.Errorf("Descriptors", "%q: an entry with no key: want key=value[,key=value…]", s)
+			return field.Errorf("Descriptors", "%q: an entry with no key: want key=value[,key=value…]", s)
 		}
 		d = append(d, DescriptorEntry{Key: k, Value: v})
+		part.Reset()
+		key, inValue = "", false
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 == len(s) {
+				return nil, field.Errorf("Descriptors", "%s ends in a lone backslash: %s", shown(s), descriptorEscapes)
+			}
+			i++
+			if s[i] != '\\' && s[i] != ',' {
+				r, _ := utf8.DecodeRuneInString(s[i:])
+				return nil, field.Errorf("Descriptors", "%s: \\%c is not an escape: %s", shown(s), r, descriptorEscapes)
+			}
+			part.WriteByte(s[i])
+		case c == ',':
+			if err := end(); err != nil {
+				return nil, err
+			}
+		case c == '=' && !inValue:
+			key, inValue = part.String(), true
+			part.Reset()
+		default:
+			part.WriteByte(c)
+		}
+	}
+	if err := end(); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// shown is s as a message shows it: as it is, when that prints as
+// typed, else quoted.
+func shown(s string) string {
+	if strconv.CanBackquote(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // maxDescriptors bounds the descriptors of one call.
