@@ -45,9 +45,10 @@ timeline, JSON, --shard and report merge / report html. Each connection is a gRP
 its own, with one call in flight at a time.
 
 Every call has --domain and the --descriptor values in order, each key=value[,key=value…] one
-descriptor; {consumer} in a value stands for the consumer (consumer-0 … consumer-K-1 over
---consumers K, or the lines of --consumers-from, by which the audit and report merge then name
-the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
+descriptor (\, is a comma inside a value, \\ a backslash; any other backslash is refused, so
+'path=/a\,b' sends the value /a,b); {consumer} in a value stands for the consumer (consumer-0 …
+consumer-K-1 over --consumers K, or the lines of --consumers-from, by which the audit and report
+merge then name the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
 
 A call answered OK counts as a 2xx and one OVER_LIMIT as a 429, so that results read, merge
 and render as bench http's; a call the service refuses with a gRPC error (InvalidArgument,
@@ -75,7 +76,7 @@ docs/envoy.md says more.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Domain, "domain", "", "the domain of every call (required)")
-	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] ({consumer} may stand in a value; repeatable, in order)")
+	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] (\\, a comma in a value, \\\\ a backslash; {consumer} may stand in a value; repeatable, in order)")
 	f.Int64Var(&opts.hitsAddend, "hits-addend", 0, "the call's hits_addend: what each descriptor takes of its limit (0: unset, which the service reads as 1)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "consumers to spread the calls over, named where {consumer} stands")
 	f.BoolVar(&opts.TLS, "tls", false, "call over TLS, verifying the service's certificate against the system's roots (or --tls-ca's)")

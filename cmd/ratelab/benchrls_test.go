@@ -109,6 +109,8 @@ func TestBenchRLSBadFlags(t *testing.T) {
 		{[]string{"--domain", "d"}, "--descriptor must be given at least once"},
 		{[]string{"--domain", "d", "--descriptor", "=a"}, `--descriptor "=a": an entry with no key`},
 		{[]string{"--domain", "d", "--descriptor", "user={user}"}, "--descriptor user={user}: unknown placeholder {user}"},
+		{[]string{"--domain", "d", "--descriptor", `path=/a\x`}, `--descriptor path=/a\x: \x is not an escape: \, is a comma and \\ a backslash`},
+		{[]string{"--domain", "d", "--descriptor", `path=/a\`}, `--descriptor path=/a\ ends in a lone backslash: \, is a comma and \\ a backslash`},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--hits-addend", "-1"}, "--hits-addend must be between 0 and"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--rate", "-5"}, "--rate must be between 0"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--consumers", "0"}, "--consumers must be at least 1"},
@@ -124,6 +126,66 @@ func TestBenchRLSBadFlags(t *testing.T) {
 	code, _, stderr := ratelab(t, "bench", "rls", "localhost", "--domain", "d", "--descriptor", "a=b")
 	if code != exitUsage || !strings.Contains(stderr, `ADDR "localhost": want the service's gRPC address, HOST:PORT`) {
 		t.Fatalf("no port: exit %d, %q", code, stderr)
+	}
+}
+
+// recordingRLS is a rate limit service that admits every call and keeps
+// the descriptors' entries of the first.
+type recordingRLS struct {
+	pb.UnimplementedRateLimitServiceServer
+	mu      sync.Mutex
+	entries [][][2]string
+}
+
+func (r *recordingRLS) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.entries == nil {
+		r.entries = [][][2]string{}
+		for _, d := range req.GetDescriptors() {
+			var es [][2]string
+			for _, e := range d.GetEntries() {
+				es = append(es, [2]string{e.GetKey(), e.GetValue()})
+			}
+			r.entries = append(r.entries, es)
+		}
+	}
+	return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK}, nil
+}
+
+// TestBenchRLSDescriptorEscapes: \, in a --descriptor value is a comma of
+// the value, and \\ a backslash: the service gets them so, and the result
+// writes the descriptors as they were given.
+func TestBenchRLSDescriptorEscapes(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingRLS{}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, rec)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(l) }()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	descriptors := []string{`path=/a\,b`, `dir=C:\\x\,y,user={consumer}`}
+	code, stdout, stderr := ratelab(t, "bench", "rls", l.Addr().String(), "--domain", "d", "--descriptor", descriptors[0],
+		"--descriptor", descriptors[1], "--rate", "0", "--connections", "1", "--requests", "2", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Config struct{ Descriptors []string }
+	}
+	decodeJSON(t, stdout, &res)
+	want := [][][2]string{{{"path", "/a,b"}}, {{"dir", `C:\x,y`}, {"user", "consumer-0"}}}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !reflect.DeepEqual(rec.entries, want) || !slices.Equal(res.Config.Descriptors, descriptors) {
+		t.Fatalf("the service got %q, want %q; the result says %q, want %q", rec.entries, want, res.Config.Descriptors, descriptors)
 	}
 }
 
