@@ -53,6 +53,9 @@ type plan struct {
 	addr    string
 	sources []netip.Addr
 	tls     *tls.Config
+	// identities name the consumers when no request does (bench rls's
+	// Identities); nil for consumer-N.
+	identities []string
 	// names are the audit's limits by the names a response may give them.
 	names map[string]int16
 	// probes is when the Retry-After probes will be over (Unix ns), while

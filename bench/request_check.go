@@ -132,15 +132,19 @@ func (c HTTPConfig) checkClaims() (bool, error) {
 
 // checkIdentities checks Identities: Consumers of them, each sendable and
 // each once.
-func (c HTTPConfig) checkIdentities() error {
-	if c.Identities == nil {
+func (c HTTPConfig) checkIdentities() error { return checkIdentities(c.Identities, c.Consumers) }
+
+// checkIdentities checks a config's Identities: nil, or consumers of them,
+// each sendable and each once. Errors are *field.Error naming Identities.
+func checkIdentities(ids []string, consumers int) error {
+	if ids == nil {
 		return nil
 	}
-	if len(c.Identities) != c.Consumers {
-		return field.Errorf("Identities", "holds %d, and {Consumers} says %d", len(c.Identities), c.Consumers)
+	if len(ids) != consumers {
+		return field.Errorf("Identities", "holds %d, and {Consumers} says %d", len(ids), consumers)
 	}
-	seen := make(map[string]int, len(c.Identities))
-	for i, id := range c.Identities {
+	seen := make(map[string]int, len(ids))
+	for i, id := range ids {
 		if id == "" || !isFieldValue(id) || strings.TrimSpace(id) != id {
 			return field.Errorf("Identities", ": identity %d is empty, holds a control character, or has spaces around it", i+1)
 		}

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/pemfile"
@@ -23,8 +25,8 @@ type RLSConfig struct {
 	// Domain is the domain of every call.
 	Domain string
 	// Descriptors are the descriptors of every call, in order; {consumer}
-	// in a value stands for the consumer's identity (consumer-0 …), and {{
-	// for a literal {.
+	// in a value stands for the consumer's identity (consumer-0 …, or
+	// Identities), and {{ for a literal {.
 	Descriptors []Descriptor
 	// HitsAddend is the call's hits_addend: what each descriptor takes of
 	// its limit; 0 leaves it unset, which the service reads as 1.
@@ -59,6 +61,11 @@ type RLSConfig struct {
 	KeepResponses   bool
 	NoProbes        bool
 	Progress        func(Progress)
+	// Identities, when set, are the consumers' identities (API keys,
+	// tenants …), Consumers of them, each sent where {consumer} stands in
+	// place of consumer-0 …; the audit and the result name the consumers
+	// by them.
+	Identities []string
 
 	// ExpectLimit per ExpectWindow, when set, audits the service: each
 	// descriptor's counter (its values as sent, {consumer} rendered) is
@@ -83,28 +90,87 @@ type DescriptorEntry struct {
 	Key, Value string
 }
 
-// String is the descriptor as --descriptor takes it: key=value,key=value.
+// String is the descriptor as --descriptor takes it: key=value,key=value,
+// each comma and backslash of a key or value escaped (\, and \\), so that
+// ParseDescriptor reads it back as d.
 func (d Descriptor) String() string {
-	parts := make([]string, len(d))
+	var b strings.Builder
 	for i, e := range d {
-		parts[i] = e.Key + "=" + e.Value
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(descriptorEscaper.Replace(e.Key))
+		b.WriteByte('=')
+		b.WriteString(descriptorEscaper.Replace(e.Value))
 	}
-	return strings.Join(parts, ",")
+	return b.String()
 }
 
+// descriptorEscaper escapes a key or value for Descriptor.String.
+var descriptorEscaper = strings.NewReplacer(`\`, `\\`, `,`, `\,`)
+
+// descriptorEscapes says what a --descriptor value may escape.
+const descriptorEscapes = `\, is a comma and \\ a backslash`
+
 // ParseDescriptor reads a --descriptor value: key=value[,key=value…], one
-// descriptor of the call. An entry without = is a key with an empty value.
+// descriptor of the call, in which \, is a comma that does not end the
+// entry and \\ a backslash; any other backslash is refused. An entry
+// without = is a key with an empty value; the spaces around a key are
+// dropped, and a value is kept as it is.
 func ParseDescriptor(s string) (Descriptor, error) {
 	var d Descriptor
-	for item := range strings.SplitSeq(s, ",") {
-		k, v, _ := strings.Cut(item, "=")
+	var part strings.Builder
+	key, inValue := "", false
+	end := func() error {
+		k, v := part.String(), ""
+		if inValue {
+			k, v = key, part.String()
+		}
 		k = strings.TrimSpace(k)
 		if k == "" {
-			return nil, field.Errorf("Descriptors", "%q: an entry with no key: want key=value[,key=value…]", s)
+			return field.Errorf("Descriptors", "%q: an entry with no key: want key=value[,key=value…]", s)
 		}
 		d = append(d, DescriptorEntry{Key: k, Value: v})
+		part.Reset()
+		key, inValue = "", false
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 == len(s) {
+				return nil, field.Errorf("Descriptors", "%s ends in a lone backslash: %s", shown(s), descriptorEscapes)
+			}
+			i++
+			if s[i] != '\\' && s[i] != ',' {
+				r, _ := utf8.DecodeRuneInString(s[i:])
+				return nil, field.Errorf("Descriptors", "%s: \\%c is not an escape: %s", shown(s), r, descriptorEscapes)
+			}
+			part.WriteByte(s[i])
+		case c == ',':
+			if err := end(); err != nil {
+				return nil, err
+			}
+		case c == '=' && !inValue:
+			key, inValue = part.String(), true
+			part.Reset()
+		default:
+			part.WriteByte(c)
+		}
+	}
+	if err := end(); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// shown is s as a message shows it: as it is, when that prints as
+// typed, else quoted.
+func shown(s string) string {
+	if strconv.CanBackquote(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // maxDescriptors bounds the descriptors of one call.
@@ -129,13 +195,42 @@ func (c RLSConfig) Validate() error {
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
 	}
-	if _, err := c.templates(); err != nil {
+	ts, err := c.templates()
+	if err != nil {
+		return err
+	}
+	if err := c.checkIdentities(ts); err != nil {
 		return err
 	}
 	if _, err := c.tlsConfig(); err != nil {
 		return err
 	}
 	return c.validateExpect()
+}
+
+// checkIdentities checks Identities (checkIdentities), each a string a
+// descriptor's value can carry (UTF-8), and that some value, of the
+// templates ts, sends them.
+func (c RLSConfig) checkIdentities(ts [][]template) error {
+	if c.Identities == nil {
+		return nil
+	}
+	if err := checkIdentities(c.Identities, c.Consumers); err != nil {
+		return err
+	}
+	for i, id := range c.Identities {
+		if !utf8.ValidString(id) {
+			return field.Errorf("Identities", ": identity %d is not UTF-8 text, which a descriptor's value must be", i+1)
+		}
+	}
+	for _, d := range ts {
+		for _, t := range d {
+			if t.uses(consumerPlaceholder) {
+				return nil
+			}
+		}
+	}
+	return field.Errorf("Identities", "names the consumers where {consumer} stands, and no value of {Descriptors} holds it")
 }
 
 // tlsConfig is the TLS configuration of the calls, read from its files:
@@ -239,6 +334,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	}
 	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
+	p.identities = cfg.Identities
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err
@@ -246,7 +342,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	defer stopProgress()
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
-	res.Config.Domain, res.Config.Descriptors = cfg.Domain, cfg.descriptorTexts()
+	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
 	for i, d := range cfg.Descriptors {
 		if strings.Contains(res.Config.Descriptors[i], "{consumer}") {
 			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
@@ -279,8 +375,8 @@ func (c RLSConfig) runID() string {
 		return c.RunID
 	}
 	h := HTTPConfig{Target: "grpc://" + c.Target, Method: "ShouldRateLimit", Rate: c.Rate, Duration: c.Duration, Warmup: c.Warmup,
-		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Shards: c.Shards, SharedConsumers: c.SharedConsumers,
-		StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
+		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Identities: c.Identities, Shards: c.Shards,
+		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
 		Body: []byte(fmt.Sprintf("%q %q %d %v", c.Domain, c.descriptorTexts(), c.HitsAddend, c.ExpectConfig != nil))}
 	return h.runID()
 }

@@ -191,13 +191,14 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 	return r
 }
 
-// descriptorLabel is a descriptor's entries as key=value,key=value.
+// descriptorLabel is a descriptor's entries as key=value,key=value,
+// escaped as Descriptor.String escapes them.
 func descriptorLabel(entries []rules.Entry) string {
-	parts := make([]string, len(entries))
+	d := make(Descriptor, len(entries))
 	for i, e := range entries {
-		parts[i] = e.Key + "=" + e.Value
+		d[i] = DescriptorEntry{Key: e.Key, Value: e.Value}
 	}
-	return strings.Join(parts, ",")
+	return d.String()
 }
 
 // expectation is what the audit holds limit k to: descriptor k's

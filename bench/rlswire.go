@@ -33,6 +33,8 @@ const (
 type rlsCalls struct {
 	domain string
 	addend uint32
+	// names are the consumers' identities; nil for consumer-N.
+	names []string
 	// keys and values are each descriptor's entries; shared is the one
 	// call when no value names its consumer.
 	keys   [][]string
@@ -50,7 +52,7 @@ func newRLSCalls(cfg RLSConfig) (*rlsCalls, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &rlsCalls{domain: cfg.Domain, addend: cfg.HitsAddend, values: ts}
+	c := &rlsCalls{domain: cfg.Domain, addend: cfg.HitsAddend, names: cfg.Identities, values: ts}
 	perConsumer := false
 	for i, d := range cfg.Descriptors {
 		keys := make([]string, len(d))
@@ -100,8 +102,11 @@ func (c *rlsCalls) render(consumer int) *pb.RateLimitRequest {
 // value is entry j of descriptor i as consumer sends it.
 func (c *rlsCalls) value(i, j, consumer int) string {
 	return c.values[i][j].render(func(placeholder) string {
-		if consumer < 0 {
+		switch {
+		case consumer < 0:
 			return ""
+		case consumer < len(c.names):
+			return c.names[consumer]
 		}
 		return consumerName(int32(consumer))
 	})

@@ -84,7 +84,10 @@ func (p *plan) consumerName(c int32) string {
 	if c >= 0 && int(c) < len(p.sources) {
 		return p.sources[c].String()
 	}
-	if p.req == nil { // not HTTP: consumer-N
+	if p.req == nil { // not HTTP: its identity, or consumer-N
+		if c >= 0 && int(c) < len(p.identities) {
+			return p.identities[c]
+		}
 		return consumerName(c)
 	}
 	return p.req.name(c)

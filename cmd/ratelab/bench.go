@@ -26,13 +26,11 @@ type benchOptions struct {
 	loadFlags
 	headers []string
 	body    string
-	// consumersFrom, jwtSecret and jwtClaims name the consumers; the Set
-	// fields say whether --consumers, --consumer-header and --connections
-	// were given.
-	consumersFrom     string
+	// jwtSecret and jwtClaims name the consumers (with loadFlags'
+	// consumersFrom); the Set fields say whether --consumer-header and
+	// --connections were given.
 	jwtSecret         string
 	jwtClaims         []string
-	consumersSet      bool
 	consumerHeaderSet bool
 	connectionsSet    bool
 	sourceIPs         string
@@ -121,13 +119,13 @@ every shard of one run shares): report merge merges only one run's shards.`,
 		NoProbes: &opts.NoProbes}, loadHelp{Request: "request", Connection: "keep-alive connections, each with one request in flight at a time",
 		ErrorRate:  "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)",
 		FailOnLeak: "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers",
-		NoProbes:   "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)", RunID: "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)"})
+		NoProbes:   "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)", RunID: "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)",
+		ConsumersFrom: "FILE of identities (API keys, tokens), one a line, sent instead of consumer-0 …; blank lines and # comments skipped"})
 	f.StringVarP(&opts.Method, "method", "X", "GET", "HTTP method")
 	f.StringArrayVarP(&opts.headers, "header", "H", nil, `a header to send, "Name: value" (repeatable; {consumer} and {jwt} may stand in the value)`)
 	f.StringVar(&opts.body, "body", "", "request body, or @FILE to read it from a file ({consumer} and {jwt} may stand in it)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "identities to spread the requests over")
 	f.StringVar(&opts.ConsumerHeader, "consumer-header", "X-Consumer-Id", `header that carries the identity, short for -H 'NAME: {consumer}' ("" for one anonymous client)`)
-	f.StringVar(&opts.consumersFrom, "consumers-from", "", "FILE of identities (API keys, tokens), one a line, sent instead of consumer-0 …; blank lines and # comments skipped")
 	f.StringVar(&opts.jwtSecret, "jwt-secret", "", "sign one HS256 token per consumer with this secret (@FILE: read from a file), sent where {jwt} stands")
 	f.StringArrayVar(&opts.jwtClaims, "jwt-claim", nil, "a claim of the tokens: NAME=VALUE, a string ({consumer} in it: sub={consumer}), or NAME:=JSON (exp:=4102444800) (repeatable)")
 	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify an https target's certificate (for test gateways)")
@@ -356,19 +354,11 @@ func parseStartAt(s string, now time.Time) (time.Time, error) {
 // --jwt-secret and --jwt-claim, and the default --consumer-header, which
 // is left out when the request names its consumer elsewhere.
 func identityFlags(cfg *bench.HTTPConfig, opts benchOptions) error {
-	if opts.consumersFrom != "" {
-		f, err := os.Open(opts.consumersFrom)
-		if err != nil {
-			return usagef("--consumers-from: %w", err)
-		}
-		ids, err := bench.ParseIdentities(f)
-		f.Close()
-		if err != nil {
-			return usagef("--consumers-from %s: %w", opts.consumersFrom, err)
-		}
-		if opts.consumersSet && cfg.Consumers != len(ids) {
-			return usagef("--consumers %d conflicts with --consumers-from, which holds %d identities: give one of them", cfg.Consumers, len(ids))
-		}
+	ids, err := opts.loadFlags.identities(cfg.Consumers)
+	if err != nil {
+		return err
+	}
+	if ids != nil {
 		cfg.Identities, cfg.Consumers = ids, len(ids)
 	}
 	if file, ok := strings.CutPrefix(opts.jwtSecret, "@"); ok {

@@ -26,6 +26,10 @@ type loadFlags struct {
 	startAt string
 	hgrm    string
 	output  outputFlag
+	// consumersFrom is the file of the consumers' identities;
+	// consumersSet says whether --consumers was given.
+	consumersFrom string
+	consumersSet  bool
 }
 
 // loadFields are a config's fields of the load, which bench.HTTPConfig and
@@ -48,10 +52,10 @@ type loadFields struct {
 type loadHelp struct {
 	// Request is what the command sends: "request" or "call".
 	Request string
-	// Connection, ErrorRate, FailOnLeak, NoProbes and RunID are the help
-	// of --connections, --max-error-rate, --fail-on-leak, --no-probes and
-	// --run-id.
-	Connection, ErrorRate, FailOnLeak, NoProbes, RunID string
+	// Connection, ErrorRate, FailOnLeak, NoProbes, RunID and
+	// ConsumersFrom are the help of --connections, --max-error-rate,
+	// --fail-on-leak, --no-probes, --run-id and --consumers-from.
+	Connection, ErrorRate, FailOnLeak, NoProbes, RunID, ConsumersFrom string
 }
 
 // bind adds the shared flags to cmd, binding the load into to.
@@ -77,7 +81,30 @@ func (l *loadFlags) bind(cmd *cobra.Command, to loadFields, help loadHelp) {
 	f.StringVar(&l.startAt, "start-at", "", "begin at this wall-clock time, the same on every shard: RFC 3339, or next:D, "+
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(to.RunID, "run-id", "", help.RunID)
+	f.StringVar(&l.consumersFrom, "consumers-from", "", help.ConsumersFrom)
 	l.output.bind(cmd)
+}
+
+// identities reads --consumers-from: the identities that name the
+// consumers in place of consumer-0 …, nil without it. --consumers, when
+// given, must be their number (consumers is its value).
+func (l *loadFlags) identities(consumers int) ([]string, error) {
+	if l.consumersFrom == "" {
+		return nil, nil
+	}
+	f, err := os.Open(l.consumersFrom)
+	if err != nil {
+		return nil, usagef("--consumers-from: %w", err)
+	}
+	ids, err := bench.ParseIdentities(f)
+	f.Close()
+	if err != nil {
+		return nil, usagef("--consumers-from %s: %w", l.consumersFrom, err)
+	}
+	if l.consumersSet && consumers != len(ids) {
+		return nil, usagef("--consumers %d conflicts with --consumers-from, which holds %d identities: give one of them", consumers, len(ids))
+	}
+	return ids, nil
 }
 
 // loadConfig is what the shared flags say that needs reading: the shard,

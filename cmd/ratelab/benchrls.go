@@ -29,7 +29,7 @@ type benchRLSOptions struct {
 // benchRLSNames are the flags that set bench.RLSConfig's fields; the
 // others are bench http's (benchNames).
 var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "HitsAddend": "--hits-addend",
-	"ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit",
+	"Identities": "--consumers-from", "ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit",
 	"TLS": "--tls", "TLSCAFile": "--tls-ca", "TLSCertFile": "--tls-cert", "TLSKeyFile": "--tls-key", "TLSServerName": "--tls-server-name",
 	"Insecure": "--insecure"}
 
@@ -45,8 +45,10 @@ timeline, JSON, --shard and report merge / report html. Each connection is a gRP
 its own, with one call in flight at a time.
 
 Every call has --domain and the --descriptor values in order, each key=value[,key=value…] one
-descriptor; {consumer} in a value stands for the consumer (consumer-0 … consumer-K-1 over
---consumers K), {{ for a literal {. --hits-addend sets the call's hits_addend.
+descriptor (\, is a comma inside a value, \\ a backslash; any other backslash is refused, so
+'path=/a\,b' sends the value /a,b); {consumer} in a value stands for the consumer (consumer-0 …
+consumer-K-1 over --consumers K, or the lines of --consumers-from, by which the audit and report
+merge then name the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
 
 A call answered OK counts as a 2xx and one OVER_LIMIT as a 429, so that results read, merge
 and render as bench http's; a call the service refuses with a gRPC error (InvalidArgument,
@@ -58,6 +60,7 @@ exits 1.
 certificate, for a service that asks for one (mutual TLS). Each of these implies --tls.
 docs/envoy.md says more.`,
 		Example: `  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor 'user={consumer}' --consumers 50 --rate 2000 --duration 30s
+  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor 'api_key={consumer}' --consumers-from keys.txt --rate 200 --expect-limit 10/1s
   ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor generic_key=global --rate 0 --connections 64 --duration 10s -o json > run.json
   ratelab bench rls rls.internal:8081 --tls-ca ca.pem --tls-cert bench.pem --tls-key bench-key.pem --domain edge --descriptor user=a --duration 10s`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -67,12 +70,13 @@ docs/envoy.md says more.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.consumersSet = cmd.Flags().Changed("consumers")
 			return runBenchRLS(cmd.Context(), io, args[0], opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Domain, "domain", "", "the domain of every call (required)")
-	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] ({consumer} may stand in a value; repeatable, in order)")
+	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] (\\, a comma in a value, \\\\ a backslash; {consumer} may stand in a value; repeatable, in order)")
 	f.Int64Var(&opts.hitsAddend, "hits-addend", 0, "the call's hits_addend: what each descriptor takes of its limit (0: unset, which the service reads as 1)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "consumers to spread the calls over, named where {consumer} stands")
 	f.BoolVar(&opts.TLS, "tls", false, "call over TLS, verifying the service's certificate against the system's roots (or --tls-ca's)")
@@ -92,7 +96,9 @@ docs/envoy.md says more.`,
 		ErrorRate:  "exit 3 when the share of failed calls (errors, and answers neither OK nor OVER_LIMIT) is above this (0 to 1; 0: exit 3 on any)",
 		FailOnLeak: "exit 3 unless the audit finds every limit held: a counter over it, no verdict, a false duration_until_reset, or inconsistent statuses",
 		NoProbes:   "skip the audit's probes of duration_until_reset (they wait up to it + 10 s after the run)",
-		RunID:      "the run this shard is part of, for report merge (default: a hash of the address, the calls, the load and --start-at)"})
+		RunID:      "the run this shard is part of, for report merge (default: a hash of the address, the calls, the load and --start-at)",
+		ConsumersFrom: "FILE of identities (API keys, tenants), one a line, sent where {consumer} stands instead of consumer-0 …; " +
+			"blank lines and # comments skipped"})
 	complete(cmd, "expect-algorithm", algorithms.Algorithms()...)
 	return cmd
 }
@@ -120,6 +126,13 @@ func benchRLSConfig(target string, opts benchRLSOptions) (bench.RLSConfig, repor
 	cfg.HitsAddend = uint32(opts.hitsAddend)
 	if err := rlsExpect(&cfg, opts); err != nil {
 		return cfg, "", err
+	}
+	ids, err := opts.loadFlags.identities(cfg.Consumers)
+	if err != nil {
+		return cfg, "", err
+	}
+	if ids != nil {
+		cfg.Identities, cfg.Consumers = ids, len(ids)
 	}
 	if cfg.Consumers < 1 {
 		return cfg, "", usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)

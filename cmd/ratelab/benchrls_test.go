@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,8 @@ func TestBenchRLSBadFlags(t *testing.T) {
 		{[]string{"--domain", "d"}, "--descriptor must be given at least once"},
 		{[]string{"--domain", "d", "--descriptor", "=a"}, `--descriptor "=a": an entry with no key`},
 		{[]string{"--domain", "d", "--descriptor", "user={user}"}, "--descriptor user={user}: unknown placeholder {user}"},
+		{[]string{"--domain", "d", "--descriptor", `path=/a\x`}, `--descriptor path=/a\x: \x is not an escape: \, is a comma and \\ a backslash`},
+		{[]string{"--domain", "d", "--descriptor", `path=/a\`}, `--descriptor path=/a\ ends in a lone backslash: \, is a comma and \\ a backslash`},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--hits-addend", "-1"}, "--hits-addend must be between 0 and"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--rate", "-5"}, "--rate must be between 0"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--consumers", "0"}, "--consumers must be at least 1"},
@@ -123,6 +126,66 @@ func TestBenchRLSBadFlags(t *testing.T) {
 	code, _, stderr := ratelab(t, "bench", "rls", "localhost", "--domain", "d", "--descriptor", "a=b")
 	if code != exitUsage || !strings.Contains(stderr, `ADDR "localhost": want the service's gRPC address, HOST:PORT`) {
 		t.Fatalf("no port: exit %d, %q", code, stderr)
+	}
+}
+
+// recordingRLS is a rate limit service that admits every call and keeps
+// the descriptors' entries of the first.
+type recordingRLS struct {
+	pb.UnimplementedRateLimitServiceServer
+	mu      sync.Mutex
+	entries [][][2]string
+}
+
+func (r *recordingRLS) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.entries == nil {
+		r.entries = [][][2]string{}
+		for _, d := range req.GetDescriptors() {
+			var es [][2]string
+			for _, e := range d.GetEntries() {
+				es = append(es, [2]string{e.GetKey(), e.GetValue()})
+			}
+			r.entries = append(r.entries, es)
+		}
+	}
+	return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK}, nil
+}
+
+// TestBenchRLSDescriptorEscapes: \, in a --descriptor value is a comma of
+// the value, and \\ a backslash: the service gets them so, and the result
+// writes the descriptors as they were given.
+func TestBenchRLSDescriptorEscapes(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingRLS{}
+	gs := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(gs, rec)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(l) }()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	descriptors := []string{`path=/a\,b`, `dir=C:\\x\,y,user={consumer}`}
+	code, stdout, stderr := ratelab(t, "bench", "rls", l.Addr().String(), "--domain", "d", "--descriptor", descriptors[0],
+		"--descriptor", descriptors[1], "--rate", "0", "--connections", "1", "--requests", "2", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Config struct{ Descriptors []string }
+	}
+	decodeJSON(t, stdout, &res)
+	want := [][][2]string{{{"path", "/a,b"}}, {{"dir", `C:\x,y`}, {"user", "consumer-0"}}}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !reflect.DeepEqual(rec.entries, want) || !slices.Equal(res.Config.Descriptors, descriptors) {
+		t.Fatalf("the service got %q, want %q; the result says %q, want %q", rec.entries, want, res.Config.Descriptors, descriptors)
 	}
 }
 
@@ -572,5 +635,170 @@ func TestBenchRLSUnknownIsAdmitted(t *testing.T) {
 		"--consumers", "2", "--rate", "0", "--connections", "2", "--requests", "60", "--expect-limit", "5/1h", "--no-probes", "--fail-on-leak")
 	if code != exitThreshold || !strings.Contains(stderr, "--fail-on-leak: user={consumer}: consumer-0 got 18 through") {
 		t.Fatalf("exit %d, stderr %q; want 3, consumer-0 leaking\n%s", code, stderr, stdout)
+	}
+}
+
+// TestBenchRLSConsumersFrom: --consumers-from sends its identities where
+// {consumer} stands, in place of consumer-0 …: the audit holds ratelab rls
+// by them, the result records them, and the audit's messages name the
+// consumers by them, when a service admits twice what is claimed and when
+// it claims half what is expected. Shards of one run, with the same file,
+// share a run id and merge, named by the identities; a run with other
+// identities is another run.
+func TestBenchRLSConsumersFrom(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n"+
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6, algorithm: sliding-log}\n"+
+		"  - key: big\n    rate_limit: {unit: minute, requests_per_unit: 12, algorithm: sliding-log}\n")
+	dir := t.TempDir()
+	ids := []string{"tenant-alpha", "tenant-beta", "tenant-gamma"}
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte("# tenants\ntenant-alpha\n\ntenant-beta\ntenant-gamma\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	others := filepath.Join(dir, "others")
+	if err := os.WriteFile(others, []byte("tenant-alpha\ntenant-beta\ntenant-delta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := func(name string) bool { return slices.Contains(ids, name) }
+	base := []string{"bench", "rls", addr, "--domain", domain, "--consumers-from", keys, "--rate", "0", "--connections", "2",
+		"--no-probes", "--fail-on-leak"}
+
+	t.Run("holds", func(t *testing.T) {
+		code, stdout, stderr := ratelab(t, append(base, "--descriptor", "user=a-{consumer}", "--requests", "90",
+			"--expect-limit", "6/1m:sliding-log", "-o", "json")...)
+		var res struct {
+			Config struct{ Identities []string }
+			Audit  struct {
+				Verdict string
+				Limits  []struct {
+					Verdict        string
+					Admitted       int64
+					WorstConsumer  string                      `json:"worst_consumer"`
+					WorstConsumers []struct{ Consumer string } `json:"worst_consumers"`
+				}
+			}
+		}
+		decodeJSON(t, stdout, &res)
+		if code != exitOK || res.Audit.Verdict != "held" || len(res.Audit.Limits) != 1 || !slices.Equal(res.Config.Identities, ids) {
+			t.Fatalf("exit %d (%s): identities %q, %+v", code, stderr, res.Config.Identities, res.Audit)
+		}
+		l := res.Audit.Limits[0]
+		if l.Admitted != 18 || !named(l.WorstConsumer) || len(l.WorstConsumers) != 3 {
+			t.Fatalf("limit %+v: want 18 admitted, 6 of each identity, named by it", l)
+		}
+		for _, c := range l.WorstConsumers {
+			if !named(c.Consumer) {
+				t.Errorf("consumer %q: not an identity of the file", c.Consumer)
+			}
+		}
+	})
+
+	for _, tc := range []struct {
+		name, descriptor, expect, want string
+	}{
+		{"admits twice the limit claimed", "big=b-{consumer}", "6/1m:sliding-log", "--fail-on-leak: big=b-{consumer}: tenant-"},
+		{"claims twice the real limit", "user=c-{consumer}", "12/1m:sliding-log", "--fail-on-leak: user=c-{consumer}: 60 responses with wrong rate-limit headers (tenant-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, "--descriptor", tc.descriptor, "--requests", "60", "--expect-limit", tc.expect)...)
+			if code != exitThreshold || !strings.Contains(stderr, tc.want) || !slices.ContainsFunc(ids, func(id string) bool {
+				return strings.Contains(stderr, id)
+			}) || strings.Contains(stderr+stdout, "consumer-") {
+				t.Fatalf("exit %d, stderr %q; want 3, %q, naming an identity of the file, not consumer-N\n%s", code, stderr, tc.want, stdout)
+			}
+		})
+	}
+
+	t.Run("shards merge", func(t *testing.T) {
+		var files []string
+		run := func(name, file string, shard int) {
+			code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--consumers-from", file, "--descriptor", "user=d-{consumer}",
+				"--rate", "0", "--connections", "2", "--requests", "60", "--shard", fmt.Sprintf("%d/2", shard), "--expect-limit", "6/1m:sliding-log",
+				"--no-probes", "-o", "json")
+			if code != exitOK {
+				t.Fatalf("%s: exit %d: %s", name, code, stderr)
+			}
+			path := filepath.Join(t.TempDir(), name+".json")
+			if err := os.WriteFile(path, []byte(stdout), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, path)
+		}
+		run("0", keys, 0)
+		run("1", keys, 1)
+		run("other", others, 1)
+		code, stdout, stderr := ratelab(t, "report", "merge", files[0], files[1], "--fail-on-leak", "-o", "json")
+		var merged struct {
+			RunID  string `json:"run_id"`
+			Config struct{ Identities []string }
+			Audit  struct {
+				Verdict string
+				Limits  []struct {
+					Admitted       int64
+					WorstConsumers []struct{ Consumer string } `json:"worst_consumers"`
+				}
+			}
+		}
+		decodeJSON(t, stdout, &merged)
+		if code != exitOK || merged.Audit.Verdict != "held" || !slices.Equal(merged.Config.Identities, ids) || len(merged.Audit.Limits) != 1 ||
+			merged.Audit.Limits[0].Admitted != 18 || strings.HasPrefix(merged.RunID, "merged-") {
+			t.Fatalf("merge: exit %d (%s): run %q, identities %q, %+v", code, stderr, merged.RunID, merged.Config.Identities, merged.Audit)
+		}
+		for _, c := range merged.Audit.Limits[0].WorstConsumers {
+			if !named(c.Consumer) {
+				t.Errorf("merged consumer %q: not an identity of the file", c.Consumer)
+			}
+		}
+		code, _, stderr = ratelab(t, "report", "merge", files[0], files[2], "-o", "json")
+		if code != exitUsage || !strings.Contains(stderr, "not shards of one run") {
+			t.Fatalf("merge of other identities: exit %d, %q; want 2, not shards of one run", code, stderr)
+		}
+	})
+}
+
+// TestBenchRLSConsumersFromRefused: a file of identities that cannot be
+// sent as asked is refused before any call, exit 2, naming the flag (the
+// address given accepts nothing).
+func TestBenchRLSConsumersFromRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keys := file("keys", "key-a\nkey-b\n# retired\nkey-c\n")
+	repeated := file("repeated", "key-a\nkey-b\nkey-a\n")
+	empty := file("empty", "# none yet\n\n")
+	base := []string{"bench", "rls", freeAddr(t), "--domain", "d", "--requests", "5", "--rate", "0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a line repeated", []string{"--descriptor", "user={consumer}", "--consumers-from", repeated},
+			"--consumers-from " + repeated + ": line 3 repeats the identity of line 1"},
+		{"--consumers another count", []string{"--descriptor", "user={consumer}", "--consumers-from", keys, "--consumers", "5"},
+			"--consumers 5 conflicts with --consumers-from, which holds 3 identities"},
+		{"an empty file", []string{"--descriptor", "user={consumer}", "--consumers-from", empty},
+			"--consumers-from " + empty + ": no identity in it"},
+		{"no file", []string{"--descriptor", "user={consumer}", "--consumers-from", filepath.Join(dir, "none")}, "--consumers-from: open "},
+		{"no {consumer}", []string{"--descriptor", "user=all", "--consumers-from", keys},
+			"--consumers-from names the consumers where {consumer} stands, and no value of --descriptor holds it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want exit 2 and %q", code, stderr, stdout, tc.want)
+			}
+		})
+	}
+	// --consumers equal to the count is no conflict.
+	code, _, stderr := ratelab(t, append(base, "--descriptor", "user={consumer}", "--consumers-from", keys, "--consumers", "3")...)
+	if code == exitUsage {
+		t.Fatalf("--consumers 3 with 3 identities: exit 2: %s", stderr)
 	}
 }
