@@ -181,38 +181,31 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 		return nil, ErrClosed
 	}
 	// waited fires every Wait while the call is still queued, when
-	// flushers may be started on demand.
+	// flushers may be started on demand; nil, it never fires.
 	var waited <-chan time.Time
+	var t *time.Timer
 	if b.opts.MaxPipelines > b.opts.Flushers {
 		b.grow(false)
-		t := time.NewTimer(b.opts.Wait)
+		t = time.NewTimer(b.opts.Wait)
 		defer t.Stop()
 		waited = t.C
-		for {
-			select {
-			case r := <-c.reply:
-				return r.val, r.err
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-b.stopped:
-				return b.last(c)
-			case <-waited:
-				if c.taken.Load() {
-					waited = nil
-					continue
-				}
-				b.grow(true)
-				t.Reset(b.opts.Wait)
-			}
-		}
 	}
-	select {
-	case r := <-c.reply:
-		return r.val, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-b.stopped:
-		return b.last(c)
+	for {
+		select {
+		case r := <-c.reply:
+			return r.val, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-b.stopped:
+			return b.last(c)
+		case <-waited:
+			if c.taken.Load() {
+				waited = nil
+				continue
+			}
+			b.grow(true)
+			t.Reset(b.opts.Wait)
+		}
 	}
 }
 
