@@ -1,13 +1,9 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,78 +17,16 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/envoyref"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
-	"github.com/ratelab/ratelab/internal/testwait"
 )
-
-// envoyRatelimit finds envoyproxy/ratelimit's service_cmd: the file
-// $RATELAB_ENVOY_RATELIMIT names, else service_cmd on PATH (docs/envoy.md
-// says how to build it).
-func envoyRatelimit(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("RATELAB_ENVOY_RATELIMIT"); p != "" {
-		return p
-	}
-	p, err := exec.LookPath("service_cmd")
-	if err != nil {
-		t.Skip("envoyproxy/ratelimit not found: set RATELAB_ENVOY_RATELIMIT to its service_cmd (docs/envoy.md)")
-	}
-	return p
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // startReference runs envoyproxy/ratelimit on the test Redis with the files
 // of dir, and dials its gRPC port.
 func startReference(t *testing.T, bin string, files map[string]string) pb.RateLimitServiceClient {
 	t.Helper()
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, src := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	grpcPort, httpPort, debugPort := freePort(t), freePort(t), freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LOG_LEVEL=warn",
-		fmt.Sprintf("GRPC_PORT=%d", grpcPort), fmt.Sprintf("PORT=%d", httpPort), fmt.Sprintf("DEBUG_PORT=%d", debugPort))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cancel(); <-exited })
-	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("envoyproxy/ratelimit exited:\n%s", out.String())
-		default:
-		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthcheck", httpPort))
-		if err != nil {
-			return false, fmt.Sprintf("envoyproxy/ratelimit not serving: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("healthcheck %d", resp.StatusCode)
-	})
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr, _ := envoyref.Start(t, bin, srv.Addr, files)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +51,7 @@ func descs(ds ...*rlpb.RateLimitDescriptor) func() []*rlpb.RateLimitDescriptor {
 // inside one), gets the same overall codes and statuses: code, limit,
 // remaining, and the reset to within a second.
 func TestRLSSameAnswersAsReference(t *testing.T) {
-	bin := envoyRatelimit(t)
+	bin := envoyref.Bin(t)
 	prefix := redistest.Prefix(t) + "-"
 	files := map[string]string{}
 	for _, name := range []string{"readme-example-1.yaml", "readme-example-2.yaml", "readme-example-3.yaml", "readme-example-4b.yaml",

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/internal/envoyref"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
 )
@@ -453,59 +453,16 @@ func TestBenchRLSAuditFlags(t *testing.T) {
 	}
 }
 
-// startReference runs envoyproxy/ratelimit's service_cmd ($RATELAB_ENVOY_RATELIMIT,
-// else on PATH; the test is skipped without it, as edge's side-by-side
-// test is) on the test package's Redis with the config file src (its
-// domain written in place of DOMAIN), and returns its gRPC address and the
-// directory of its config.
+// startReference runs envoyproxy/ratelimit's service_cmd (the test is
+// skipped without it, as edge's side-by-side test is) on the test
+// package's Redis with the config file src (its domain written in place of
+// DOMAIN), and returns its gRPC address and the directory of its config.
 func startReference(t *testing.T, src string) (addr, dir, domain string) {
 	t.Helper()
-	bin := os.Getenv("RATELAB_ENVOY_RATELIMIT")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("service_cmd"); err != nil {
-			t.Skip("envoyproxy/ratelimit not found: set RATELAB_ENVOY_RATELIMIT to its service_cmd (docs/envoy.md)")
-		}
-	}
+	bin := envoyref.Bin(t)
 	redistest.Client(t, srv)
 	domain = redistest.Prefix(t)
-	root := t.TempDir()
-	dir = filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(src, "DOMAIN", domain)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr, httpAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LOG_LEVEL=warn",
-		"GRPC_PORT="+port(addr), "PORT="+port(httpAddr), "DEBUG_PORT="+port(debugAddr))
-	var out syncWriter
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cancel(); <-exited })
-	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("envoyproxy/ratelimit exited:\n%s", out.String())
-		default:
-		}
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
-		if err != nil {
-			return false, fmt.Sprintf("envoyproxy/ratelimit not serving: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("healthcheck %d", resp.StatusCode)
-	})
+	addr, dir = envoyref.Start(t, bin, srv.Addr, map[string]string{"a.yaml": strings.ReplaceAll(src, "DOMAIN", domain)})
 	return addr, dir, domain
 }
 

@@ -36,6 +36,7 @@ var allowed = map[string][]string{
 	"internal/testwait":           {},
 	"internal/batch":              {},
 	"internal/pemfile":            {},
+	"internal/envoyref":           {"internal/testwait"},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},
