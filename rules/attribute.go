@@ -184,3 +184,18 @@ func queryValue(raw, name string) string {
 	}
 	return ""
 }
+
+// Oversized reports the first attribute the set reads whose value in r is
+// longer than n bytes: a request the gateway refuses before it matches it,
+// so that no value of any length is hashed into a counter key.
+func (s *Set) Oversized(r Request, n int) (Attribute, bool) {
+	for _, a := range s.attrs {
+		if v, ok := r.value(a); ok && len(v) > n {
+			return a, true
+		}
+	}
+	return Attribute{}, false
+}
+
+// Words names a in a sentence: header X-Api-Key, query parameter q, path.
+func (a Attribute) Words() string { return a.words() }

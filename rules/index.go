@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -160,6 +161,13 @@ func (s *Set) index() {
 			s.replaceAny = true
 		}
 	}
+	walk(s.Descriptors, func(d *Descriptor) {
+		for _, a := range []Attribute{d.attr, d.fallback} {
+			if a.Kind != KindNone && a.Kind != KindGeneric && !slices.Contains(s.attrs, a) {
+				s.attrs = append(s.attrs, a)
+			}
+		}
+	})
 }
 
 func newLevel(ds []*Descriptor) level {

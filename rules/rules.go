@@ -49,7 +49,8 @@ type Set struct {
 	limits     []*Limit
 	root       level
 	domainTag  string
-	replaceAny bool // some limit replaces another: Match filters
+	replaceAny bool        // some limit replaces another: Match filters
+	attrs      []Attribute // every attribute the gateway reads for the set, once
 }
 
 // Descriptor is one node of the tree: a key, optionally a value, the limits

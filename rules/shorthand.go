@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -25,6 +26,10 @@ type Shorthand struct {
 	// Algorithm is the algorithm of limits that name none; DefaultAlgorithm
 	// when empty.
 	Algorithm string
+	// Domain is the rules' domain, which every counter key starts from:
+	// ShorthandDomain when empty. Limiters that share a Redis and must not
+	// share counters differ in it.
+	Domain string
 }
 
 // Set returns the rules the shorthand stands for, checked for the gateway:
@@ -85,7 +90,7 @@ func (s Shorthand) Set() (*Set, error) {
 		ls = append(ls, limit{spec, a, p})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n  - key: %s\n", ShorthandDomain, strconv.Quote(key))
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n  - key: %s\n", strconv.Quote(cmp.Or(s.Domain, ShorthandDomain)), strconv.Quote(key))
 	if fallback != "" {
 		fmt.Fprintf(&b, "    fallback_key: %s\n", fallback)
 	}
