@@ -80,6 +80,11 @@ type Decision struct {
 	// Member is the sorted-set member this request wrote to the client's log,
 	// for limiters whose state is a log; empty otherwise.
 	Member string
+	// Skipped says that a Decider never put this check to Redis: on a
+	// Cluster, a later call's check once an earlier call denied or failed.
+	// Its Allowed, Remaining, RetryAfter and Reset then say nothing. Only a
+	// Decider sets it.
+	Skipped bool
 }
 
 // Limiter decides whether the client behind key may make one more request.

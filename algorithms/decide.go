@@ -156,7 +156,8 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 	}
 	out := Outcome{Allowed: true, Checks: make([]Decision, len(checks))}
 	for i, c := range checks {
-		out.Checks[i].Limit = c.Policy.Limit
+		// Skipped until a call decides it.
+		out.Checks[i] = Decision{Limit: c.Policy.Limit, Skipped: true}
 	}
 	if len(checks) == 0 {
 		return out, nil
