@@ -6,8 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
 )
 
 // randomSamples makes n responses of one consumer with flights that

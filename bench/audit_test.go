@@ -19,6 +19,8 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // fixedWindow is a test limiter: per consumer, admit admits per window of
@@ -152,6 +154,20 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 	}
 }
 
+// ruledGateway is ratelab's gateway limiting each X-Consumer-Id to limit
+// (LIMIT/WINDOW:ALGORITHM), deciding in client on Redis's clock, with
+// counters of its own, in front of an upstream that answers 200.
+func ruledGateway(t *testing.T, client redis.UniversalClient, limit string, cfg limiter.Config) *edge.Handler {
+	t.Helper()
+	set, err := rules.Shorthand{Limits: []string{limit}, KeyBy: "header:X-Consumer-Id", Domain: redistest.Prefix(t)}.Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Decider = algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockRedis))
+	return edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Config: cfg},
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+}
+
 // auditEdge holds ratelab's limiter of algorithm name ("" for the sliding
 // log held to the sliding-window rule) to its guarantee; with batch over 1,
 // its decisions go to Redis through a Batcher, as ratelab edge
@@ -159,7 +175,7 @@ func TestAuditPassesTheEdgeGateway(t *testing.T) {
 func auditEdge(t *testing.T, name string, batched int) {
 	t.Helper()
 	redistest.Client(t, srv) // skips, or fails under CI, without redis-server
-	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
+	uc := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
 	defer uc.Close()
 	limited := uc
 	if batched > 1 {
@@ -167,16 +183,11 @@ func auditEdge(t *testing.T, name string, batched int) {
 		defer b.Close()
 		limited = b.Wrap(uc)
 	}
-	p := algorithms.Policy{Limit: 5, Window: time.Second}
-	lim, err := algorithms.New(cmp.Or(name, "sliding-log"), limited, p, algorithms.WithClock(algorithms.ClockRedis))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: cmp.Or(name, "rule") + "-" + redistest.Prefix(t), Policy: p,
-		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, DenyCache: true,
+	h := ruledGateway(t, limited, "5/1s:"+cmp.Or(name, "sliding-log"), limiter.Config{DenyCache: true,
 		// Far above any decision on a loaded machine: a decision that
 		// timed out would fail open, an admission the limiter never made.
-		Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		Timeout: 5 * time.Second})
+	defer h.Close()
 	a := auditExpect(t, h, name, false)
 	if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
 		t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
@@ -323,15 +334,10 @@ func TestSharedConsumersHonestGateway(t *testing.T) {
 		t.Skip("-short: a long test")
 	}
 	redistest.Client(t, srv)
-	uc := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, 5*time.Second, 64))
+	uc := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, 5*time.Second, 64))
 	defer uc.Close()
-	p := algorithms.Policy{Limit: 5, Window: time.Second}
-	lim, err := algorithms.New("sliding-log", uc, p, algorithms.WithClock(algorithms.ClockRedis))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "shared-" + redistest.Prefix(t), Policy: p,
-		KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Timeout: 5 * time.Second}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := ruledGateway(t, uc, "5/1s:sliding-log", limiter.Config{Timeout: 5 * time.Second})
+	defer h.Close()
 	gw := httptest.NewServer(h)
 	defer gw.Close()
 	start := time.Now().Add(300 * time.Millisecond)

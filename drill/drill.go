@@ -24,6 +24,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // Faults, one at a time.
@@ -59,7 +60,7 @@ func Engines() []string { return []string{edge.EngineGo, edge.EngineOpenResty, E
 
 // Modes lists the fail modes: edge's OnError values.
 func Modes() []string {
-	return []string{string(edge.FailOpen), string(edge.FailClosed), string(edge.FailLocal)}
+	return []string{string(limiter.FailOpen), string(limiter.FailClosed), string(limiter.FailLocal)}
 }
 
 // Config is one drill. Run gives zero fields the defaults below.
@@ -216,7 +217,7 @@ func (c Config) Validate() error {
 		return field.Errorf("Load", "must be above 0 and at most 100 (got %g)", c.Load)
 	case c.Nodes < 1 || c.Nodes > MaxNodes:
 		return field.Errorf("Nodes", "must be between 1 and %d (got %d)", MaxNodes, c.Nodes)
-	case slices.Contains(c.Modes, string(edge.FailLocal)) && int64(c.Nodes) > c.Policy.Limit:
+	case slices.Contains(c.Modes, string(limiter.FailLocal)) && int64(c.Nodes) > c.Policy.Limit:
 		return field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes")
 	case c.Timeout < time.Millisecond || c.Timeout > time.Minute:
 		return field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", c.Timeout)
@@ -395,13 +396,13 @@ func plan(c Config, nginx error) ([]run, []Skip) {
 				case e == edge.EngineOpenResty && nginx != nil:
 					skip(nginx.Error())
 					continue
-				case e == edge.EngineOpenResty && m == string(edge.FailLocal):
+				case e == edge.EngineOpenResty && m == string(limiter.FailLocal):
 					skip("the openresty engine has no local limiter")
 					continue
 				case e == edge.EngineOpenResty && f == Failover:
 					skip("the openresty engine reaches one Redis: no Sentinel")
 					continue
-				case e == EngineRLS && m == string(edge.FailLocal):
+				case e == EngineRLS && m == string(limiter.FailLocal):
 					skip("the rls service has no local limiter: it fails open or closed")
 					continue
 				}

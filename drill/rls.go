@@ -20,6 +20,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // rlsDomain is the domain of the rate limit service's configuration in a
@@ -51,7 +52,7 @@ func rlsService(ctx context.Context, cfg Config, r run, s *stage) (string, func(
 		return "", nil, err
 	}
 	ready := make(chan string, 1)
-	o := edge.RLSOptions{GRPC: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 64, OnError: edge.OnError(r.mode),
+	o := edge.RLSOptions{GRPC: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 64, OnError: limiter.OnError(r.mode),
 		BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis, Batch: cfg.Batch,
 		Ready: func(grpcAddr, _ string) { ready <- grpcAddr }}
 	if err := o.Validate(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // consumerHeader carries the consumers' identities.
@@ -316,7 +317,7 @@ func gatewayOnce(ctx context.Context, cfg Config, r run, s *stage) (string, func
 	addr := ln.Addr().String()
 	ln.Close()
 	o := edge.Options{Engine: r.engine, Listen: addr, Upstream: "builtin", Policy: cfg.Policy, Algorithm: cfg.Algorithm,
-		KeyBy: "header:" + consumerHeader, OnError: r.mode, Headers: string(edge.HeadersBoth), Timeout: cfg.Timeout,
+		KeyBy: "header:" + consumerHeader, OnError: r.mode, Headers: string(limiter.HeadersBoth), Timeout: cfg.Timeout,
 		Pool: 64, Nodes: cfg.Nodes, BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis}
 	if r.engine == edge.EngineGo {
 		o.Batch = cfg.Batch

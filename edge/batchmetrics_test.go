@@ -17,6 +17,7 @@ import (
 	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // tripCounts are what the gateway's /metrics and Redis's INFO commandstats
@@ -43,7 +44,7 @@ func readTrips(t *testing.T, adminAddr string, c *redis.Client) tripCounts {
 		roundTrips: f["ratelab_edge_redis_round_trips_total"].GetMetric()[0].GetCounter().GetValue(),
 		batches:    float64(h.GetSampleCount()),
 		batched:    h.GetSampleSum(),
-		allowed:    byLabel(t, f["ratelab_edge_decisions_total"], "outcome")[edge.OutcomeAllowed],
+		allowed:    byLabel(t, f["ratelab_edge_decisions_total"], "outcome")[limiter.OutcomeAllowed],
 		evalsha:    commandCalls(t, c, "evalsha"),
 	}
 }
@@ -168,9 +169,9 @@ func TestBatchMetricsCluster(t *testing.T) {
 	}
 	t.Cleanup(cl.Stop)
 	ctx := context.Background()
-	client := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2}, 5*time.Second, 64))
+	client := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2}, 5*time.Second, 64))
 	t.Cleanup(func() { client.Close() })
-	m := edge.NewMetrics()
+	m := limiter.NewMetrics()
 	m.CountRedis(client)
 	b := batch.New(client, batch.Options{Max: 64, Flushers: 2, Timeout: 5 * time.Second})
 	t.Cleanup(func() { b.Close() })

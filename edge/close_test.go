@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // TestMiddlewareCloseStopsTheProbe: a middleware whose circuit opened on a
@@ -30,13 +31,8 @@ func TestMiddlewareCloseStopsTheProbe(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			r := startRedis(t)
 			before := goleak.IgnoreCurrent()
-			c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
+			c := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
 			defer c.Close()
-			p := algorithms.Policy{Limit: 10, Window: time.Minute}
-			lim, err := algorithms.New("sliding-log", c, p, algorithms.WithClock(algorithms.ClockRedis))
-			if err != nil {
-				t.Fatal(err)
-			}
 			switch fault {
 			case "hung":
 				if err := r.Pause(); err != nil {
@@ -45,10 +41,11 @@ func TestMiddlewareCloseStopsTheProbe(t *testing.T) {
 			case "stopped":
 				r.Stop()
 			}
-			m := edge.NewMetrics()
+			m := limiter.NewMetrics()
 			// A short timeout: the decision is meant to fail.
-			h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, OnError: edge.FailClosed,
-				BreakerFailures: 1, Timeout: 100 * time.Millisecond, Metrics: m}, http.NotFoundHandler())
+			h := edge.Middleware(edge.Config{Rules: oneRule(t, "10/1m"), Config: limiter.Config{
+				Decider: algorithms.NewDecider(c, algorithms.DecideClock(algorithms.ClockRedis)), OnError: limiter.FailClosed,
+				BreakerFailures: 1, Timeout: 100 * time.Millisecond, Metrics: m}}, http.NotFoundHandler())
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 			if rec.Code != http.StatusServiceUnavailable {
@@ -64,8 +61,8 @@ func TestMiddlewareCloseStopsTheProbe(t *testing.T) {
 			// no prober starts again.
 			rec = httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-			if rec.Code != http.StatusServiceUnavailable || m.Decisions(edge.OutcomeErrorClosed) != 2 {
-				t.Fatalf("closed, Redis %s: %d, %d fail-closed decisions; want 503 and 2", fault, rec.Code, m.Decisions(edge.OutcomeErrorClosed))
+			if rec.Code != http.StatusServiceUnavailable || m.Decisions(limiter.OutcomeErrorClosed) != 2 {
+				t.Fatalf("closed, Redis %s: %d, %d fail-closed decisions; want 503 and 2", fault, rec.Code, m.Decisions(limiter.OutcomeErrorClosed))
 			}
 			if open := gauge(t, m, "ratelab_edge_circuit_open"); open != 0 {
 				t.Fatalf("ratelab_edge_circuit_open is %v after Close, want 0", open)
@@ -87,16 +84,11 @@ func TestGatewayServeWaitsForItsGoroutines(t *testing.T) {
 	dial := goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
 	r := startRedis(t)
 	before := goleak.IgnoreCurrent()
-	c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
+	c := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{r.Addr}, Protocol: 2}, time.Second, 4))
 	defer c.Close()
-	p := algorithms.Policy{Limit: 10, Window: time.Minute}
-	lim, err := algorithms.New("sliding-log", c, p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	g, err := edge.NewGateway(edge.GatewayConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Limiter: lim, Algorithm: "sliding-log", Policy: p, KeyBy: edge.KeyBy{Header: "X-Consumer-Id"},
-			OnError: edge.FailClosed, BreakerFailures: 1, Timeout: 100 * time.Millisecond}})
+		Limit: edge.Config{Rules: oneRule(t, "10/1m"), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Config: limiter.Config{
+			Decider: algorithms.NewDecider(c), OnError: limiter.FailClosed, BreakerFailures: 1, Timeout: 100 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +136,7 @@ func goroutinesIn(fn string) []string {
 }
 
 // gauge reads the gauge name from m.
-func gauge(t *testing.T, m *edge.Metrics, name string) float64 {
+func gauge(t *testing.T, m *limiter.Metrics, name string) float64 {
 	t.Helper()
 	families, err := m.Registry().Gather()
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rules"
 )
 
 var srv *redisrun.Server
@@ -32,7 +34,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 // deadline on every socket operation, and no retries.
 func client(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
 	t.Helper()
-	c := redis.NewUniversalClient(edge.RedisOptions(redis.UniversalOptions{Addrs: []string{addr}, Protocol: 2}, timeout, 256))
+	c := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{addr}, Protocol: 2}, timeout, 256))
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -41,7 +43,7 @@ type setup struct {
 	limit     int64
 	window    time.Duration
 	keyBy     edge.KeyBy
-	onError   edge.OnError
+	onError   limiter.OnError
 	timeout   time.Duration
 	denyCache bool
 	shadow    bool
@@ -80,30 +82,30 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 		t.Cleanup(func() { b.Close() })
 		limited = b.Wrap(c)
 	}
-	p := algorithms.Policy{Limit: s.limit, Window: s.window}
-	opts := []algorithms.Option{algorithms.WithClock(s.clock)}
-	if s.now != nil {
-		opts = append(opts, algorithms.WithNow(s.now))
-	}
 	if s.algorithm == "" {
 		s.algorithm = "sliding-log"
 	}
-	lim, err := algorithms.New(s.algorithm, limited, p, opts...)
+	p := algorithms.Policy{Limit: s.limit, Window: s.window}
+	set, err := rules.Shorthand{Limits: []string{p.String() + ":" + s.algorithm}, KeyBy: keyBySpec(s.keyBy)}.Set()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var local *edge.LocalLimiter
+	opts := []algorithms.DeciderOption{algorithms.DecideClock(s.clock)}
+	if s.now != nil {
+		opts = append(opts, algorithms.DecideNow(s.now))
+	}
+	var local *limiter.LocalLimiter
 	if s.local > 0 {
-		if local, err = edge.NewLocalLimiter(s.algorithm, p, s.local); err != nil {
+		if local, err = limiter.NewLocalLimiter(s.local); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(local.Close)
 	}
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Limiter: lim, Algorithm: s.algorithm, Policy: p, Clock: s.clock, KeyBy: s.keyBy,
-			OnError: s.onError, Timeout: s.timeout, DenyCache: s.denyCache, Shadow: s.shadow,
-			BreakerFailures: s.breaker, Local: local, Log: s.log},
+		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), Clock: s.clock, KeyBy: s.keyBy, Shadow: s.shadow,
+			Config: limiter.Config{Decider: algorithms.NewDecider(limited, opts...), OnError: s.onError, Timeout: s.timeout,
+				DenyCache: s.denyCache, BreakerFailures: s.breaker, Local: local, Log: s.log}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -175,8 +177,45 @@ func forwarded(t *testing.T, adminAddr string) edge.Forwarded {
 	return f
 }
 
-// logMembers is the size of the consumer's sliding log, under the key both
-// engines use.
+// oneRule is the rules of one limit on each X-Consumer-Id (else the
+// client's address), in a domain of the test's own.
+func oneRule(t *testing.T, limit string) *edge.Rules {
+	t.Helper()
+	set, err := rules.Shorthand{Limits: []string{limit}, KeyBy: "header:X-Consumer-Id", Domain: redistest.Prefix(t)}.Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return edge.NewRules(set, edge.RulesConfig{})
+}
+
+// deciderFunc decides by a function, without Redis.
+type deciderFunc func(context.Context, []algorithms.Check) (algorithms.Outcome, error)
+
+func (f deciderFunc) Decide(ctx context.Context, checks []algorithms.Check) (algorithms.Outcome, error) {
+	return f(ctx, checks)
+}
+
+// keyBySpec is k as rules.Shorthand reads it: header:NAME, or ip.
+func keyBySpec(k edge.KeyBy) string {
+	if k.Header != "" {
+		return "header:" + k.Header
+	}
+	return "ip"
+}
+
+// ruleMembers is the size of the consumer's sliding log in the gateway's
+// rules: the counter of its one limit.
+func ruleMembers(t *testing.T, c redis.UniversalClient, g *edge.Gateway, consumer string) int64 {
+	t.Helper()
+	hits := g.Rules().Current().Set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})
+	if len(hits) != 1 {
+		t.Fatalf("%s meets %d limits, want 1", consumer, len(hits))
+	}
+	return c.ZCard(context.Background(), hits[0].Key).Val()
+}
+
+// logMembers is the size of the consumer's sliding log, under the key the
+// nginx module's single limit uses.
 func logMembers(t *testing.T, c redis.UniversalClient, consumer string) int64 {
 	t.Helper()
 	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
@@ -267,7 +306,7 @@ func TestConcurrentBurst(t *testing.T) {
 			if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 10 {
 				t.Fatalf("the upstream received %d, want 10", f.Consumers[consumer])
 			}
-			if n := logMembers(t, c, consumer); n != 10 {
+			if n := ruleMembers(t, c, g, consumer); n != 10 {
 				t.Fatalf("the log holds %d members, want 10", n)
 			}
 		})
@@ -285,7 +324,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	t.Parallel()
 	redistest.Client(t, srv)
-	for _, mode := range []edge.OnError{edge.FailOpen, edge.FailClosed} {
+	for _, mode := range []limiter.OnError{limiter.FailOpen, limiter.FailClosed} {
 		t.Run(string(mode), func(t *testing.T) {
 			r, err := redisrun.Start(context.Background(), redisrun.Options{})
 			if err != nil {
@@ -302,7 +341,7 @@ func TestRedisDown(t *testing.T) {
 			if err := r.Pause(); err != nil {
 				t.Fatal(err)
 			}
-			want := map[edge.OnError]int{edge.FailOpen: 200, edge.FailClosed: 503}[mode]
+			want := map[limiter.OnError]int{limiter.FailOpen: 200, limiter.FailClosed: 503}[mode]
 			var slowest time.Duration
 			for range 10 {
 				resp, took := get(t, url, hdr)
@@ -311,11 +350,11 @@ func TestRedisDown(t *testing.T) {
 				if resp.StatusCode != want || hasLimitFields(resp.Header) {
 					t.Fatalf("with Redis hung: %d with %v, want %d without RateLimit fields", resp.StatusCode, resp.Header, want)
 				}
-				if mode == edge.FailClosed && resp.Header.Get("Retry-After") == "" {
+				if mode == limiter.FailClosed && resp.Header.Get("Retry-After") == "" {
 					t.Fatalf("503 without Retry-After")
 				}
 			}
-			if n := g.Metrics().RedisErrors(edge.RedisErrorTimeout); n < 10 {
+			if n := g.Metrics().RedisErrors(limiter.RedisErrorTimeout); n < 10 {
 				t.Fatalf("%d Redis timeouts counted, want 10", n)
 			}
 			if err := r.Resume(); err != nil {
@@ -354,7 +393,7 @@ func TestScriptFlush(t *testing.T) {
 	if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 50 {
 		t.Fatalf("the upstream received %d, want 50", f.Consumers[consumer])
 	}
-	if n := logMembers(t, c, consumer); n != 50 {
+	if n := ruleMembers(t, c, g, consumer); n != 50 {
 		t.Fatalf("the log holds %d members, want the 50 admitted", n)
 	}
 }
@@ -382,15 +421,16 @@ func scriptCalls(t *testing.T, c redis.UniversalClient) int64 {
 func TestIdentity(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t, srv)
-	p := algorithms.Policy{Limit: 1, Window: time.Minute}
-	lim, err := algorithms.New("sliding-log", c, p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
-	algorithm := "sliding-log-" + redistest.Prefix(t) // keys of this test alone
+	domain := redistest.Prefix(t) // keys of this test alone
 	serve := func(k edge.KeyBy, peer string, header http.Header) int {
-		h := edge.Middleware(edge.Config{Limiter: lim, Algorithm: algorithm, Policy: p, KeyBy: k}, ok)
+		set, err := rules.Shorthand{Limits: []string{"1/1m"}, KeyBy: keyBySpec(k), Domain: domain}.Set()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), KeyBy: k,
+			Config: limiter.Config{Decider: algorithms.NewDecider(c), Timeout: 5 * time.Second}}, ok)
+		defer h.Close()
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.RemoteAddr = peer
 		for name, v := range header {
@@ -415,8 +455,14 @@ func TestIdentity(t *testing.T) {
 		}
 	}
 	hostile := edge.KeyBy{Header: "X-Consumer-Id"}
-	for _, v := range []string{strings.Repeat("x", 10<<10), "{a}}{", "line\nbreak", "ümlaut\x00"} {
-		serve(hostile, peer, http.Header{"X-Consumer-Id": {v}})
+	// A value longer than the rules read is refused before any decision.
+	if code := serve(hostile, peer, http.Header{"X-Consumer-Id": {strings.Repeat("x", limiter.DefaultBounds.Length+1)}}); code != http.StatusBadRequest {
+		t.Fatalf("an identity of %d bytes: %d, want 400", limiter.DefaultBounds.Length+1, code)
+	}
+	for _, v := range []string{strings.Repeat("x", limiter.DefaultBounds.Length), "{a}}{", "line\nbreak", "ümlaut\x00"} {
+		if code := serve(hostile, peer, http.Header{"X-Consumer-Id": {v}}); code != http.StatusOK {
+			t.Fatalf("identity %q: %d, want 200", v[:min(len(v), 20)], code)
+		}
 		id := hostile.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {v}}})
 		key := algorithms.Key(id.Key, "sliding-log")
 		if len(key) > 64 || strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || strings.ContainsAny(id.Key, "\n\x00") {
@@ -439,7 +485,7 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := r.Port()
-	g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: edge.FailOpen})
+	g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: limiter.FailOpen})
 	url := "http://" + g.Addr() + "/"
 	hdr := map[string]string{"X-Consumer-Id": "restart"}
 	get(t, url, hdr)
@@ -449,7 +495,7 @@ func TestRedisRestart(t *testing.T) {
 			t.Fatalf("Redis gone, fail open: %d", resp.StatusCode)
 		}
 	}
-	if g.Metrics().RedisErrors(edge.RedisErrorUnreachable) == 0 {
+	if g.Metrics().RedisErrors(limiter.RedisErrorUnreachable) == 0 {
 		t.Fatalf("no unreachable Redis counted with Redis gone")
 	}
 	r, err = redisrun.Start(context.Background(), redisrun.Options{Port: port})
@@ -466,15 +512,14 @@ func TestRedisRestart(t *testing.T) {
 // script's milliseconds up to whole seconds.
 func TestHeaderForms(t *testing.T) {
 	t.Parallel()
-	deny := limiterFunc(func(context.Context, string) (algorithms.Decision, error) {
-		return algorithms.Decision{Limit: 5, RetryAfter: 1500 * time.Millisecond}, nil
+	deny := deciderFunc(func(_ context.Context, checks []algorithms.Check) (algorithms.Outcome, error) {
+		return algorithms.Outcome{Checks: []algorithms.Decision{{Limit: 5, RetryAfter: 1500 * time.Millisecond}}}, nil
 	})
-	p := algorithms.Policy{Limit: 5, Window: time.Minute}
 	for _, tc := range []struct {
-		headers     edge.Headers
+		headers     limiter.Headers
 		draft, lgcy bool
-	}{{edge.HeadersDraft, true, false}, {edge.HeadersLegacy, false, true}, {edge.HeadersBoth, true, true}} {
-		h := edge.Middleware(edge.Config{Limiter: deny, Algorithm: "x", Policy: p, Headers: tc.headers}, http.NotFoundHandler())
+	}{{limiter.HeadersDraft, true, false}, {limiter.HeadersLegacy, false, true}, {limiter.HeadersBoth, true, true}} {
+		h := edge.Middleware(edge.Config{Rules: oneRule(t, "5/1m"), Headers: tc.headers, Config: limiter.Config{Decider: deny}}, http.NotFoundHandler())
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 		got := w.Result().Header
@@ -490,12 +535,6 @@ func TestHeaderForms(t *testing.T) {
 	}
 }
 
-type limiterFunc func(context.Context, string) (algorithms.Decision, error)
-
-func (f limiterFunc) Allow(ctx context.Context, key string) (algorithms.Decision, error) {
-	return f(ctx, key)
-}
-
 // TestShadowAndDenyCache: shadow mode never blocks but counts what it
 // would have; the deny cache answers a denied consumer without Redis.
 func TestShadowAndDenyCache(t *testing.T) {
@@ -507,7 +546,7 @@ func TestShadowAndDenyCache(t *testing.T) {
 			t.Fatalf("shadow mode answered %d", resp.StatusCode)
 		}
 	}
-	if n := g.Metrics().Decisions(edge.OutcomeShadowDenied); n != 4 {
+	if n := g.Metrics().Decisions(limiter.OutcomeShadowDenied); n != 4 {
 		t.Fatalf("%d shadow denials counted, want 4", n)
 	}
 
@@ -521,9 +560,9 @@ func TestShadowAndDenyCache(t *testing.T) {
 		t.Fatalf("10 requests, 8 of them while denied, made %d script calls in Redis; want 2", calls)
 	}
 	m := g.Metrics()
-	if m.Decisions(edge.OutcomeAllowed) != 1 || m.Decisions(edge.OutcomeDenied) != 1 || m.DenyCacheHits() != 8 {
+	if m.Decisions(limiter.OutcomeAllowed) != 1 || m.Decisions(limiter.OutcomeDenied) != 1 || m.DenyCacheHits() != 8 {
 		t.Fatalf("allowed %d, denied by Redis %d, from the cache %d; want 1, 1, 8",
-			m.Decisions(edge.OutcomeAllowed), m.Decisions(edge.OutcomeDenied), m.DenyCacheHits())
+			m.Decisions(limiter.OutcomeAllowed), m.Decisions(limiter.OutcomeDenied), m.DenyCacheHits())
 	}
 	resp, err := httpClient.Get("http://" + g.AdminAddr() + "/metrics")
 	if err != nil {

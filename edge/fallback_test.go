@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // syncBuffer is a log that gateways write from many goroutines.
@@ -79,17 +79,17 @@ func TestFullRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range algorithms.Algorithms() {
-		for _, mode := range []edge.OnError{edge.FailClosed, edge.FailOpen} {
+		for _, mode := range []limiter.OnError{limiter.FailClosed, limiter.FailOpen} {
 			log := &syncBuffer{}
 			g, _ := startGateway(t, r.Addr, setup{limit: 2, algorithm: name, onError: mode, log: log})
 			hdr := map[string]string{"X-Consumer-Id": "full"}
 			for range 10 {
 				resp, text := body(t, "http://"+g.Addr()+"/", hdr)
-				want := map[edge.OnError]int{edge.FailClosed: 503, edge.FailOpen: 200}[mode]
+				want := map[limiter.OnError]int{limiter.FailClosed: 503, limiter.FailOpen: 200}[mode]
 				if resp.StatusCode != want || hasLimitFields(resp.Header) {
 					t.Fatalf("%s, fail %s: %d with %v, want %d without RateLimit fields", name, mode, resp.StatusCode, resp.Header, want)
 				}
-				if mode == edge.FailClosed && !strings.Contains(text, "OOM") {
+				if mode == limiter.FailClosed && !strings.Contains(text, "OOM") {
 					t.Fatalf("%s: the 503 says %q, not that the store is full", name, text)
 				}
 			}
@@ -99,7 +99,7 @@ func TestFullRedis(t *testing.T) {
 			if _, text := body(t, "http://"+g.AdminAddr()+"/healthz", nil); !strings.HasPrefix(text, "degraded: ") || !strings.Contains(text, "oom") {
 				t.Fatalf("/healthz says %q with Redis full", text)
 			}
-			if n := g.Metrics().RedisErrors(edge.RedisErrorOOM); n != 10 {
+			if n := g.Metrics().RedisErrors(limiter.RedisErrorOOM); n != 10 {
 				t.Fatalf("%d OOM errors counted, want 10", n)
 			}
 		}
@@ -120,7 +120,7 @@ func TestCircuitBreaker(t *testing.T) {
 	r := startRedis(t)
 	timeout := 300 * time.Millisecond
 	log := &syncBuffer{}
-	g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: edge.FailOpen, timeout: timeout, breaker: 3, log: log})
+	g, _ := startGateway(t, r.Addr, setup{limit: 1, onError: limiter.FailOpen, timeout: timeout, breaker: 3, log: log})
 	url := "http://" + g.Addr() + "/"
 	hdr := map[string]string{"X-Consumer-Id": "breaker"}
 	if resp, _ := get(t, url, hdr); resp.StatusCode != 200 {
@@ -143,7 +143,7 @@ func TestCircuitBreaker(t *testing.T) {
 	if _, text := body(t, "http://"+g.AdminAddr()+"/healthz", nil); !strings.Contains(text, "circuit open") {
 		t.Fatalf("/healthz says %q with the circuit open", text)
 	}
-	if n := g.Metrics().RedisErrors(edge.RedisErrorTimeout); n < 3 {
+	if n := g.Metrics().RedisErrors(limiter.RedisErrorTimeout); n < 3 {
 		t.Fatalf("%d timeouts counted, want at least 3", n)
 	}
 	if err := r.Resume(); err != nil {
@@ -160,7 +160,7 @@ func TestCircuitBreaker(t *testing.T) {
 
 // redisCalls reads how many decisions asked Redis: the samples of the
 // decision latency histogram, which times only those.
-func redisCalls(t *testing.T, m *edge.Metrics) uint64 {
+func redisCalls(t *testing.T, m *limiter.Metrics) uint64 {
 	t.Helper()
 	families, err := m.Registry().Gather()
 	if err != nil {
@@ -180,7 +180,7 @@ func redisCalls(t *testing.T, m *edge.Metrics) uint64 {
 func TestLocalFallback(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
-	g, _ := startGateway(t, r.Addr, setup{limit: 4, onError: edge.FailLocal, local: 2})
+	g, _ := startGateway(t, r.Addr, setup{limit: 4, onError: limiter.FailLocal, local: 2})
 	r.Stop()
 	hdr := map[string]string{"X-Consumer-Id": "local"}
 	codes := map[int]int{}
@@ -198,7 +198,7 @@ func TestLocalFallback(t *testing.T) {
 		t.Fatalf("statuses %v with Redis gone, want 2 × 200 (half of 4) and 3 × 429", codes)
 	}
 	m := g.Metrics()
-	if m.Decisions(edge.OutcomeErrorLocalAllowed) != 2 || m.Decisions(edge.OutcomeErrorLocalDenied) != 3 {
-		t.Fatalf("local decisions: %d allowed, %d denied", m.Decisions(edge.OutcomeErrorLocalAllowed), m.Decisions(edge.OutcomeErrorLocalDenied))
+	if m.Decisions(limiter.OutcomeErrorLocalAllowed) != 2 || m.Decisions(limiter.OutcomeErrorLocalDenied) != 3 {
+		t.Fatalf("local decisions: %d allowed, %d denied", m.Decisions(limiter.OutcomeErrorLocalAllowed), m.Decisions(limiter.OutcomeErrorLocalDenied))
 	}
 }

@@ -16,27 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/plural"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
-
-// RedisOptions adapts base for a gateway: pool connections at most, the
-// decision's deadline on every socket operation, no replay of a failed
-// call (it may have been counted), and one dial attempt, so that a refused
-// connection fails the decision at once instead of after five tries.
-func RedisOptions(base redis.UniversalOptions, timeout time.Duration, pool int) *redis.UniversalOptions {
-	o := base
-	o.PoolSize = pool
-	o.DialTimeout = timeout
-	o.PoolTimeout = timeout
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = -1
-	o.DialerRetries = 1
-	return &o
-}
 
 // GatewayConfig configures a gateway.
 type GatewayConfig struct {
@@ -67,7 +51,7 @@ type Gateway struct {
 	lnMain  net.Listener
 	lnAdmin net.Listener
 	builtin *Builtin
-	metrics *Metrics
+	metrics *limiter.Metrics
 	limiter *Handler // nil with Off
 }
 
@@ -76,7 +60,7 @@ type Gateway struct {
 func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, metrics: cfg.Limit.Metrics}
 	if g.metrics == nil {
-		g.metrics = NewMetrics()
+		g.metrics = limiter.NewMetrics()
 		g.cfg.Limit.Metrics = g.metrics
 	}
 	var upstream http.Handler
@@ -140,8 +124,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 				_, _ = io.WriteString(w, "ok\n")
 				return
 			}
-			g.limiter.health.report(w, g.limiter.cfg.OnError)
-			if rs := g.limiter.cfg.Rules; rs != nil {
+			g.limiter.core.ReportHealth(w)
+			if rs := g.limiter.cfg.Rules; rs.file != "" {
 				cur := rs.Current()
 				fmt.Fprintf(w, "rules: version %s, %s, loaded %s\n", cur.Set.Version, cur.Set.File, cur.At.UTC().Format(time.RFC3339Nano))
 			}
@@ -163,7 +147,10 @@ func (g *Gateway) AdminAddr() string {
 }
 
 // Metrics are the gateway's counters.
-func (g *Gateway) Metrics() *Metrics { return g.metrics }
+func (g *Gateway) Metrics() *limiter.Metrics { return g.metrics }
+
+// Rules are the rules the gateway serves; nil with Off.
+func (g *Gateway) Rules() *Rules { return g.cfg.Limit.Rules }
 
 // Builtin is the built-in upstream; nil when proxying.
 func (g *Gateway) Builtin() *Builtin { return g.builtin }
@@ -178,25 +165,16 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		fmt.Fprintf(g.cfg.Log, "ratelab edge: listening on %s, upstream %s, admin %s\n", g.Addr(), g.cfg.Upstream, orNone(g.AdminAddr()))
 		if g.cfg.Off {
 			fmt.Fprintln(g.cfg.Log, "ratelab edge: --limit off: no limiter, every request goes to the upstream")
-			l.Algorithm = "" // nothing more to say
-		}
-		if l.Rules != nil && !g.cfg.Off {
+		} else {
 			set := l.Rules.Current().Set
-			fmt.Fprintf(g.cfg.Log, "ratelab edge: rules %s (domain %s, version %s): %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
-				set.File, set.Domain, set.Version, limitsText(set), clockOwner(l.Clock), l.Timeout, onErrorText(l),
-				breakerText(l.BreakerFailures),
-				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
-				map[bool]string{true: "; deny cache on"}[l.DenyCache])
-		} else if l.Algorithm != "" {
-			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s, %d per %s, by %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
-				l.Algorithm, l.Policy.Limit, l.Policy.Window, keyByText(l.KeyBy), clockOwner(l.Clock), l.Timeout, onErrorText(l),
-				breakerText(l.BreakerFailures),
+			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
+				rulesText(set), clockOwner(l.Clock), l.Timeout, onErrorText(l), breakerText(l.BreakerFailures),
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
 	}
 	var watching sync.WaitGroup
-	if g.limiter != nil && g.cfg.Limit.Rules != nil {
+	if g.limiter != nil {
 		wctx, stop := context.WithCancel(ctx)
 		defer func() { stop(); watching.Wait() }()
 		watching.Go(func() {
@@ -258,7 +236,21 @@ func clockOwner(c algorithms.Clock) string {
 	return "this host"
 }
 
-// limitsText names the limits of set: "per-1s 5 per 1s (sliding-log), per-10s 12 per 10s (gcra)".
+// rulesText says what decides: the rules file, or the --limit shorthand,
+// with every limit and its algorithm.
+func rulesText(set *rules.Set) string {
+	if set.Domain == rules.ShorthandDomain && len(set.Descriptors) == 1 {
+		by := set.Descriptors[0].Attribute()
+		trust := ""
+		if by.Kind == rules.KindHeader {
+			trust = " (trusted as sent: put the gateway behind what authenticates it)"
+		}
+		return fmt.Sprintf("%s, by %s%s", limitsText(set), by.Words(), trust)
+	}
+	return fmt.Sprintf("rules %s (domain %s, version %s): %s", set.File, set.Domain, set.Version, limitsText(set))
+}
+
+// limitsText names the limits of set: "2 limits: per-1s 5 per 1s (sliding-log), per-10s 12 per 10s (gcra)".
 func limitsText(set *rules.Set) string {
 	var parts []string
 	for _, l := range set.Limits() {
@@ -274,11 +266,8 @@ func limitsText(set *rules.Set) string {
 
 // onErrorText says what the gateway does while Redis fails.
 func onErrorText(c Config) string {
-	if c.OnError == FailLocal && c.Local != nil && c.Rules != nil {
+	if c.OnError == limiter.FailLocal && c.Local != nil {
 		return "local (this gateway's share of each limit)"
-	}
-	if c.OnError == FailLocal && c.Local != nil {
-		return fmt.Sprintf("local (this gateway's share: %d per %s)", c.Local.Policy.Limit, c.Local.Policy.Window)
 	}
 	return string(c.OnError)
 }
@@ -296,16 +285,6 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-func keyByText(k KeyBy) string {
-	if k.Header != "" {
-		return "header " + k.Header + " (trusted as sent: put the gateway behind what authenticates it)"
-	}
-	if len(k.TrustedProxies) > 0 {
-		return fmt.Sprintf("client address (X-Forwarded-For from %v)", k.TrustedProxies)
-	}
-	return "client address"
 }
 
 // Builtin is a fast upstream that answers 200 and counts the requests it

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // scrape reads /metrics from a gateway's admin listener as Prometheus does
@@ -96,9 +96,9 @@ func TestMetricsScrape(t *testing.T) {
 
 	decisions := byLabel(t, families["ratelab_edge_decisions_total"], "outcome")
 	want := map[string]float64{
-		edge.OutcomeAllowed: 1, edge.OutcomeDenied: 1, edge.OutcomeDenyCache: 1, edge.OutcomeShadowDenied: 0,
-		edge.OutcomeErrorOpen: 0, edge.OutcomeErrorClosed: 0, edge.OutcomeErrorLocalAllowed: 0, edge.OutcomeErrorLocalDenied: 0,
-		edge.OutcomeContended: 0,
+		limiter.OutcomeAllowed: 1, limiter.OutcomeDenied: 1, limiter.OutcomeDenyCache: 1, limiter.OutcomeShadowDenied: 0,
+		limiter.OutcomeErrorOpen: 0, limiter.OutcomeErrorClosed: 0, limiter.OutcomeErrorLocalAllowed: 0, limiter.OutcomeErrorLocalDenied: 0,
+		limiter.OutcomeInvalid: 0,
 	}
 	if fmt.Sprint(decisions) != fmt.Sprint(want) {
 		t.Fatalf("ratelab_edge_decisions_total %v, want %v", decisions, want)

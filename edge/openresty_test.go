@@ -18,6 +18,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/rules"
 )
 
 func freeAddr(t *testing.T) string {
@@ -251,12 +252,16 @@ func TestEnginesShareOneClock(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(time.Hour) }
 	for _, clock := range []algorithms.Clock{algorithms.ClockRedis, algorithms.ClockCaller} {
 		t.Run(clock.String(), func(t *testing.T) {
-			nc := startNginx(t, srv, edge.NginxConfig{Policy: p, Clock: clock.String()})
 			g, _ := startGateway(t, srv.Addr, setup{limit: p.Limit, window: p.Window, clock: clock, now: ahead})
+			set := g.Rules().Current().Set
+			text, err := edge.RenderRules(set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc := startNginx(t, srv, edge.NginxConfig{Rules: text, Clock: clock.String()})
 			mon := redistest.NewMonitor(t, srv)
 			consumer := redistest.Prefix(t)
-			id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-			key := algorithms.Key(id.Key, "sliding-log")
+			key := set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})[0].Key
 			hdr := map[string]string{"X-Consumer-Id": consumer}
 			admitted := map[string]int{}
 			for _, engine := range []struct{ name, addr string }{{"nginx", nc.Listen}, {"go", g.Addr()}} {
@@ -268,14 +273,15 @@ func TestEnginesShareOneClock(t *testing.T) {
 			}
 			// The script's time argument of each call, in order: nginx's ten, then the gateway's.
 			for i := range 2 * p.Limit {
+				// decide.lua's: the key, then the mode and the time.
 				args := mon.Find(t, 5*time.Second, func(a []string) bool {
-					return (a[0] == "evalsha" || a[0] == "eval") && len(a) == 8 && a[3] == key
+					return (a[0] == "evalsha" || a[0] == "eval") && len(a) > 5 && a[3] == key && a[4] == "decide"
 				})
 				want := time.Now()
 				if i >= p.Limit {
 					want = ahead()
 				}
-				switch sent := args[6]; {
+				switch sent := args[5]; {
 				case clock == algorithms.ClockRedis && sent != "":
 					t.Fatalf("call %d sent the time %q on Redis's clock, want none", i+1, sent)
 				case clock == algorithms.ClockCaller:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -32,7 +33,7 @@ type Rules struct {
 	file    string
 	opts    []rules.Option
 	log     io.Writer
-	metrics *Metrics
+	metrics *limiter.Metrics
 	cur     atomic.Pointer[Loaded]
 	mu      sync.Mutex // one reload at a time
 	check   func(*rules.Set) error
@@ -54,7 +55,7 @@ type RulesConfig struct {
 	// Log receives a line per reload, applied or refused; none when nil.
 	Log io.Writer
 	// Metrics show the version serving and count reloads; none when nil.
-	Metrics *Metrics
+	Metrics *limiter.Metrics
 }
 
 // NewRules serves set, and reloads from cfg.File.
@@ -81,17 +82,17 @@ func (r *Rules) store(set *rules.Set) {
 	l := &Loaded{Set: set, At: time.Now()}
 	r.cur.Store(l)
 	if r.metrics != nil {
-		r.metrics.rulesLoaded(set.Version, l.At)
+		r.metrics.RulesLoaded(set.Version, l.At)
 	}
 }
 
 // setMetrics attaches metrics once the gateway has them.
-func (r *Rules) setMetrics(m *Metrics) {
+func (r *Rules) setMetrics(m *limiter.Metrics) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.metrics = m
 	l := r.cur.Load()
-	m.rulesLoaded(l.Set.Version, l.At)
+	m.RulesLoaded(l.Set.Version, l.At)
 }
 
 // Reload reads the file again. A file that does not parse, or that Check
@@ -113,7 +114,7 @@ func (r *Rules) Reload() error {
 	}
 	if err != nil {
 		if r.metrics != nil {
-			r.metrics.rulesReload("refused")
+			r.metrics.CountReload("refused")
 		}
 		r.line("rules %s refused, version %s keeps serving: %v", r.file, old.Set.Version, err)
 		return err
@@ -123,7 +124,7 @@ func (r *Rules) Reload() error {
 	}
 	r.store(set)
 	if r.metrics != nil {
-		r.metrics.rulesReload("applied")
+		r.metrics.CountReload("applied")
 	}
 	r.line("rules %s reloaded: version %s (was %s), %d limits", r.file, set.Version, old.Set.Version, len(set.Limits()))
 	return nil

@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -21,116 +20,106 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
 // RLSConfig configures the rate limit service.
 type RLSConfig struct {
+	// Config is the decision's: the Decider (every limit of one call in one
+	// Redis round trip), the Redis timeout, the fail mode (FailOpen: OK, no
+	// limits; FailClosed: OVER_LIMIT), the circuit breaker, the deny cache
+	// (a call over a limit Redis refused is answered OVER_LIMIT from memory,
+	// with the duration_until_reset Redis gave), the metrics and the log.
+	limiter.Config
 	// Domains is the configuration served, reloaded from its directory.
 	Domains *DomainsReloader
-	// Decider decides every limit of one call in one Redis round trip.
-	Decider Decider
-	// Timeout bounds one decision in Redis.
-	Timeout time.Duration
-	// OnError is what a call gets when Redis fails or the circuit is open:
-	// FailOpen (OK, no limits) or FailClosed (OVER_LIMIT).
-	OnError OnError
-	// BreakerFailures is the Redis failures in a row that open the circuit;
-	// 0: no circuit breaker.
-	BreakerFailures int
-	// DenyCache answers a call that meets a limit known to refuse it from
-	// memory, without Redis, until that limit admits again (edge's deny
-	// cache): OVER_LIMIT, with the duration_until_reset Redis gave.
-	DenyCache bool
-	// Probe asks Redis whether it answers again while the circuit is open.
-	Probe func(ctx context.Context) error
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy fields
 	// to response_headers_to_add (envoyproxy/ratelimit's
 	// LIMIT_RESPONSE_HEADERS_ENABLED).
 	ResponseHeaders bool
-	// Metrics count decisions, Redis errors and latency; required.
-	Metrics *Metrics
-	// Log receives lines about Redis failures; none when nil.
-	Log io.Writer
-	// Now is the service's clock for the reset of a window no request has
-	// counted in yet, and the deny cache's; time.Now when nil.
-	Now func() time.Time
+	// Bounds are what one call may carry (limiter.DefaultBounds for those
+	// left at zero): a call over them is InvalidArgument, and never reaches
+	// Redis.
+	Bounds limiter.Bounds
 }
 
 // RLS is Envoy's global rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) on ratelab's limiter: every
-// descriptor of one call is looked up as envoyproxy/ratelimit looks it up
-// (rules.Set.Lookup), and all their limits are decided together in one
-// Decide call.
+// descriptor of one call is looked up as envoyproxy/ratelimit looks it up,
+// and all their limits are decided together by the limiter core.
 type RLS struct {
 	pb.UnimplementedRateLimitServiceServer
-	cfg    RLSConfig
-	health *health
-	denied denyCache
+	cfg  RLSConfig
+	core *limiter.Limiter
 }
 
 var _ pb.RateLimitServiceServer = (*RLS)(nil)
 
 // NewRLS returns the service; Close stops its background probe.
 func NewRLS(cfg RLSConfig) *RLS {
+	if cfg.Name == "" {
+		cfg.Name = "ratelab rls"
+	}
+	cfg.Bounds = cfg.Bounds.WithDefaults()
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	probe := cfg.Probe
-	if probe == nil {
-		probe = func(ctx context.Context) error {
-			_, err := cfg.Decider.Decide(ctx, []algorithms.Check{probeCheck})
-			return err
-		}
-	}
-	return &RLS{cfg: cfg, health: newHealth(cfg.Log, cfg.BreakerFailures, cfg.Timeout, cfg.Metrics, probe)}
+	return &RLS{cfg: cfg, core: limiter.New(cfg.Config)}
 }
 
 // Close stops the service's background work.
-func (s *RLS) Close() { s.health.close() }
+func (s *RLS) Close() { s.core.Close() }
 
-// rlsLimit is one limit a call meets: what the Decider is asked, and what
-// the descriptor's status reports.
-type rlsLimit struct {
-	desc   int
-	check  algorithms.Check
-	limit  *rules.Limit // nil for the descriptor's own limit override
-	proto  *pb.RateLimitResponse_RateLimit
-	blocks bool // requests_per_unit 0: decided without Redis
-	// over is a call over the limit whatever Redis holds: more hits than
-	// the limit, or a limit of 0 (even for hits_addend 0, which asks whether
-	// one more would be admitted, as it does of every limit)
-	over bool
-	name string
-}
+// Metrics are the service's counters.
+func (s *RLS) Metrics() *limiter.Metrics { return s.core.Metrics() }
 
 // badRequest is a malformed call: InvalidArgument, nothing decided.
 func badRequest(format string, a ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, a...)
 }
 
-func validRLSRequest(req *pb.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return badRequest("rate limit domain must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return badRequest("rate limit descriptor list must not be empty")
+// maxWindow is the longest window a descriptor's own limit may have, as
+// the rules' longest: a year.
+const maxWindow = 365 * 24 * time.Hour
+
+// check refuses a call the service does not decide: malformed, or over the
+// bounds. It runs before anything else, and before Redis.
+func (s *RLS) check(req *pb.RateLimitRequest) *limiter.Refusal {
+	b := s.cfg.Bounds
+	switch n := len(req.GetDescriptors()); {
+	case req.GetDomain() == "":
+		return limiter.Refuse(limiter.InvalidMalformed, "rate limit domain must not be empty")
+	case len(req.GetDomain()) > b.Length:
+		return limiter.Refuse(limiter.InvalidLength, "domain: longer than %d bytes (got %d)", b.Length, len(req.GetDomain()))
+	case n == 0:
+		return limiter.Refuse(limiter.InvalidDescriptors, "rate limit descriptor list must not be empty")
+	case n > b.Descriptors:
+		return limiter.Refuse(limiter.InvalidDescriptors, "%d descriptors: at most %d in one call", n, b.Descriptors)
 	}
 	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) == 0 {
-			return badRequest("descriptors[%d]: no entries", i)
+		switch n := len(d.GetEntries()); {
+		case n == 0:
+			return limiter.Refuse(limiter.InvalidEntries, "descriptors[%d]: no entries", i)
+		case n > b.Entries:
+			return limiter.Refuse(limiter.InvalidEntries, "descriptors[%d]: %d entries: at most %d in one descriptor", i, n, b.Entries)
 		}
 		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return badRequest("descriptors[%d].entries[%d].key must not be empty", i, j)
+			switch {
+			case e.GetKey() == "":
+				return limiter.Refuse(limiter.InvalidLength, "descriptors[%d].entries[%d].key must not be empty", i, j)
+			case len(e.GetKey()) > b.Length:
+				return limiter.Refuse(limiter.InvalidLength, "descriptors[%d].entries[%d].key: longer than %d bytes (got %d)", i, j, b.Length, len(e.GetKey()))
+			case len(e.GetValue()) > b.Length:
+				return limiter.Refuse(limiter.InvalidLength, "descriptors[%d].entries[%d].value: longer than %d bytes (got %d)", i, j, b.Length, len(e.GetValue()))
 			}
 		}
 		if d.GetIsNegativeHits() {
-			return badRequest("descriptors[%d].is_negative_hits is not supported", i)
+			return limiter.Refuse(limiter.InvalidHits, "descriptors[%d].is_negative_hits is not supported", i)
 		}
 		if o := d.GetLimit(); o != nil {
-			if _, ok := unitWindow[o.GetUnit()]; !ok {
-				return badRequest("descriptors[%d].limit.unit: %v is not a unit", i, o.GetUnit())
+			if _, err := overridePolicy(o); err != nil {
+				return limiter.Refuse(limiter.InvalidOverride, "descriptors[%d].limit: %v", i, err)
 			}
 		}
 	}
@@ -143,6 +132,33 @@ var unitWindow = map[typev3.RateLimitUnit]time.Duration{
 	typev3.RateLimitUnit_HOUR: time.Hour, typev3.RateLimitUnit_DAY: 24 * time.Hour,
 	typev3.RateLimitUnit_MONTH: 30 * 24 * time.Hour,
 	typev3.RateLimitUnit_YEAR:  365 * 24 * time.Hour,
+}
+
+// overridePolicy is the policy of a descriptor's own limit: requests_per_unit
+// per unit × unit_multiplier (which Envoy's API defines and
+// envoyproxy/ratelimit ignores). It refuses a unit that is not one, a window
+// over a year, and a policy the scripts cannot count exactly (requests ×
+// window in ms at 2^53 or more). A Limit of 0 is a limit that refuses
+// every request.
+func overridePolicy(o *rlpb.RateLimitDescriptor_RateLimitOverride) (algorithms.Policy, error) {
+	unit, ok := unitWindow[o.GetUnit()]
+	if !ok {
+		return algorithms.Policy{}, fmt.Errorf("unit: %v is not a unit", o.GetUnit())
+	}
+	mult := int64(1)
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		mult = int64(m.GetValue())
+	}
+	if mult > int64(maxWindow/unit) {
+		return algorithms.Policy{}, fmt.Errorf("unit_multiplier: %d %ss is longer than a year", mult, o.GetUnit())
+	}
+	p := algorithms.Policy{Limit: int64(o.GetRequestsPerUnit()), Window: time.Duration(mult) * unit}
+	if p.Limit > 0 {
+		if err := p.Validate(); err != nil {
+			return p, fmt.Errorf("requests_per_unit %d × a window of %d ms is 2^53 or more: no limit counts that exactly", p.Limit, p.Window.Milliseconds())
+		}
+	}
+	return p, nil
 }
 
 // protoUnit is a rules unit as the response names it.
@@ -162,11 +178,11 @@ func currentLimit(l *rules.Limit) *pb.RateLimitResponse_RateLimit {
 		return out
 	}
 	out.Unit = pb.RateLimitResponse_RateLimit_SECOND
-	out.UnitMultiplier = wrapperspb.UInt32(uint32(min(ceilSeconds(l.Policy.Window), math.MaxUint32)))
+	out.UnitMultiplier = wrapperspb.UInt32(uint32(min(limiter.CeilSeconds(l.Policy.Window), math.MaxUint32)))
 	return out
 }
 
-// hitsAddend is what descriptor i takes, as envoyproxy/ratelimit's
+// hitsAddend is what descriptor d adds, as envoyproxy/ratelimit's
 // GetHitsAddends: its own hits_addend when set (0 checks without
 // consuming), else the call's, at least 1.
 func hitsAddend(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) int64 {
@@ -176,269 +192,187 @@ func hitsAddend(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) int64 {
 	return int64(max(1, req.GetHitsAddend()))
 }
 
+// take is what a request of hits takes of a limit whose requests each cost
+// cost, capped at one more than limit: a take over the limit is over it
+// whatever Redis holds (and consumes nothing), however far over.
+func take(hits, cost, limit int64) int64 {
+	if cost == 0 || hits == 0 {
+		return 0
+	}
+	if hits > limit/cost {
+		return limit + 1
+	}
+	return hits * cost
+}
+
+// called is a call's plan, with what its statuses need of each limit.
+type called struct {
+	plan    limiter.Plan
+	limits  []*pb.RateLimitResponse_RateLimit // per plan limit, as its status reports it
+	unlimit []bool                            // per descriptor: it met an unlimited limit
+}
+
 // ShouldRateLimit decides a call: OVER_LIMIT when any descriptor is.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	if err := validRLSRequest(req); err != nil {
-		return nil, err
+	if r := s.check(req); r != nil {
+		s.core.Metrics().Invalid(r.Reason)
+		return nil, badRequest("%s", r.Err)
 	}
-	set := s.cfg.Domains.Current().Sets[req.GetDomain()] // one configuration decides the call
-	descs := req.GetDescriptors()
-	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(descs))}
+	c := s.plan(req, s.cfg.Domains.Current().Sets[req.GetDomain()]) // one configuration decides the call
+	a := s.core.Decide(ctx, c.plan)
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
 	for i := range resp.Statuses {
 		resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		if c.unlimit[i] {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
+		}
 	}
-	met := s.limits(req, set, resp)
-	// The scripts keep time in whole milliseconds: so does the cache, so that
-	// it never holds a denial longer than Redis would.
-	now := s.cfg.Now().Truncate(time.Millisecond)
-	if decisions, ok := s.cachedDenials(met, now); ok {
-		s.cfg.Metrics.denyCacheHit()
-		s.cfg.Metrics.decision(OutcomeDenyCache)
-		s.statuses(resp, met, decisions)
+	switch a.Outcome {
+	case limiter.OutcomeCanceled:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case limiter.OutcomeInvalid:
+		return nil, status.Errorf(codes.Internal, "the rate limiter cannot decide: %v", a.Err)
+	case limiter.OutcomeErrorClosed, limiter.OutcomeErrorLocalDenied:
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		for _, st := range resp.Statuses {
+			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		}
+		return resp, nil
+	case limiter.OutcomeErrorOpen, limiter.OutcomeErrorLocalAllowed:
 		return resp, nil
 	}
-	checks, asked := callChecks(met)
-	decisions := make([]algorithms.Decision, len(met))
-	if len(checks) > 0 {
-		out, err := s.decide(ctx, checks)
-		if err != nil {
-			return s.failed(ctx, resp, err)
-		}
-		s.cacheDenials(checks, out, now)
-		// A counter shared by several descriptors reports to each what
-		// remained after its own hits, as envoyproxy/ratelimit's counter,
-		// which adds them one after another.
-		later := make([]int64, len(checks))
-		for i := len(met) - 1; i >= 0; i-- {
-			j := asked[i]
-			if j < 0 {
-				continue
-			}
-			decisions[i] = out.Checks[j]
-			if out.Allowed && checks[j].Cost > 0 {
-				decisions[i].Remaining += later[j]
-				later[j] += met[i].check.Cost
-			}
-		}
-	}
-	s.statuses(resp, met, decisions)
-	s.count(resp)
+	s.statuses(resp, c, a)
 	return resp, nil
 }
 
-// callChecks are what the Decider is asked for the limits met, and for
-// each limit the index of its check (-1 for a limit decided without
-// Redis). Descriptors of one call that meet one counter (Envoy sends the
-// same descriptor twice when two actions build it) share one check, their
-// hits added, as envoyproxy/ratelimit adds them to one counter. A call over
-// a limit whatever Redis holds consumes nothing: its checks only ask.
-func callChecks(met []rlsLimit) ([]algorithms.Check, []int) {
-	var checks []algorithms.Check
-	asked := make([]int, len(met))
-	byKey := map[string]int{}
-	overAny := false
-	for i, m := range met {
-		asked[i] = -1
-		if m.over && !m.check.Shadow {
-			overAny = true
-		}
-		if m.blocks {
-			continue
-		}
-		if j, ok := byKey[m.check.Key]; ok {
-			checks[j].Cost += m.check.Cost
-			asked[i] = j
-			continue
-		}
-		byKey[m.check.Key] = len(checks)
-		asked[i] = len(checks)
-		checks = append(checks, m.check)
-	}
-	for j := range checks {
-		if checks[j].Cost <= checks[j].Policy.Limit {
-			continue
-		}
-		// Together over the limit: the call is over it, and only asks.
-		checks[j].Cost = 0
-		for i := range met {
-			if asked[i] == j {
-				met[i].over = true
-			}
-		}
-		overAny = overAny || !checks[j].Shadow
-	}
-	if overAny {
-		for j := range checks {
-			checks[j].Cost = 0
-		}
-	}
-	return checks, asked
-}
-
-// limits looks up every descriptor's limits, and sets the statuses of the
-// descriptors that meet none, or only an unlimited one. Replaces applies
+// plan is the limits the call's descriptors meet in set (none for a domain
+// the configuration does not have, not even a descriptor's own limit: as
+// envoyproxy/ratelimit, an unknown domain is not limited). Replaces applies
 // across the call's descriptors, as in envoyproxy/ratelimit.
-func (s *RLS) limits(req *pb.RateLimitRequest, set *rules.Set, resp *pb.RateLimitResponse) []rlsLimit {
+func (s *RLS) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 	descs := req.GetDescriptors()
-	hits := make([][]rules.Hit, len(descs))
-	replacing := map[string]bool{}
+	c := called{plan: limiter.Plan{Domain: req.GetDomain()}, unlimit: make([]bool, len(descs))}
+	if set == nil {
+		return c
+	}
+	entries := make([][]rules.Entry, len(descs))
 	for i, d := range descs {
-		if d.GetLimit() != nil || set == nil {
-			continue
+		if d.GetLimit() != nil {
+			continue // its own limit: not looked up
 		}
-		entries := make([]rules.Entry, len(d.GetEntries()))
+		entries[i] = make([]rules.Entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
-		}
-		hits[i] = set.Lookup(entries)
-		for _, h := range hits[i] {
-			for _, r := range h.Limit.Replaces {
-				replacing[r] = true
-			}
+			entries[i][j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 	}
-	var met []rlsLimit
+	met := lookupCall(set, entries)
 	for i, d := range descs {
-		addend := hitsAddend(req, d)
+		hits := max(hitsAddend(req, d), 0)
 		if o := d.GetLimit(); o != nil {
-			met = append(met, overrideLimit(req.GetDomain(), i, d, o, addend))
+			s.override(&c, req.GetDomain(), i, d, o, hits)
 			continue
 		}
-		for _, h := range hits[i] {
+		for _, h := range met[i] {
 			l := h.Limit
-			switch {
-			case l.Name != "" && replacing[l.Name]:
-				continue
-			case l.Unlimited:
-				resp.Statuses[i].LimitRemaining = math.MaxUint32
+			if l.Unlimited {
+				c.unlimit[i] = true
 				continue
 			}
-			m := rlsLimit{desc: i, limit: l, proto: currentLimit(l), blocks: l.Blocks, name: l.ID,
-				check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: addend, Shadow: l.Shadow}}
-			if l.Blocks || addend > l.Policy.Limit {
-				m.over, m.check.Cost = true, 0
-			}
-			met = append(met, m)
+			c.limits = append(c.limits, currentLimit(l))
+			c.plan.Limits = append(c.plan.Limits, limiter.Limit{ID: l.ID, Group: i, Blocks: l.Blocks, Hidden: l.Shadow,
+				Check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: take(hits, l.Cost, l.Policy.Limit), Shadow: l.Shadow}})
 		}
 	}
-	return met
+	return c
 }
 
-// overrideLimit is a descriptor's own limit (its limit field), which
+// override adds descriptor i's own limit (its limit field), which
 // envoyproxy/ratelimit applies instead of the configuration's: a fixed
 // window of the unit, counted per domain and entries.
-func overrideLimit(domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.RateLimitDescriptor_RateLimitOverride, addend int64) rlsLimit {
-	window := unitWindow[o.GetUnit()]
-	if mult := o.GetUnitMultiplier(); mult != nil && mult.GetValue() > 1 {
-		window *= time.Duration(mult.GetValue())
-	}
+func (s *RLS) override(c *called, domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.RateLimitDescriptor_RateLimitOverride, hits int64) {
+	p, _ := overridePolicy(o) // checked
 	h := sha1.New()
 	fmt.Fprintf(h, "%d:%s", len(domain), domain)
 	for _, e := range d.GetEntries() {
 		fmt.Fprintf(h, "%d:%s%d:%s", len(e.GetKey()), e.GetKey(), len(e.GetValue()), e.GetValue())
 	}
 	sum := hex.EncodeToString(h.Sum(nil)[:16])
-	proto := &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(),
-		Unit: pb.RateLimitResponse_RateLimit_Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier()}
-	m := rlsLimit{desc: i, proto: proto, blocks: o.GetRequestsPerUnit() == 0, name: "override",
-		check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(window.Milliseconds(), 10)),
-			Algorithm: "fixed-window", Policy: algorithms.Policy{Limit: int64(o.GetRequestsPerUnit()), Window: window}, Cost: addend}}
-	if m.blocks || addend > m.check.Policy.Limit {
-		m.over, m.check.Cost = true, 0
-	}
-	return m
+	c.limits = append(c.limits, &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(),
+		Unit: pb.RateLimitResponse_RateLimit_Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier()})
+	lim := limiter.Limit{ID: limiter.OverrideID, Group: i, Blocks: p.Limit == 0,
+		Check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(p.Window.Milliseconds(), 10)),
+			Algorithm: "fixed-window", Policy: p, Cost: take(hits, 1, p.Limit)}}
+	c.plan.Limits = append(c.plan.Limits, lim)
 }
 
-// decide asks Redis, unless the circuit is open.
-func (s *RLS) decide(ctx context.Context, checks []algorithms.Check) (algorithms.Outcome, error) {
-	if kind, open := s.health.circuitOpen(); open {
-		return algorithms.Outcome{}, &circuitError{kind: kind}
-	}
-	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	start := time.Now()
-	out, err := s.cfg.Decider.Decide(dctx, checks)
-	s.cfg.Metrics.observe(time.Since(start))
-	if err == nil && len(out.Checks) != len(checks) {
-		err = fmt.Errorf("decide: %d decisions for %d limits", len(out.Checks), len(checks))
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			kind := errorKind(err)
-			s.cfg.Metrics.redisError(kind)
-			s.health.failedWith(kind, err)
+// lookupCall is each descriptor's hits (none for a nil one), with replaces
+// applied across the call as envoyproxy/ratelimit applies them: a limit
+// named by any hit's replaces is dropped, unless it is unlimited (the
+// reference marks an unlimited limit before it applies replaces).
+func lookupCall(set *rules.Set, descs [][]rules.Entry) [][]rules.Hit {
+	hits := make([][]rules.Hit, len(descs))
+	replacing := map[string]bool{}
+	for i, e := range descs {
+		if e == nil {
+			continue
 		}
-		return out, err
-	}
-	s.health.answered()
-	return out, nil
-}
-
-// circuitError is a decision the open circuit kept from Redis.
-type circuitError struct{ kind string }
-
-func (e *circuitError) Error() string { return "circuit open: " + e.kind }
-
-// failed answers a call Redis could not decide, by the fail mode.
-func (s *RLS) failed(ctx context.Context, resp *pb.RateLimitResponse, err error) (*pb.RateLimitResponse, error) {
-	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if s.cfg.OnError == FailClosed {
-		s.cfg.Metrics.decision(OutcomeErrorClosed)
-		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		for _, st := range resp.Statuses {
-			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		hits[i] = set.Lookup(e)
+		for _, h := range hits[i] {
+			for _, r := range h.Limit.Replaces {
+				replacing[r] = true
+			}
 		}
-		return resp, nil
 	}
-	s.cfg.Metrics.decision(OutcomeErrorOpen)
-	return resp, nil
+	for i, hs := range hits {
+		kept := hs[:0]
+		for _, h := range hs {
+			if h.Limit.Unlimited || h.Limit.Name == "" || !replacing[h.Limit.Name] {
+				kept = append(kept, h)
+			}
+		}
+		hits[i] = kept
+	}
+	return hits
 }
 
-// statuses fills each descriptor's status from its limits' decisions: the
-// limit that denies it, else the one with the least remaining.
-func (s *RLS) statuses(resp *pb.RateLimitResponse, met []rlsLimit, decisions []algorithms.Decision) {
+// statuses fills each descriptor's status from its limits' results: the
+// limit that refuses it, else of those decided the one with the least
+// remaining, else one that was not decided (on a Cluster, after another
+// limit refused the call: it says only the limit, with nothing remaining
+// known).
+func (s *RLS) statuses(resp *pb.RateLimitResponse, c called, a limiter.Answer) {
 	now := s.cfg.Now()
-	best := make([]int, len(resp.Statuses))
-	for i := range best {
-		best[i] = -1
-	}
-	var states []limitState
-	for i, m := range met {
-		d := decisions[i]
-		over := m.over || (!m.blocks && !d.Allowed)
-		remaining := max(d.Remaining, 0)
-		if over {
-			remaining = 0
-		}
-		reset := max(d.RetryAfter, d.Reset)
-		if reset <= 0 && m.check.Policy.Window > 0 {
-			w := m.check.Policy.Window
+	rank := make([]int, len(resp.Statuses)) // 0 none yet, 1 not decided, 2 decided OK, 3 OVER_LIMIT
+	for i, lim := range c.plan.Limits {
+		r := a.Limits[i]
+		reset := max(r.RetryAfter, r.Reset)
+		if reset <= 0 {
+			w := lim.Check.Policy.Window
 			reset = w - time.Duration(now.UnixNano()%int64(w))
 		}
-		st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: m.proto,
-			LimitRemaining: uint32(min(remaining, math.MaxUint32)), DurationUntilReset: durationpb.New(reset.Truncate(time.Second) + ceilRest(reset))}
-		if over && !m.check.Shadow {
-			st.Code = pb.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		}
-		if !m.check.Shadow {
-			states = append(states, limitState{Name: m.name, Policy: m.check.Policy, Allowed: !over,
-				Remaining: remaining, RetryAfter: d.RetryAfter, Reset: reset})
-		}
-		j := best[m.desc]
-		cur := resp.Statuses[m.desc]
+		st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: c.limits[i],
+			LimitRemaining:     uint32(min(max(r.Remaining, 0), math.MaxUint32)),
+			DurationUntilReset: durationpb.New(reset.Truncate(time.Second) + ceilRest(reset))}
+		k := 1
 		switch {
-		case j < 0,
-			st.Code == pb.RateLimitResponse_OVER_LIMIT && cur.Code != pb.RateLimitResponse_OVER_LIMIT,
-			st.Code == cur.Code && st.LimitRemaining < cur.LimitRemaining:
-			resp.Statuses[m.desc], best[m.desc] = st, i
+		case !r.Decided:
+			st.LimitRemaining = 0
+		case !r.Allowed && !lim.Check.Shadow:
+			st.Code, st.LimitRemaining, k = pb.RateLimitResponse_OVER_LIMIT, 0, 3
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		case !r.Allowed:
+			st.LimitRemaining, k = 0, 2 // a shadow limit: over, and still OK
+		default:
+			k = 2
+		}
+		g, cur := lim.Group, resp.Statuses[lim.Group]
+		if k > rank[g] || k == rank[g] && st.LimitRemaining < cur.LimitRemaining {
+			resp.Statuses[g], rank[g] = st, k
 		}
 	}
-	if s.cfg.ResponseHeaders && len(states) > 0 {
+	if states := a.States(c.plan); s.cfg.ResponseHeaders && len(states) > 0 {
 		h := http.Header{}
-		setLimitHeaders(h, HeadersDraft, states)
+		limiter.SetHeaders(h, limiter.HeadersDraft, states)
 		for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &core.HeaderValue{Key: k, Value: h.Get(k)})
 		}
@@ -452,13 +386,4 @@ func ceilRest(d time.Duration) time.Duration {
 		return 0
 	}
 	return time.Second
-}
-
-// count records the call's outcome.
-func (s *RLS) count(resp *pb.RateLimitResponse) {
-	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
-		s.cfg.Metrics.decision(OutcomeDenied)
-		return
-	}
-	s.cfg.Metrics.decision(OutcomeAllowed)
 }

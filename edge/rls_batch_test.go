@@ -19,6 +19,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // TestRLSBatchSequence: the same sequence of calls, sent to a service whose
@@ -34,7 +35,7 @@ func TestRLSBatchSequence(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	now := func() time.Time { return rlsFixed }
 	batched := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true,
-		Decider: algorithms.NewDecider(b.Wrap(plain), algorithms.DecideClock(algorithms.ClockCaller), algorithms.DecideNow(now))})
+		Config: limiter.Config{Decider: algorithms.NewDecider(b.Wrap(plain), algorithms.DecideClock(algorithms.ClockCaller), algorithms.DecideNow(now))}})
 	alone := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true})
 	calls := []struct {
 		hits  uint32
@@ -107,7 +108,7 @@ func TestRLSBatchBurst(t *testing.T) {
 					t.Fatal(err)
 				}
 				client := serveRLS(t, dir, edge.RLSOptions{Timeout: 5 * time.Second, Pool: 32, Batch: n,
-					OnError: edge.FailClosed, Clock: algorithms.ClockRedis})
+					OnError: limiter.FailClosed, Clock: algorithms.ClockRedis})
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				admitted, failed := 0, 0

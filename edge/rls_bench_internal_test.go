@@ -9,6 +9,8 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // BenchmarkRLS is the service's own cost per call, Redis and gRPC left
@@ -24,8 +26,8 @@ func BenchmarkRLS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := NewRLS(RLSConfig{Domains: NewDomainsReloader(d, nil), Decider: admitAll{}, Timeout: time.Second,
-		OnError: FailOpen, DenyCache: true, Metrics: NewMetrics()})
+	svc := NewRLS(RLSConfig{Domains: NewDomainsReloader(d, nil),
+		Config: limiter.Config{Decider: admitAll{}, Timeout: time.Second, OnError: limiter.FailOpen, DenyCache: true}})
 	defer svc.Close()
 	req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{
 		{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "consumer", Value: "consumer-7"}}}}}

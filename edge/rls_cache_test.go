@@ -13,11 +13,12 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // countingDecider counts the decisions that reach Redis.
 type countingDecider struct {
-	d     edge.Decider
+	d     limiter.Decider
 	calls atomic.Int64
 }
 
@@ -36,7 +37,7 @@ func TestRLSDenyCacheSkipsRedis(t *testing.T) {
 		"  - key: org\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
 	counter := &countingDecider{d: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockCaller),
 		algorithms.DecideNow(func() time.Time { return rlsFixed }))}
-	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{DenyCache: true, Decider: counter})
+	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{DenyCache: true, Decider: counter}})
 	const minute = pb.RateLimitResponse_RateLimit_MINUTE
 	user := st{limit: 3, unit: minute}
 	over := st{over: true, limit: 3, unit: minute}
@@ -78,10 +79,10 @@ func TestRLSDenyCacheSkipsRedis(t *testing.T) {
 			}
 		}
 	}
-	if hits, outcome := s.metrics.DenyCacheHits(), s.metrics.Decisions(edge.OutcomeDenyCache); hits != 4 || outcome != 4 {
-		t.Errorf("%d deny cache hits, %d decisions %s; want 4 and 4", hits, outcome, edge.OutcomeDenyCache)
+	if hits, outcome := s.metrics.DenyCacheHits(), s.metrics.Decisions(limiter.OutcomeDenyCache); hits != 4 || outcome != 4 {
+		t.Errorf("%d deny cache hits, %d decisions %s; want 4 and 4", hits, outcome, limiter.OutcomeDenyCache)
 	}
-	if n := s.metrics.Decisions(edge.OutcomeDenied); n != 2 {
+	if n := s.metrics.Decisions(limiter.OutcomeDenied); n != 2 {
 		t.Errorf("%d decisions denied by Redis, want 2", n)
 	}
 }
@@ -111,8 +112,8 @@ func TestRLSDenyCacheAgreesWithRedis(t *testing.T) {
 			var clock atomic.Int64
 			clock.Store(start.UnixNano())
 			now := func() time.Time { return time.Unix(0, clock.Load()) }
-			cached := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{DenyCache: true, Now: now})
-			fresh := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Now: now})
+			cached := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{DenyCache: true, Now: now}})
+			fresh := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{Now: now}})
 			admitted := 0
 			const steps = 400
 			for k := range steps {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // strictDecider admits every call, after checking that each check it is
@@ -108,8 +109,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 		if proto.Unmarshal(b, req) != nil {
 			return
 		}
-		svc := NewRLS(RLSConfig{Domains: NewDomainsReloader(domains, nil), Decider: strictDecider{t}, Timeout: time.Second,
-			OnError: FailClosed, DenyCache: true, Metrics: NewMetrics()})
+		svc := NewRLS(RLSConfig{Domains: NewDomainsReloader(domains, nil),
+			Config: limiter.Config{Decider: strictDecider{t}, Timeout: time.Second, OnError: limiter.FailClosed, DenyCache: true}})
 		defer svc.Close()
 		resp, err := svc.ShouldRateLimit(context.Background(), req)
 		if err != nil {

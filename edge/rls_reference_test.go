@@ -19,6 +19,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/envoyref"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // startReference runs envoyproxy/ratelimit on the test Redis with the files
@@ -75,8 +76,8 @@ func TestRLSSameAnswersAsReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := edge.NewRLS(edge.RLSConfig{Domains: edge.NewDomainsReloader(domains, nil), Timeout: 5 * time.Second, OnError: edge.FailOpen,
-		Decider: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockRedis)), Metrics: edge.NewMetrics()})
+	svc := edge.NewRLS(edge.RLSConfig{Domains: edge.NewDomainsReloader(domains, nil), Config: limiter.Config{Timeout: 5 * time.Second,
+		OnError: limiter.FailOpen, Decider: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockRedis))}})
 	t.Cleanup(svc.Close)
 
 	override := func(n uint32, kv ...string) *rlpb.RateLimitDescriptor {

@@ -28,6 +28,7 @@ import (
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // rlsFixed is the caller's time the service's tests decide at: the middle
@@ -42,7 +43,7 @@ type rlsServer struct {
 	http    string
 	dir     string
 	log     *lockedBuffer
-	metrics *edge.Metrics
+	metrics *limiter.Metrics
 	domain  func(string) string
 }
 
@@ -110,9 +111,9 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.OnError == "" {
-		cfg.OnError = edge.FailOpen
+		cfg.OnError = limiter.FailOpen
 	}
-	cfg.Metrics, cfg.Log = edge.NewMetrics(), log
+	cfg.Metrics, cfg.Log = limiter.NewMetrics(), log
 	svc := edge.NewRLS(cfg)
 	ready := make(chan [2]string, 1)
 	o := edge.RLSOptions{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 8, OnError: cfg.OnError,
@@ -443,17 +444,17 @@ func TestRLSRedisFails(t *testing.T) {
 	l.Close() // nothing listens there: every call is refused
 	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
 	for _, tc := range []struct {
-		mode    edge.OnError
+		mode    limiter.OnError
 		over    bool
 		outcome string
 	}{
-		{edge.FailOpen, false, edge.OutcomeErrorOpen},
-		{edge.FailClosed, true, edge.OutcomeErrorClosed},
+		{limiter.FailOpen, false, limiter.OutcomeErrorOpen},
+		{limiter.FailClosed, true, limiter.OutcomeErrorClosed},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
 			t.Cleanup(func() { client.Close() })
-			s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{OnError: tc.mode, Decider: algorithms.NewDecider(client)})
+			s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{OnError: tc.mode, Decider: algorithms.NewDecider(client)}})
 			resp := s.call(t, "d", 0, desc("user", "u"))
 			if got := resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT; got != tc.over {
 				t.Errorf("overall %v, want over limit %v", resp.GetOverallCode(), tc.over)

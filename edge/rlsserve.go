@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,6 +26,8 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/pemfile"
+	"github.com/ratelab/ratelab/internal/plural"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // RLSOptions are the settings of ratelab rls.
@@ -61,14 +65,16 @@ type RLSOptions struct {
 	// decision.
 	Batch int
 	// OnError is FailOpen or FailClosed.
-	OnError OnError
+	OnError limiter.OnError
 	// BreakerFailures is the Redis failures in a row that open the circuit.
 	BreakerFailures int
 	// ResponseHeaders adds the draft-10 RateLimit fields to the response.
 	ResponseHeaders bool
 	// DenyCache answers a call over a limit known to refuse it from memory
-	// (RLSConfig.DenyCache).
+	// (limiter.Config.DenyCache).
 	DenyCache bool
+	// Bounds are what one call may carry (RLSConfig.Bounds).
+	Bounds limiter.Bounds
 	// Clock is where the limiter takes the time from.
 	Clock algorithms.Clock
 	// Log receives the start-up, reload and failure lines.
@@ -90,9 +96,9 @@ func (o RLSOptions) Validate() error {
 		return field.Errorf("Timeout", "must be positive (got %s)", o.Timeout)
 	case o.Pool < 1:
 		return field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
-	case o.Batch < 0 || o.Batch > maxBatch:
-		return field.Errorf("Batch", "must be between 1 and %d (got %d)", maxBatch, o.Batch)
-	case o.OnError != FailOpen && o.OnError != FailClosed:
+	case o.Batch < 1 || o.Batch > limiter.MaxBatch:
+		return field.Errorf("Batch", "must be between 1 and %d (got %d)", limiter.MaxBatch, o.Batch)
+	case o.OnError != limiter.FailOpen && o.OnError != limiter.FailClosed:
 		return field.Errorf("OnError", "%q is not open or closed", o.OnError)
 	case o.BreakerFailures < 0:
 		return field.Errorf("BreakerFailures", "must be 0 or more (got %d)", o.BreakerFailures)
@@ -102,6 +108,9 @@ func (o RLSOptions) Validate() error {
 		return field.Errorf("TLSKeyFile", "needs {TLSCertFile}, the certificate it is the key of")
 	case o.TLSClientCAFile != "" && o.TLSCertFile == "":
 		return field.Errorf("TLSClientCAFile", "needs {TLSCertFile} and {TLSKeyFile}: client certificates are asked for over TLS")
+	}
+	if err := o.Bounds.Validate(); err != nil {
+		return field.Errorf("Bounds", ": %v", err)
 	}
 	return nil
 }
@@ -144,20 +153,19 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 			return err
 		}
 	}
-	metrics := NewMetrics()
-	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
+	metrics := limiter.NewMetrics()
+	decider, closeClient := limiter.OpenDecider(limiter.RedisConfig{Options: r, Timeout: o.Timeout, Pool: o.Pool, Batch: o.Batch,
+		Clock: o.Clock, Metrics: metrics})
 	defer closeClient()
-	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
 	reloader := NewDomainsReloader(domains, o.Log)
-	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
-		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log})
+	svc := NewRLS(RLSConfig{Domains: reloader, ResponseHeaders: o.ResponseHeaders, Bounds: o.Bounds,
+		Config: limiter.Config{Decider: decider, Timeout: o.Timeout, OnError: o.OnError, BreakerFailures: o.BreakerFailures,
+			DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log}})
 	defer svc.Close()
 	o.redisAddr = addr
-	lctx, cancel := context.WithTimeout(ctx, o.Timeout*5)
-	if err := decider.Load(lctx); err != nil && o.Log != nil {
-		fmt.Fprintf(o.Log, "ratelab rls: loading the script into Redis at %s: %v (decisions fail %s until it answers)\n", addr, err, o.OnError)
+	if err := limiter.LoadScript(ctx, decider, o.Timeout*5, addr); err != nil && o.Log != nil {
+		fmt.Fprintf(o.Log, "ratelab rls: %v (decisions fail %s until it answers)\n", err, o.OnError)
 	}
-	cancel()
 
 	return svc.Serve(ctx, o)
 }
@@ -165,7 +173,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 // Serve serves the service on o's addresses (GRPC, HTTP; Log, Ready)
 // until ctx is done, and reloads its configuration meanwhile.
 func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
-	reloader, metrics := svc.cfg.Domains, svc.cfg.Metrics
+	reloader, metrics := svc.cfg.Domains, svc.Metrics()
 	if o.TLS == nil {
 		var err error
 		if o.TLS, err = o.GRPCTLS(); err != nil {
@@ -197,13 +205,20 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/json", JSONHandler(svc))
 		mux.Handle("/metrics", metrics.Handler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { svc.health.report(w, o.OnError) })
+		health := func(w http.ResponseWriter, _ *http.Request) { svc.core.ReportHealth(w) }
+		mux.HandleFunc("/healthz", health)
+		// envoyproxy/ratelimit's path, so that probes written for it work.
+		mux.HandleFunc("/healthcheck", health)
 		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	if o.Log != nil {
 		d := reloader.Current()
-		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%d domains); Redis %s, clock %s, timeout %s, on error %s\n",
-			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, len(d.Sets), o.redisAddr, clockOwner(o.Clock), o.Timeout, o.OnError)
+		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%s); Redis %s, clock %s, timeout %s, on error %s\n",
+			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, plural.Count(len(d.Sets), "domain"), o.redisAddr,
+			clockOwner(o.Clock), o.Timeout, o.OnError)
+		for _, domain := range slices.Sorted(maps.Keys(d.Sets)) {
+			fmt.Fprintf(o.Log, "ratelab rls: domain %s: %s\n", domain, limitsText(d.Sets[domain]))
+		}
 	}
 	if o.Ready != nil {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))
@@ -270,15 +285,17 @@ const maxJSONBody = 1 << 20
 // in protobuf's JSON, POSTed; the RateLimitResponse in JSON, with 429 when
 // over the limit and 400 for a request that does not decode or is
 // malformed.
-func JSONHandler(svc pb.RateLimitServiceServer) http.Handler {
+func JSONHandler(svc *RLS) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		if err != nil {
+			svc.Metrics().Invalid(limiter.InvalidMalformed)
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		var req pb.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
+			svc.Metrics().Invalid(limiter.InvalidMalformed)
 			http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -23,7 +24,7 @@ import (
 type rulesSetup struct {
 	src       string // the rules file's text
 	redis     string // the Redis address; the test package's server when empty
-	onError   edge.OnError
+	onError   limiter.OnError
 	nodes     int // with onError local: the nodes sharing each limit
 	denyCache bool
 	shadow    bool
@@ -54,9 +55,9 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 		timeout = 500 * time.Millisecond
 	}
 	c := client(t, addr, timeout)
-	var local *edge.LocalLimiter
-	if s.onError == edge.FailLocal {
-		if local, err = edge.NewLocalRules(s.nodes); err != nil {
+	var local *limiter.LocalLimiter
+	if s.onError == limiter.FailLocal {
+		if local, err = limiter.NewLocalLimiter(s.nodes); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(local.Close)
@@ -73,8 +74,9 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
 		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{File: file, Options: []rules.Option{rules.ForGateway()}, Log: log}),
-			Decider: algorithms.NewDecider(c), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, OnError: s.onError, Local: local,
-			Timeout: timeout, DenyCache: s.denyCache, Shadow: s.shadow, BreakerFailures: s.breaker, Log: log},
+			KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Shadow: s.shadow,
+			Config: limiter.Config{Decider: algorithms.NewDecider(c), OnError: s.onError, Local: local,
+				Timeout: timeout, DenyCache: s.denyCache, BreakerFailures: s.breaker, Log: log}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +142,7 @@ func TestRulesEveryLimitApplies(t *testing.T) {
 				t.Fatalf("the upstream received %d, want 3", f.Total)
 			}
 			m := g.Metrics()
-			if a, d := m.LimitDecisions("per-minute", edge.LimitAllowed), m.Decisions(edge.OutcomeAllowed); a != 3 || d != 3 {
+			if a, d := m.LimitDecisions("two", "per-minute", limiter.LimitAllowed), m.Decisions(limiter.OutcomeAllowed); a != 3 || d != 3 {
 				t.Fatalf("per-minute allowed %d, decisions allowed %d; want 3 and 3", a, d)
 			}
 		})
@@ -188,10 +190,10 @@ descriptors:
 		t.Fatalf("statuses %v, want 4 × 200 and 1 × 429", codes)
 	}
 	m := g.Metrics()
-	if n := m.LimitDecisions("trial", edge.LimitShadowDenied); n < 3 {
+	if n := m.LimitDecisions("us", "trial", limiter.LimitShadowDenied); n < 3 {
 		t.Fatalf("trial would have denied %d, want at least 3", n)
 	}
-	if n := m.LimitDecisions("internal", edge.LimitAllowed); n != 3 {
+	if n := m.LimitDecisions("us", "internal", limiter.LimitAllowed); n != 3 {
 		t.Fatalf("internal allowed %d, want 3", n)
 	}
 }
@@ -215,19 +217,19 @@ func privateRedis(t *testing.T) string {
 // with 2 denied when every local decision was made.
 func TestRulesLocalFallback(t *testing.T) {
 	t.Parallel()
-	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: localRules})
+	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: limiter.FailLocal, nodes: 2, src: localRules})
 	codes := localStatuses(t, g)
 	// The shares: 5 per minute and 3 per hour; the hour's denies the fourth.
 	if codes[200] > 3 || codes[200]+codes[429]+codes[503] != 5 {
 		t.Fatalf("statuses %v, want at most 3 × 200 (the hour's share is 3), the rest 429 or 503", codes)
 	}
 	m := g.Metrics()
-	if n := m.Decisions(edge.OutcomeErrorOpen); n != 0 {
+	if n := m.Decisions(limiter.OutcomeErrorOpen); n != 0 {
 		t.Fatalf("%d requests let through unlimited, want none under --on-redis-error local", n)
 	}
-	if codes[503] == 0 && (codes[200] != 3 || codes[429] != 2 || m.Decisions(edge.OutcomeErrorLocalDenied) != 2) {
+	if codes[503] == 0 && (codes[200] != 3 || codes[429] != 2 || m.Decisions(limiter.OutcomeErrorLocalDenied) != 2) {
 		t.Fatalf("statuses %v, %d local denials: with every local decision made, want 3 × 200 and 2 × 429 counted",
-			codes, m.Decisions(edge.OutcomeErrorLocalDenied))
+			codes, m.Decisions(limiter.OutcomeErrorLocalDenied))
 	}
 }
 
@@ -236,12 +238,12 @@ func TestRulesLocalFallback(t *testing.T) {
 // let through without its limits: each is answered 503.
 func TestRulesLocalFallbackFailing(t *testing.T) {
 	t.Parallel()
-	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: edge.FailLocal, nodes: 2, src: localRules, localDown: true})
+	g, _ := startRules(t, rulesSetup{redis: "127.0.0.1:1", onError: limiter.FailLocal, nodes: 2, src: localRules, localDown: true})
 	if codes := localStatuses(t, g); codes[503] != 5 {
 		t.Fatalf("statuses %v with the local limiter failing, want 5 × 503", codes)
 	}
-	if n := g.Metrics().Decisions(edge.OutcomeErrorClosed); n != 5 {
-		t.Fatalf("%d requests counted %s, want 5", n, edge.OutcomeErrorClosed)
+	if n := g.Metrics().Decisions(limiter.OutcomeErrorClosed); n != 5 {
+		t.Fatalf("%d requests counted %s, want 5", n, limiter.OutcomeErrorClosed)
 	}
 }
 
@@ -305,7 +307,7 @@ func TestRulesCircuitBreaker(t *testing.T) {
 	}
 	t.Parallel()
 	r := startRedis(t)
-	g, _ := startRules(t, rulesSetup{redis: r.Addr, onError: edge.FailClosed, breaker: 3, src: twoLimits})
+	g, _ := startRules(t, rulesSetup{redis: r.Addr, onError: limiter.FailClosed, breaker: 3, src: twoLimits})
 	url := "http://" + g.Addr() + "/"
 	hdr := map[string]string{"X-Consumer-Id": "breaker"}
 	if resp, _ := get(t, url, hdr); resp.StatusCode != http.StatusOK {

@@ -10,14 +10,13 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -42,16 +41,16 @@ type Options struct {
 	Upstream string
 	// Off serves the upstream with no limiter.
 	Off bool
-	// Policy is the limit; Algorithm the registry name of the algorithm
-	// (one of algorithms.Algorithms()); Clock where it takes the time from.
-	// Limits or RulesFile, when given, replace Policy.
+	// Policy is the limit, when neither Limits nor RulesFile is given;
+	// Algorithm the registry name of the algorithm of the limits that name
+	// none (one of algorithms.Algorithms()); Clock where the decisions
+	// take the time from.
 	Policy    algorithms.Policy
 	Algorithm string
 	Clock     algorithms.Clock
 	// Limits are limits on the one identity KeyBy names, each LIMIT/WINDOW
-	// or LIMIT/WINDOW:ALGORITHM (Algorithm for those that name none), as in
-	// rules.Shorthand. A lone limit is Policy; several are decided together,
-	// as rules.
+	// or LIMIT/WINDOW:ALGORITHM (Algorithm for those that name none): one
+	// rule (rules.Shorthand), whose limits are decided together.
 	Limits []string
 	// RulesFile is a rules file (docs/rules.md) that decides every request
 	// instead of Policy or Limits. It reloads on SIGHUP and whenever the file
@@ -82,6 +81,9 @@ type Options struct {
 	Batch int
 	// DenyCache and Shadow: see Config.
 	DenyCache, Shadow bool
+	// Bounds.Length is the longest value of a request attribute the rules
+	// read (the go engine; limiter.DefaultBounds when zero): see Config.
+	Bounds limiter.Bounds
 	// Log receives the start-up and shutdown lines.
 	Log io.Writer
 }
@@ -99,20 +101,17 @@ func (o Options) Validate() error {
 	switch {
 	case o.Off:
 		return nil
-	case set == nil && o.Algorithm != "sliding-log":
-		return field.Errorf("Engine", "openresty runs the sliding log only (got {Algorithm} %s)", o.Algorithm)
 	case o.Shadow:
 		return field.Errorf("Shadow", "is not in the openresty engine")
 	case o.Batch > 1:
 		return field.Errorf("Batch", "is not in the openresty engine: nginx's cosockets cannot share a connection between requests")
-	case o.OnError == string(FailLocal):
+	case o.OnError == string(limiter.FailLocal):
 		return field.Errorf("OnError", "local is not in the openresty engine: its workers keep no limiter of their own")
 	case len(o.TrustedProxies) > 0:
 		return field.Errorf("TrustedProxies", "is not in the openresty engine: use nginx's realip module (set_real_ip_from)")
-	case set != nil:
-		if _, err := RenderRules(set); err != nil {
-			return field.Errorf(rulesField(o), ": %v", err)
-		}
+	}
+	if _, err := RenderRules(set); err != nil {
+		return field.Errorf(rulesField(o), ": %v", err)
 	}
 	return nil
 }
@@ -132,8 +131,8 @@ func (o Options) CheckRedis(r *redis.UniversalOptions) error {
 	return nil
 }
 
-// resolve reads Limits or RulesFile: it returns o with Policy and
-// Algorithm set from a lone limit, or the rules of several.
+// resolve reads the limits: RulesFile, or the one-rule form of Limits (of
+// Policy and Algorithm when there are none).
 func (o Options) resolve() (Options, *rules.Set, error) {
 	switch {
 	case o.Off:
@@ -147,22 +146,10 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 		}
 		return o, set, nil
 	case len(o.Limits) == 0:
-		return o, nil, nil
-	case len(o.Limits) == 1:
-		pol, alg, named := strings.Cut(o.Limits[0], ":")
-		p, err := algorithms.ParsePolicy(pol)
-		if err != nil {
-			return o, nil, field.Errorf("Limits", "%v", err)
+		if err := o.Policy.Validate(); err != nil {
+			return o, nil, err
 		}
-		if !named {
-			alg = o.Algorithm
-		}
-		// The nginx module's single limit is the sliding log; any other
-		// algorithm it runs as a rule.
-		if o.Engine != EngineOpenResty || alg == "sliding-log" {
-			o.Policy, o.Algorithm = p, alg
-			return o, nil, nil
-		}
+		o.Limits = []string{o.Policy.String()}
 	}
 	set, err := rules.Shorthand{Limits: o.Limits, KeyBy: o.KeyBy, Algorithm: o.Algorithm}.Set()
 	if err != nil {
@@ -195,13 +182,13 @@ func (o Options) ruleOptions() []rules.Option {
 // checkRules refuses a set that o cannot serve: with --on-redis-error
 // local, a limit below the number of nodes has no share.
 func (o Options) checkRules(set *rules.Set) error {
-	if OnError(o.OnError) != FailLocal {
+	if limiter.OnError(o.OnError) != limiter.FailLocal {
 		return nil
 	}
 	for _, l := range set.Limits() {
 		if !l.Unlimited && int64(o.Nodes) > l.Policy.Limit {
-			return field.Errorf("Nodes", "must be at most every limit with local: each node's share is the limit over the nodes "+
-				"(got %d nodes, limit %s of %d)", o.Nodes, l.ID, l.Policy.Limit)
+			return field.Errorf("Nodes", "must be at most each limit with local, whose share for each node is the limit over the nodes "+
+				"(got %d nodes; limit %q is %s)", o.Nodes, l.ID, l.Policy)
 		}
 	}
 	return nil
@@ -225,8 +212,8 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("Timeout", "must be between 1ms and 1m (got %s)", o.Timeout)
 	case o.Pool < 1:
 		return cfg, field.Errorf("Pool", "must be at least 1 (got %d)", o.Pool)
-	case o.Batch < 0 || o.Batch > maxBatch:
-		return cfg, field.Errorf("Batch", "must be between 1 and %d (got %d)", maxBatch, o.Batch)
+	case o.Batch < 0 || o.Batch > limiter.MaxBatch:
+		return cfg, field.Errorf("Batch", "must be between 1 and %d (got %d)", limiter.MaxBatch, o.Batch)
 	case o.Nodes < 1 || o.Nodes > 10_000:
 		return cfg, field.Errorf("Nodes", "must be between 1 and 10000 (got %d)", o.Nodes)
 	case o.BreakerFailures < 0 || o.BreakerFailures > 1_000_000:
@@ -240,34 +227,25 @@ func (o Options) config() (GatewayConfig, error) {
 			return cfg, field.Errorf("Admin", "%q: want host:port or :port, or empty for none", o.Admin)
 		}
 	}
-	if !o.Off && set == nil {
-		if err := o.Policy.Validate(); err != nil {
-			return cfg, err
-		}
-		if info, ok := algorithms.Lookup(o.Algorithm); !ok || !info.Algorithm {
-			return cfg, field.Errorf("Algorithm", "%q: want one of %s", o.Algorithm, strings.Join(algorithms.Algorithms(), ", "))
-		}
-	}
 	keyBy, err := ParseKeyBy(o.KeyBy, o.TrustedProxies)
 	if err != nil {
 		return cfg, field.Errorf("KeyBy", ": %v", err)
 	}
-	onErr := OnError(o.OnError)
-	if onErr != FailOpen && onErr != FailClosed && onErr != FailLocal {
+	onErr := limiter.OnError(o.OnError)
+	if onErr != limiter.FailOpen && onErr != limiter.FailClosed && onErr != limiter.FailLocal {
 		return cfg, field.Errorf("OnError", "%q: want open, closed or local", o.OnError)
 	}
-	if onErr == FailLocal && !o.Off && set == nil && int64(o.Nodes) > o.Policy.Limit {
-		return cfg, field.Errorf("Nodes", "must be at most {Limit} with local: each node's share is the limit over the nodes (got %d nodes, limit %d)",
-			o.Nodes, o.Policy.Limit)
-	}
-	headers := Headers(o.Headers)
-	if !slices.Contains([]Headers{HeadersDraft, HeadersLegacy, HeadersBoth}, headers) {
+	headers := limiter.Headers(o.Headers)
+	if !slices.Contains([]limiter.Headers{limiter.HeadersDraft, limiter.HeadersLegacy, limiter.HeadersBoth}, headers) {
 		return cfg, field.Errorf("Headers", "%q: want draft, legacy or both", o.Headers)
 	}
+	if err := o.Bounds.Validate(); err != nil {
+		return cfg, field.Errorf("Bounds", ": %v", err)
+	}
 	cfg = GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
-		Limit: Config{Algorithm: o.Algorithm, Policy: o.Policy, Clock: o.Clock, KeyBy: keyBy, OnError: onErr,
-			Timeout: o.Timeout, Headers: headers, DenyCache: o.DenyCache, Shadow: o.Shadow,
-			BreakerFailures: o.BreakerFailures, Log: o.Log}}
+		Limit: Config{Clock: o.Clock, KeyBy: keyBy, Headers: headers, Shadow: o.Shadow, Bounds: o.Bounds,
+			Config: limiter.Config{OnError: onErr, Timeout: o.Timeout, DenyCache: o.DenyCache,
+				BreakerFailures: o.BreakerFailures, Log: o.Log}}}
 	if set != nil {
 		if err := o.checkRules(set); err != nil {
 			return cfg, err
@@ -275,41 +253,6 @@ func (o Options) config() (GatewayConfig, error) {
 		cfg.Limit.Rules = NewRules(set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Check: o.checkRules, Log: o.Log})
 	}
 	return cfg, nil
-}
-
-// maxBatch bounds Options.Batch: deeper pipelines save no more round trips
-// than Redis can serve, and delay the first reply of each.
-const maxBatch = 1024
-
-// batchFlushers is how many pipelines of batched decisions are always
-// ready to go out, each on its own connection: one in Redis while the next
-// gathers. A decision that has waited batch.Options.Wait while both are
-// out starts another, up to as many as the pool allows
-// (batch.Options.MaxPipelines).
-const batchFlushers = 2
-
-// redisClient is the go engine's Redis client, its EVALSHAs batched when
-// o.Batch is over 1 and its round trips counted in m; closeClient stops
-// the batcher, then the client.
-func (o Options) redisClient(r *redis.UniversalOptions, m *Metrics) (client redis.UniversalClient, closeClient func()) {
-	return newRedisClient(r, o.Timeout, o.Pool, o.Batch, m)
-}
-
-// newRedisClient is a Redis client of pool connections for decisions
-// bounded by timeout, their EVALSHAs batched up to batchMax per round trip
-// when that is over 1 and their round trips counted in m; closeClient
-// stops the batcher, then the client.
-func newRedisClient(r *redis.UniversalOptions, timeout time.Duration, pool, batchMax int, m *Metrics) (client redis.UniversalClient, closeClient func()) {
-	plain := redis.NewUniversalClient(RedisOptions(*r, timeout, pool))
-	m.CountRedis(plain)
-	if batchMax <= 1 {
-		return plain, func() { plain.Close() }
-	}
-	b := batch.New(plain, batch.Options{Max: batchMax, Flushers: batchFlushers, MaxPipelines: pool, Timeout: timeout})
-	return b.Wrap(plain), func() {
-		b.Close()
-		plain.Close()
-	}
 }
 
 func httpURL(s string) bool {
@@ -331,44 +274,17 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if o.Engine == EngineOpenResty {
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
-	cfg.Limit.Metrics = NewMetrics()
-	if !o.Off && cfg.Limit.Rules != nil {
-		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
+	if !o.Off {
+		cfg.Limit.Metrics = limiter.NewMetrics()
+		d, closeClient := limiter.OpenDecider(limiter.RedisConfig{Options: r, Timeout: o.Timeout, Pool: o.Pool, Batch: o.Batch,
+			Clock: o.Clock, Metrics: cfg.Limit.Metrics})
 		defer closeClient()
-		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := d.Load(lctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("cannot load the decision's script into Redis at %s: %w", addr, err)
-		}
-		cfg.Limit.Decider = d
-		if cfg.Limit.OnError == FailLocal {
-			local, err := NewLocalRules(o.Nodes)
-			if err != nil {
-				return err
-			}
-			defer local.Close()
-			cfg.Limit.Local = local
-		}
-	} else if !o.Off {
-		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
-		defer closeClient()
-		lim, err := algorithms.New(o.Algorithm, client, o.Policy, algorithms.WithClock(o.Clock))
-		if err != nil {
+		if err := limiter.LoadScript(ctx, d, 5*time.Second, addr); err != nil {
 			return err
 		}
-		if l, ok := lim.(algorithms.Loader); ok {
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := l.Load(lctx)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("cannot load the limiter's script into Redis at %s: %w", addr, err)
-			}
-		}
-		cfg.Limit.Limiter = lim
-		if cfg.Limit.OnError == FailLocal {
-			local, err := NewLocalLimiter(o.Algorithm, o.Policy, o.Nodes)
+		cfg.Limit.Decider = d
+		if cfg.Limit.OnError == limiter.FailLocal {
+			local, err := limiter.NewLocalLimiter(o.Nodes)
 			if err != nil {
 				return err
 			}
@@ -423,13 +339,9 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	// What it will serve is said first: clients may reach nginx a moment
 	// before StartNginx sees it accept.
-	if o.Log != nil && !o.Off && rs != nil {
-		set := rs.Current().Set
-		fmt.Fprintf(o.Log, "ratelab edge: rules %s (domain %s, version %s): %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
-			set.File, set.Domain, set.Version, limitsText(set), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
-	} else if o.Log != nil && !o.Off {
-		fmt.Fprintf(o.Log, "ratelab edge: sliding-log, %d per %s, by %s, on %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
-			o.Policy.Limit, o.Policy.Window, o.KeyBy, clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+	if o.Log != nil && rs != nil {
+		fmt.Fprintf(o.Log, "ratelab edge: %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
+			rulesText(rs.Current().Set), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
 	}
 	n, err := StartNginx(ctx, nc)
 	switch {

@@ -1,7 +1,8 @@
-package edge
+package limiter
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,8 +11,29 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 )
 
-// limitState is one limit's part in a decision, as the headers show it.
-type limitState struct {
+// Headers selects the rate-limit header fields a front door sends.
+type Headers string
+
+const (
+	// HeadersDraft sends RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers).
+	HeadersDraft Headers = "draft"
+	// HeadersLegacy sends RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+	HeadersLegacy Headers = "legacy"
+	// HeadersBoth sends both.
+	HeadersBoth Headers = "both"
+)
+
+// CeilSeconds is d in whole seconds, rounded up; 0 for d <= 0: how the
+// header fields and Retry-After give times.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// State is one limit's part in a decision, as the headers show it.
+type State struct {
 	// Name names the policy in the draft's fields: the limit's ID.
 	Name string
 	// Policy is the limit.
@@ -30,14 +52,14 @@ type limitState struct {
 // reset is t, the seconds until the limit's quota resets: the retry-after
 // of a denial; for an admission, the limit's Reset or else its window (after
 // at most one window every request has left it).
-func (s limitState) reset() int64 {
+func (s State) reset() int64 {
 	switch {
 	case !s.Allowed:
-		return ceilSeconds(s.RetryAfter)
+		return CeilSeconds(s.RetryAfter)
 	case s.Reset > 0:
-		return ceilSeconds(s.Reset)
+		return CeilSeconds(s.Reset)
 	}
-	return ceilSeconds(s.Policy.Window)
+	return CeilSeconds(s.Policy.Window)
 }
 
 // tightest is the index of the limit the RateLimit field and the legacy
@@ -46,7 +68,7 @@ func (s limitState) reset() int64 {
 // response's Retry-After, so that no t the response gives is later). When
 // all admitted: the one closest to exhaustion, the least remaining as a
 // share of its limit, then the least remaining, then the latest reset.
-func tightest(states []limitState) (int, bool) {
+func tightest(states []State) (int, bool) {
 	best, denied := -1, false
 	for i, s := range states {
 		switch {
@@ -71,7 +93,7 @@ func tightest(states []limitState) (int, bool) {
 	return best, denied
 }
 
-// setLimitHeaders writes the fields of draft-ietf-httpapi-ratelimit-headers-10
+// SetHeaders writes the fields of draft-ietf-httpapi-ratelimit-headers-10
 // for every limit a request met, as mode selects, and returns the
 // Retry-After a denial carries (zero when every limit admitted):
 //
@@ -80,7 +102,7 @@ func tightest(states []limitState) (int, bool) {
 //   - RateLimit-Limit, -Remaining and -Reset describe the same one;
 //   - on a denial, Retry-After is when every limit that denied admits again,
 //     the longest of their retry-afters: never earlier than the t given.
-func setLimitHeaders(h http.Header, mode Headers, states []limitState) time.Duration {
+func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 	if len(states) == 0 {
 		return 0
 	}
@@ -93,7 +115,7 @@ func setLimitHeaders(h http.Header, mode Headers, states []limitState) time.Dura
 			if j > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, ceilSeconds(s.Policy.Window))
+			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, CeilSeconds(s.Policy.Window))
 		}
 		h.Set("RateLimit-Policy", b.String())
 		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.Name, max(t.Remaining, 0), reset))

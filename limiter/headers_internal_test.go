@@ -1,4 +1,4 @@
-package edge
+package limiter
 
 import (
 	"net/http"
@@ -18,43 +18,43 @@ func TestLimitHeaders(t *testing.T) {
 	ten := algorithms.Policy{Limit: 12, Window: 10 * time.Second}
 	for _, tc := range []struct {
 		name              string
-		states            []limitState
+		states            []State
 		rateLimit, legacy string // RateLimit; Limit/Remaining/Reset
 		retry             time.Duration
 	}{
-		{"both admit, the second closer", []limitState{
+		{"both admit, the second closer", []State{
 			{Name: "per-second", Policy: sec, Allowed: true, Remaining: 4},
 			{Name: "per-10s", Policy: ten, Allowed: true, Remaining: 2},
 		}, `"per-10s";r=2;t=10`, "12/2/10", 0},
-		{"both admit, the first closer", []limitState{
+		{"both admit, the first closer", []State{
 			{Name: "per-second", Policy: sec, Allowed: true, Remaining: 1},
 			{Name: "per-10s", Policy: ten, Allowed: true, Remaining: 11},
 		}, `"per-second";r=1;t=1`, "5/1/1", 0},
-		{"equal shares: the fewer remaining", []limitState{
+		{"equal shares: the fewer remaining", []State{
 			{Name: "per-10s", Policy: ten, Allowed: true, Remaining: 12},
 			{Name: "per-second", Policy: sec, Allowed: true, Remaining: 5},
 		}, `"per-second";r=5;t=1`, "5/5/1", 0},
-		{"the second denies", []limitState{
+		{"the second denies", []State{
 			{Name: "per-second", Policy: sec, Allowed: true, Remaining: 0},
 			{Name: "per-10s", Policy: ten, Allowed: false, RetryAfter: 7200 * time.Millisecond},
 		}, `"per-10s";r=0;t=8`, "12/0/8", 7200 * time.Millisecond},
-		{"both deny: the later", []limitState{
+		{"both deny: the later", []State{
 			{Name: "per-second", Policy: sec, Allowed: false, RetryAfter: 300 * time.Millisecond},
 			{Name: "per-10s", Policy: ten, Allowed: false, RetryAfter: 4 * time.Second},
 		}, `"per-10s";r=0;t=4`, "12/0/4", 4 * time.Second},
-		{"a reset the decider knows", []limitState{
+		{"a reset the decider knows", []State{
 			{Name: "per-10s", Policy: ten, Allowed: true, Remaining: 3, Reset: 2500 * time.Millisecond},
 		}, `"per-10s";r=3;t=3`, "12/3/3", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			retry := setLimitHeaders(h, HeadersBoth, tc.states)
+			retry := SetHeaders(h, HeadersBoth, tc.states)
 			policy := ""
 			for i, s := range tc.states {
 				if i > 0 {
 					policy += ", "
 				}
-				policy += `"` + s.Name + `";q=` + itoa(s.Policy.Limit) + ";w=" + itoa(ceilSeconds(s.Policy.Window))
+				policy += `"` + s.Name + `";q=` + itoa(s.Policy.Limit) + ";w=" + itoa(CeilSeconds(s.Policy.Window))
 			}
 			if got := h.Get("RateLimit-Policy"); got != policy {
 				t.Errorf("RateLimit-Policy %q, want %q", got, policy)
@@ -68,14 +68,14 @@ func TestLimitHeaders(t *testing.T) {
 			if retry != tc.retry {
 				t.Errorf("retry %s, want %s", retry, tc.retry)
 			}
-			if retry > 0 && itoa(ceilSeconds(retry)) != h.Get("RateLimit-Reset") {
-				t.Errorf("Retry-After %d is not the t given (%s)", ceilSeconds(retry), h.Get("RateLimit-Reset"))
+			if retry > 0 && itoa(CeilSeconds(retry)) != h.Get("RateLimit-Reset") {
+				t.Errorf("Retry-After %d is not the t given (%s)", CeilSeconds(retry), h.Get("RateLimit-Reset"))
 			}
 		})
 	}
 	for _, mode := range []Headers{HeadersDraft, HeadersLegacy} {
 		h := http.Header{}
-		setLimitHeaders(h, mode, []limitState{{Name: "x", Policy: sec, Allowed: true, Remaining: 1}})
+		SetHeaders(h, mode, []State{{Name: "x", Policy: sec, Allowed: true, Remaining: 1}})
 		if (h.Get("RateLimit") != "") != (mode == HeadersDraft) || (h.Get("RateLimit-Limit") != "") != (mode == HeadersLegacy) {
 			t.Errorf("%s: %v", mode, h)
 		}

@@ -1,4 +1,4 @@
-package edge
+package limiter
 
 import (
 	"context"
@@ -15,9 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/plural"
-	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // errorKind names what a failed Redis call ran into: one of the
@@ -35,6 +33,11 @@ func errorKind(err error) string {
 		return RedisErrorUnreachable
 	}
 	return RedisErrorOther
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // causes say, in the 503 body, the log and /healthz, what each kind of
@@ -63,7 +66,8 @@ const probeEvery = 100 * time.Millisecond
 // and writes rate-limited lines about it.
 type health struct {
 	log       io.Writer
-	threshold int // consecutive failures that open the circuit; 0: never
+	name      string // starts every line
+	threshold int    // consecutive failures that open the circuit; 0: never
 	probe     func(ctx context.Context) error
 	timeout   time.Duration
 	metrics   *Metrics
@@ -84,9 +88,9 @@ type health struct {
 	probing sync.WaitGroup
 }
 
-func newHealth(log io.Writer, threshold int, timeout time.Duration, m *Metrics, probe func(ctx context.Context) error) *health {
+func newHealth(log io.Writer, name string, threshold int, timeout time.Duration, m *Metrics, probe func(ctx context.Context) error) *health {
 	ctx, stop := context.WithCancel(context.Background())
-	return &health{log: log, threshold: threshold, timeout: timeout, metrics: m, probe: probe,
+	return &health{log: log, name: name, threshold: threshold, timeout: timeout, metrics: m, probe: probe,
 		logged: map[string]time.Time{}, quiet: map[string]int64{}, ctx: ctx, stop: stop}
 }
 
@@ -171,7 +175,7 @@ func (h *health) note(kind string, err error, now time.Time) {
 
 func (h *health) line(format string, a ...any) {
 	if h.log != nil {
-		fmt.Fprintf(h.log, "ratelab edge: "+format+"\n", a...)
+		fmt.Fprintf(h.log, h.name+": "+format+"\n", a...)
 	}
 }
 
@@ -220,6 +224,9 @@ func (h *health) close() {
 	h.closeCircuit()
 }
 
+// ReportHealth answers a health check: see health.report.
+func (l *Limiter) ReportHealth(w http.ResponseWriter) { l.health.report(w, l.cfg.OnError) }
+
 // report answers /healthz: 200 and "ok" while Redis answers; while it
 // fails, still 200 (the gateway serves, in its fail mode, and every
 // gateway sharing the Redis fails alike: a balancer that took them out
@@ -239,99 +246,3 @@ func (h *health) report(w http.ResponseWriter, mode OnError) {
 	fmt.Fprintf(w, "degraded: redis failing for %s (%s: %s); failing %s; %s\n",
 		time.Since(f.since).Round(time.Millisecond), f.kind, causes[f.kind], mode, circuit)
 }
-
-// LocalLimiter is a limiter of the same algorithm at a gateway's share of
-// the limit, in an embedded in-process Redis that runs the very same
-// script: what FailLocal decides with while Redis fails. Under rules it
-// holds one such limiter per limit, built when a limit is first met.
-type LocalLimiter struct {
-	// Limiter decides, on this host's clock; nil for rules (NewLocalRules).
-	Limiter algorithms.Limiter
-	// Policy is the share: the limit over the nodes, at least 1, per the
-	// same window.
-	Policy algorithms.Policy
-	stop   func()
-
-	client redis.UniversalClient
-	nodes  int
-	mu     sync.Mutex
-	shares map[string]algorithms.Limiter // by algorithm and policy
-}
-
-// NewLocalLimiter starts the embedded server and builds algorithm on it,
-// limiting to p.Limit / nodes (rounded down, at least 1) per p.Window: a
-// fleet of nodes gateways, each deciding alone, admits at most the limit
-// between them. Close it when done.
-func NewLocalLimiter(algorithm string, p algorithms.Policy, nodes int) (*LocalLimiter, error) {
-	l, err := NewLocalRules(nodes)
-	if err != nil {
-		return nil, err
-	}
-	l.Policy = share(p, nodes)
-	l.Limiter, err = algorithms.New(algorithm, l.client, l.Policy, algorithms.WithClock(algorithms.ClockCaller))
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
-}
-
-// NewLocalRules starts the embedded server for the limits of rules: each
-// limit is decided at its share, its limit over nodes (rounded down, at
-// least 1). Close it when done.
-func NewLocalRules(nodes int) (*LocalLimiter, error) {
-	srv, err := redisrun.StartEmbedded()
-	if err != nil {
-		return nil, fmt.Errorf("local limiter: %w", err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1})
-	return &LocalLimiter{client: client, nodes: max(nodes, 1), shares: map[string]algorithms.Limiter{},
-		stop: func() { client.Close(); srv.Stop() }}, nil
-}
-
-func share(p algorithms.Policy, nodes int) algorithms.Policy {
-	return algorithms.Policy{Limit: max(p.Limit/int64(max(nodes, 1)), 1), Window: p.Window}
-}
-
-// decide decides checks one after the other, each at its share, and stops
-// at the first that denies (shadow ones are not asked): what the limits
-// before it consumed stays consumed, so that alone, while Redis fails, the
-// gateway may admit less than its share, never more.
-func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (localAnswer, error) {
-	for _, c := range checks {
-		if c.Shadow {
-			continue
-		}
-		p := share(c.Policy, l.nodes)
-		lim, err := l.limiter(c.Algorithm, p)
-		if err != nil {
-			return localAnswer{}, err
-		}
-		d, err := lim.Allow(ctx, c.Key)
-		if err != nil {
-			return localAnswer{}, err
-		}
-		if !d.Allowed {
-			return localAnswer{retry: d.RetryAfter, policy: p}, nil
-		}
-	}
-	return localAnswer{allowed: true}, nil
-}
-
-func (l *LocalLimiter) limiter(algorithm string, p algorithms.Policy) (algorithms.Limiter, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := algorithm + " " + p.String()
-	if lim, ok := l.shares[k]; ok {
-		return lim, nil
-	}
-	lim, err := algorithms.New(algorithm, l.client, p, algorithms.WithClock(algorithms.ClockCaller))
-	if err != nil {
-		return nil, err
-	}
-	l.shares[k] = lim
-	return lim, nil
-}
-
-// Close stops the embedded server.
-func (l *LocalLimiter) Close() { l.stop() }

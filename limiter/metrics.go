@@ -1,4 +1,4 @@
-package edge
+package limiter
 
 import (
 	"net/http"
@@ -8,21 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
-)
-
-// Outcomes of a decision, as counted in metrics.
-const (
-	OutcomeAllowed      = "allowed"
-	OutcomeDenied       = "denied"
-	OutcomeDenyCache    = "denied_from_cache"
-	OutcomeShadowDenied = "shadow_denied" // would have been denied; let through
-	OutcomeErrorOpen    = "redis_error_open"
-	OutcomeErrorClosed  = "redis_error_closed"
-	// OutcomeErrorLocalAllowed and OutcomeErrorLocalDenied are decisions of
-	// the local limiter (--on-redis-error local) while Redis failed.
-	OutcomeErrorLocalAllowed = "redis_error_local_allowed"
-	OutcomeErrorLocalDenied  = "redis_error_local_denied"
-	OutcomeContended         = "contended" // a limiter gave up under contention
 )
 
 // Kinds of Redis error, as counted in metrics.
@@ -46,6 +31,7 @@ type Metrics struct {
 	// without a label lookup in the client library.
 	decisions map[string]prometheus.Counter // by outcome
 	redisErr  map[string]prometheus.Counter // by kind
+	invalid   map[string]prometheus.Counter // by reason
 	cacheHits prometheus.Counter
 	latency   prometheus.Histogram
 	redisUp   prometheus.Gauge
@@ -67,10 +53,15 @@ func NewMetrics() *Metrics {
 		Name: "ratelab_edge_redis_errors_total",
 		Help: "Redis calls that failed, by kind.",
 	}, []string{"kind"})
+	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelab_edge_invalid_requests_total",
+		Help: "Requests refused before any decision because what the caller sent is out of bounds or malformed, by reason; they never reach Redis.",
+	}, []string{"reason"})
 	m := &Metrics{
 		registry:  prometheus.NewRegistry(),
 		decisions: map[string]prometheus.Counter{},
 		redisErr:  map[string]prometheus.Counter{},
+		invalid:   map[string]prometheus.Counter{},
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelab_edge_deny_cache_hits_total",
 			Help: "Requests denied from memory, without Redis.",
@@ -91,8 +82,11 @@ func NewMetrics() *Metrics {
 	}
 	m.redisUp.Set(1)
 	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeDenyCache, OutcomeShadowDenied,
-		OutcomeErrorOpen, OutcomeErrorClosed, OutcomeErrorLocalAllowed, OutcomeErrorLocalDenied, OutcomeContended} {
+		OutcomeErrorOpen, OutcomeErrorClosed, OutcomeErrorLocalAllowed, OutcomeErrorLocalDenied, OutcomeInvalid} {
 		m.decisions[o] = decisions.WithLabelValues(o)
+	}
+	for _, r := range invalidReasons {
+		m.invalid[r] = invalid.WithLabelValues(r)
 	}
 	for _, k := range []string{RedisErrorTimeout, RedisErrorOOM, RedisErrorUnreachable, RedisErrorOther} {
 		m.redisErr[k] = redisErr.WithLabelValues(k)
@@ -102,7 +96,7 @@ func NewMetrics() *Metrics {
 	m.limits = newLimitCounts()
 	m.rules = newRuleGauges()
 	m.trips = newRedisTrips()
-	m.registry.MustRegister(decisions, redisErr, m.cacheHits, m.latency, m.redisUp, m.circuit,
+	m.registry.MustRegister(decisions, redisErr, invalid, m.cacheHits, m.latency, m.redisUp, m.circuit,
 		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads, m.trips.roundTrips, m.trips.batch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -110,6 +104,19 @@ func NewMetrics() *Metrics {
 
 // decision counts one decision with outcome, one of the Outcome constants.
 func (m *Metrics) decision(outcome string) { m.decisions[outcome].Inc() }
+
+// Invalid counts one request refused for reason, one of the Invalid
+// constants; any other reason counts as InvalidMalformed.
+func (m *Metrics) Invalid(reason string) {
+	c, ok := m.invalid[reason]
+	if !ok {
+		c = m.invalid[InvalidMalformed]
+	}
+	c.Inc()
+}
+
+// InvalidRequests returns the count of requests refused for reason.
+func (m *Metrics) InvalidRequests(reason string) int64 { return counterValue(m.invalid[reason]) }
 
 // redisError counts one failed Redis call of kind, one of the RedisError constants.
 func (m *Metrics) redisError(kind string) { m.redisErr[kind].Inc() }

@@ -58,7 +58,7 @@ func TestEdgeLimitsRefused(t *testing.T) {
 		{[]string{"--limit", "5/1s", "--limit", "6/1s"}, "--limit 5/1s and 6/1s are two limits on one window (1s): keep one"},
 		{[]string{"--limit", "5/1s", "--limit", "12/10s:leaky"}, `--limit "12/10s:leaky": "leaky" is not an algorithm`},
 		{[]string{"--limit", "5/1s", "--limit", "off"}, "--limit off serves with no limiter: give it alone"},
-		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--on-redis-error", "local", "--nodes", "6"}, "--nodes must be at most every limit"},
+		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--on-redis-error", "local", "--nodes", "6"}, "--nodes must be at most each limit"},
 		{[]string{"--limit", "5/1s", "--limit", "12/10s", "--engine", "openresty", "--trusted-proxies", "10.0.0.0/8"}, "--trusted-proxies is not in the openresty engine"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -21,11 +21,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
+	"github.com/ratelab/ratelab/rules"
 )
 
 var srv *redisrun.Server
@@ -586,11 +586,11 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{"--upstream", "builtin", "--limit", "100"}, `--limit "100": want requests/window`},
 		{[]string{"--upstream", "builtin", "--limit", "0/1m"}, "limit must be at least 1"},
 		{[]string{"--upstream", "builtin", "--limit", "10/soon"}, `--limit "10/soon": window`},
-		{[]string{"--upstream", "builtin", "--algorithm", "naive"}, `--algorithm "naive": want one of`},
+		{[]string{"--upstream", "builtin", "--algorithm", "naive"}, `--algorithm "naive" is not an algorithm`},
 		{[]string{"--upstream", "builtin", "--key-by", "cookie:x"}, `unknown key "cookie:x"`},
 		{[]string{"--upstream", "builtin", "--trusted-proxies", "10.0.0.0/33"}, `trusted proxy "10.0.0.0/33"`},
 		{[]string{"--upstream", "builtin", "--on-redis-error", "maybe"}, `--on-redis-error "maybe": want open, closed or local`},
-		{[]string{"--upstream", "builtin", "--on-redis-error", "local", "--limit", "3/1s", "--nodes", "4"}, "--nodes must be at most --limit"},
+		{[]string{"--upstream", "builtin", "--on-redis-error", "local", "--limit", "3/1s", "--nodes", "4"}, `--nodes must be at most each limit with local, whose share for each node is the limit over the nodes (got 4 nodes; limit "default" is 3/1s)`},
 		{[]string{"--upstream", "builtin", "--nodes", "0"}, "--nodes must be between 1 and 10000 (got 0)"},
 		{[]string{"--upstream", "builtin", "--breaker-failures", "-1"}, "--breaker-failures must be between 0"},
 		{[]string{"--upstream", "builtin", "--engine", "openresty", "--on-redis-error", "local"}, "--on-redis-error local is not in the openresty engine"},
@@ -671,15 +671,19 @@ func TestEdgeClock(t *testing.T) {
 				}()
 				consumer := redistest.Prefix(t)
 				e.getAs(t, consumer)
-				id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-				key := algorithms.Key(id.Key, "sliding-log")
+				set, err := rules.Shorthand{Limits: []string{"5/1m"}, KeyBy: "header:X-Consumer-Id"}.Set()
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})[0].Key
+				// decide.lua's: the key, then the mode and the time.
 				call := mon.Find(t, 5*time.Second, func(a []string) bool {
-					return (a[0] == "evalsha" || a[0] == "eval") && len(a) == 8 && a[3] == key
+					return (a[0] == "evalsha" || a[0] == "eval") && len(a) > 5 && a[3] == key && a[4] == "decide"
 				})
 				if code := e.stop(); code != exitOK {
 					t.Fatalf("exit %d: %s", code, e.log.String())
 				}
-				sent := call[6]
+				sent := call[5]
 				if ms, err := strconv.ParseInt(sent, 10, 64); clock == "caller" && (err != nil || time.Since(time.UnixMilli(ms)).Abs() > time.Minute) {
 					t.Fatalf("--clock caller sent the time %q, want this host's in ms", sent)
 				}

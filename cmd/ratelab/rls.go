@@ -9,6 +9,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // rlsOptions are the flags of ratelab rls.
@@ -92,7 +93,7 @@ mapped to these flags.`,
 func rlsConfig(io *ioStreams, opts rlsOptions) (edge.RLSOptions, redisrun.TargetConfig, error) {
 	o := opts.RLSOptions
 	o.Log = io.err
-	o.OnError = edge.OnError(opts.onError)
+	o.OnError = limiter.OnError(opts.onError)
 	clock, err := algorithms.ParseClock(opts.clock)
 	if err != nil {
 		return o, redisrun.TargetConfig{}, usagef("--clock: %w", err)

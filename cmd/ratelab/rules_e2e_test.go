@@ -13,6 +13,7 @@ import (
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -174,8 +175,9 @@ func serveSequential(t *testing.T, file string, reverse bool) string {
 		t.Fatal(err)
 	}
 	client := redistest.Client(t, srv)
-	h := edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), Decider: sequentialDecider{algorithms.NewDecider(client), reverse},
-		Timeout: 5 * time.Second, OnError: edge.FailClosed}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}),
+		Config: limiter.Config{Decider: sequentialDecider{algorithms.NewDecider(client), reverse}, Timeout: 5 * time.Second, OnError: limiter.FailClosed}},
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	s := httptest.NewServer(h)
 	t.Cleanup(func() {
 		s.Close()
