@@ -3,11 +3,13 @@ package edge_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -464,4 +467,127 @@ func TestRLSRedisFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRLSHostileCalls: calls that no limit may decide (a descriptor's own
+// limit of 300000 a year, whose count no script holds exactly; 20,000
+// descriptors; an entry longer than the bound) are refused, InvalidArgument
+// over gRPC and 400 on /json, counted by reason, and never reach Redis; so
+// they never open the circuit, and another user is still held to 5 a
+// second in the same second, with the breaker at 2 failures and failing
+// open. Counted as Redis failures, two such calls switched the limiter off
+// for everyone.
+func TestRLSHostileCalls(t *testing.T) {
+	t.Parallel()
+	file := "domain: " + testDomain + "h\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	counter := &countingDecider{d: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockCaller),
+		algorithms.DecideNow(func() time.Time { return rlsFixed }))}
+	s := startRLS(t, map[string]string{"h.yaml": file}, edge.RLSConfig{Config: limiter.Config{Decider: counter, BreakerFailures: 2,
+		OnError: limiter.FailOpen}})
+	yearly := desc("user", "mallory")
+	yearly.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 300000, Unit: typev3.RateLimitUnit_YEAR}
+	many := make([]*rlpb.RateLimitDescriptor, 20000)
+	for i := range many {
+		many[i] = desc("user", "mallory")
+	}
+	negative := desc("user", "mallory")
+	negative.IsNegativeHits = true
+	for _, tc := range []struct {
+		name   string
+		descs  []*rlpb.RateLimitDescriptor
+		reason string
+	}{
+		{"an override no script counts exactly", []*rlpb.RateLimitDescriptor{yearly}, limiter.InvalidOverride},
+		{"20,000 descriptors", many, limiter.InvalidDescriptors},
+		{"a value over the bound", []*rlpb.RateLimitDescriptor{desc("user", strings.Repeat("m", limiter.DefaultBounds.Length+1))}, limiter.InvalidLength},
+		{"17 entries", []*rlpb.RateLimitDescriptor{desc(slices.Repeat([]string{"k", "v"}, 17)...)}, limiter.InvalidEntries},
+		{"negative hits", []*rlpb.RateLimitDescriptor{negative}, limiter.InvalidHits},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &pb.RateLimitRequest{Domain: s.domain("h"), Descriptors: tc.descs}
+			for range 3 {
+				_, err := s.client.ShouldRateLimit(context.Background(), req)
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("gRPC: %v, want InvalidArgument", err)
+				}
+				body, err := protojson.Marshal(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.Post("http://"+s.http+"/json", "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				msg, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusBadRequest {
+					t.Fatalf("/json: %d %s, want 400", resp.StatusCode, msg)
+				}
+			}
+			if n := s.metrics.InvalidRequests(tc.reason); n != 6 {
+				t.Fatalf("%d refusals counted as %s, want 6", n, tc.reason)
+			}
+		})
+	}
+	if n := counter.calls.Load(); n != 0 {
+		t.Fatalf("%d hostile calls reached Redis, want none", n)
+	}
+	var ok int
+	for range 8 {
+		if s.call(t, "h", 0, desc("user", "alice")).GetOverallCode() == pb.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	if ok != 5 || s.metrics.Decisions(limiter.OutcomeErrorOpen) != 0 {
+		t.Fatalf("alice got %d of 8 through a limit of 5 a second (%d failed open), want 5 and none",
+			ok, s.metrics.Decisions(limiter.OutcomeErrorOpen))
+	}
+}
+
+// TestRLSConfigCost: a limit's cost in the configuration is what each hit
+// takes of it: cost 0 checks without consuming, cost 5 takes 5 a hit; a
+// call whose hits would take more than the limit is over it and takes
+// nothing.
+func TestRLSConfigCost(t *testing.T) {
+	t.Parallel()
+	file := "domain: " + testDomain + "c\ndescriptors:\n" +
+		"  - key: free\n    rate_limit: {unit: minute, requests_per_unit: 3, cost: 0}\n" +
+		"  - key: dear\n    rate_limit: {unit: minute, requests_per_unit: 12, cost: 5}\n"
+	s := startRLS(t, map[string]string{"c.yaml": file}, edge.RLSConfig{})
+	for range 5 {
+		checkResp(t, s.call(t, "c", 0, desc("free", "a")), false, st{limit: 3, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 3})
+	}
+	dear := func(remaining uint32, over bool) st {
+		return st{over: over, limit: 12, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: remaining}
+	}
+	checkResp(t, s.call(t, "c", 0, desc("dear", "a")), false, dear(7, false))
+	checkResp(t, s.call(t, "c", 3, desc("dear", "a")), true, dear(0, true)) // 15 over 12: takes nothing
+	checkResp(t, s.call(t, "c", 0, desc("dear", "a")), false, dear(2, false))
+	checkResp(t, s.call(t, "c", 0, desc("dear", "a")), true, dear(0, true))
+}
+
+// TestRLSUnknownDomain: a domain the configuration does not have is not
+// limited, as envoyproxy/ratelimit: not even by a descriptor's own limit.
+func TestRLSUnknownDomain(t *testing.T) {
+	t.Parallel()
+	file := "domain: " + testDomain + "k\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	s := startRLS(t, map[string]string{"k.yaml": file}, edge.RLSConfig{})
+	own := desc("user", "a")
+	own.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
+	for range 3 {
+		checkResp(t, s.call(t, "elsewhere", 0, own), false, st{})
+	}
+}
+
+// TestRLSReplacedUnlimited: an unlimited limit that another descriptor's
+// limit replaces still answers OK with 4294967295 remaining, as
+// envoyproxy/ratelimit marks a limit unlimited before it applies replaces.
+func TestRLSReplacedUnlimited(t *testing.T) {
+	t.Parallel()
+	file := "domain: " + testDomain + "u\ndescriptors:\n" +
+		"  - key: internal\n    rate_limit: {name: internal, unlimited: true}\n" +
+		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 9, replaces: [{name: internal}]}\n"
+	s := startRLS(t, map[string]string{"u.yaml": file}, edge.RLSConfig{})
+	checkResp(t, s.call(t, "u", 0, desc("internal", "x"), desc("user", "a")), false,
+		st{remaining: math.MaxUint32}, st{limit: 9, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 8})
 }
