@@ -110,7 +110,7 @@ func (o RLSOptions) Validate() error {
 		return field.Errorf("TLSClientCAFile", "needs {TLSCertFile} and {TLSKeyFile}: client certificates are asked for over TLS")
 	}
 	if err := o.Bounds.Validate(); err != nil {
-		return field.Errorf("Bounds", ": %v", err)
+		return field.Within("Bounds", err)
 	}
 	return nil
 }

@@ -240,7 +240,7 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("Headers", "%q: want draft, legacy or both", o.Headers)
 	}
 	if err := o.Bounds.Validate(); err != nil {
-		return cfg, field.Errorf("Bounds", ": %v", err)
+		return cfg, field.Within("Bounds", err)
 	}
 	cfg = GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
 		Limit: Config{Clock: o.Clock, KeyBy: keyBy, Headers: headers, Shadow: o.Shadow, Bounds: o.Bounds,

@@ -58,15 +58,19 @@ func (b Bounds) WithDefaults() Bounds {
 	return b
 }
 
-// Validate checks b: each bound 0 (its default) or from 1 to its
-// MaxBounds. Errors are *field.Error naming Descriptors, Entries or Length.
+// Validate checks b: each bound from 1 to its MaxBounds, or 0 for its
+// default. Errors are *field.Error naming Descriptors, Entries or Length.
 func (b Bounds) Validate() error {
 	for _, f := range []struct {
-		name     string
-		got, top int
-	}{{"Descriptors", b.Descriptors, MaxBounds.Descriptors}, {"Entries", b.Entries, MaxBounds.Entries}, {"Length", b.Length, MaxBounds.Length}} {
+		name          string
+		got, def, top int
+	}{
+		{"Descriptors", b.Descriptors, DefaultBounds.Descriptors, MaxBounds.Descriptors},
+		{"Entries", b.Entries, DefaultBounds.Entries, MaxBounds.Entries},
+		{"Length", b.Length, DefaultBounds.Length, MaxBounds.Length},
+	} {
 		if f.got < 0 || f.got > f.top {
-			return field.Errorf(f.name, "must be between 1 and %d (got %d)", f.top, f.got)
+			return field.Errorf(f.name, "must be between 1 and %d, or 0 for the default %d (got %d)", f.top, f.def, f.got)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // edgeOptions are the flags of ratelab edge; edge.Options holds the rest.
@@ -34,7 +35,8 @@ const defaultBatch = 16
 var edgeNames = flagNames{"Engine": "--engine", "Listen": "--listen", "Admin": "--admin", "Upstream": "--upstream",
 	"Algorithm": "--algorithm", "KeyBy": "--key-by", "TrustedProxies": "--trusted-proxies", "OnError": "--on-redis-error",
 	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Batch": "--redis-batch", "Shadow": "--shadow", "Redis": "--redis",
-	"Limit": "--limit", "Window": "--limit", "Limits": "--limit", "RulesFile": "--rules", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures"}
+	"Limit": "--limit", "Window": "--limit", "Limits": "--limit", "RulesFile": "--rules", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures",
+	"Bounds.Length": "--max-value-length"}
 
 func newEdgeCmd(io *ioStreams) *cobra.Command {
 	var opts edgeOptions
@@ -111,6 +113,8 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	f.StringVar(&opts.Headers, "headers", "both", "rate-limit headers: draft, legacy or both")
 	f.BoolVar(&opts.DenyCache, "deny-cache", true, "answer a denied consumer from memory until its retry-after has passed")
 	f.BoolVar(&opts.Shadow, "shadow", false, "decide and add headers but never block (counts what would have been blocked)")
+	f.IntVar(&opts.Bounds.Length, "max-value-length", limiter.DefaultBounds.Length, "longest value, in bytes, of a request attribute the rules read "+
+		"(a header, a query parameter, the path): a request with a longer one gets 400 and is never decided (go engine)")
 	f.StringVar(&opts.Engine, "engine", edge.EngineGo, "go (this process), or openresty (render nginx.conf for edge/openresty and run nginx)")
 	f.StringVar(&opts.clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
 	opts.redis.bind(f, false)

@@ -601,6 +601,7 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{"--upstream", "builtin", "--engine", "envoy"}, `--engine "envoy": want go or openresty`},
 		{[]string{"--upstream", "builtin", "--engine", "openresty", "--shadow"}, "--shadow is not in the openresty engine"},
 		{[]string{"--upstream", "builtin", "--redis-batch", "-1"}, "--redis-batch must be between 1 and 1024 (got -1)"},
+		{[]string{"--upstream", "builtin", "--max-value-length", "-1"}, "--max-value-length must be between 1 and 1048576, or 0 for the default 4096 (got -1)"},
 		{[]string{"--upstream", "builtin", "--engine", "openresty", "--redis-batch", "8"}, "--redis-batch is not in the openresty engine"},
 		{[]string{"--upstream", "builtin", "--clock", "wall"}, `--clock: unknown clock "wall" (want caller or redis)`},
 	} {

@@ -23,7 +23,8 @@ type rlsOptions struct {
 // rlsNames are the flags that set edge.RLSOptions' fields.
 var rlsNames = flagNames{"GRPC": "--grpc", "HTTP": "--http", "ConfigDir": "--config", "Timeout": "--redis-timeout",
 	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures",
-	"TLSCertFile": "--grpc-tls-cert", "TLSKeyFile": "--grpc-tls-key", "TLSClientCAFile": "--grpc-tls-client-ca"}
+	"TLSCertFile": "--grpc-tls-cert", "TLSKeyFile": "--grpc-tls-key", "TLSClientCAFile": "--grpc-tls-client-ca",
+	"Bounds.Descriptors": "--max-descriptors", "Bounds.Entries": "--max-entries", "Bounds.Length": "--max-value-length"}
 
 func newRLSCmd(io *ioStreams) *cobra.Command {
 	var opts rlsOptions
@@ -81,6 +82,11 @@ mapped to these flags.`,
 	f.IntVar(&opts.Pool, "redis-pool", 256, "Redis connections at most (envoyproxy/ratelimit's REDIS_POOL_SIZE)")
 	f.IntVar(&opts.Batch, "redis-batch", 16, "most decisions per Redis round trip: concurrent calls go out as one pipeline "+
 		"(1: one call per decision)")
+	f.IntVar(&opts.Bounds.Descriptors, "max-descriptors", limiter.DefaultBounds.Descriptors, "most descriptors in one call: "+
+		"a call with more is refused (InvalidArgument, 400 on /json) and never reaches Redis")
+	f.IntVar(&opts.Bounds.Entries, "max-entries", limiter.DefaultBounds.Entries, "most entries in one descriptor: a call with more is refused")
+	f.IntVar(&opts.Bounds.Length, "max-value-length", limiter.DefaultBounds.Length, "longest key or value of an entry, in bytes: "+
+		"a call with a longer one is refused")
 	f.StringVar(&opts.clock, "clock", "redis", "where the limiter takes the time from: redis (TIME, shared by every node) or caller (this host's)")
 	opts.redis.bind(f, false)
 	complete(cmd, "clock", "redis", "caller")

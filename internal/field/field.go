@@ -39,3 +39,14 @@ func (e *Error) Render(name func(field string) string) string {
 	}
 	return name(e.Field) + " " + reason
 }
+
+// Within returns err, when it is an *Error of a field of the struct in
+// field parent, as an Error of parent.Field (Bounds.Length), so that a
+// command can name the flag of a nested field; any other error as it is.
+func Within(parent string, err error) error {
+	fe, ok := err.(*Error)
+	if !ok {
+		return err
+	}
+	return &Error{Field: parent + "." + fe.Field, Reason: fe.Reason}
+}
