@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -38,12 +39,20 @@ func (p *parser) crossCheck(root *yaml.Node) {
 			known = append(known, l.Name)
 		}
 	}
+	suggested := 0
 	for _, l := range limits {
 		for i, r := range l.Replaces {
-			if _, ok := named[r]; !ok {
-				p.errs = append(p.errs, &Error{File: p.file, Line: l.replacesLines[i], Field: fmt.Sprintf("%s.replaces[%d].name", l.Field, i),
-					Message: fmt.Sprintf("no limit is named %q%s", r, suggestName(r, known))})
+			if _, ok := named[r]; ok {
+				continue
 			}
+			// A suggestion compares the name with every other: only as
+			// many as are reported.
+			hint := ""
+			if suggested++; suggested <= maxErrors {
+				hint = suggestName(r, known)
+			}
+			p.errs = append(p.errs, &Error{File: p.file, Line: l.replacesLines[i], Field: fmt.Sprintf("%s.replaces[%d].name", l.Field, i),
+				Message: fmt.Sprintf("no limit is named %q%s", r, hint)})
 		}
 	}
 	ids := map[string]*Limit{}
@@ -86,11 +95,7 @@ func suggestName(name string, known []string) string {
 func defaultID(l *Limit) string {
 	id := l.Descriptor.fullKey()
 	if len(l.Descriptor.Limits) > 1 {
-		for i, o := range l.Descriptor.Limits {
-			if o == l {
-				id += fmt.Sprintf("#%d", i)
-			}
-		}
+		id += "#" + strconv.Itoa(l.index)
 	}
 	ascii := strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' {

@@ -208,6 +208,10 @@ func (p *parser) replaces(l *Limit, f field, path string) {
 	if !ok {
 		return
 	}
+	if len(list) > maxReplaces {
+		p.errorf(f.key, path, "%d names: a limit replaces at most %d", len(list), maxReplaces)
+		return
+	}
 	for i, n := range list {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
 		fields, ok := p.mapping(n, ipath, replacesFields)

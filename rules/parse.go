@@ -19,8 +19,14 @@ import (
 const (
 	maxDepth       = 16    // levels of nested descriptors
 	maxDescriptors = 10000 // descriptors in the whole tree
-	maxErrors      = 20    // mistakes reported at once
-	maxWindow      = 365 * 24 * time.Hour
+	maxLimits      = 10000 // limits in the whole tree, each repetition of an alias counted
+	// maxRateLimits bounds one rate_limits list, refused by its length
+	// before any of it is read: one descriptor may hold all of a file's
+	// limits.
+	maxRateLimits = maxLimits
+	maxReplaces   = 100 // names in one limit's replaces
+	maxErrors     = 20  // mistakes reported at once
+	maxWindow     = 365 * 24 * time.Hour
 )
 
 // Fields of each mapping, and the Envoy fields of the pinned version that
@@ -189,19 +195,11 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 	case hasOne && hasMany:
 		p.errorf(many.key, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
 	case hasOne:
-		if l := p.limit(one.val, join(path, "rate_limit"), d); l != nil {
-			d.Limits = append(d.Limits, l)
+		if p.countLimit(one.key, join(path, "rate_limit")) {
+			p.addLimit(d, p.limit(one.val, join(path, "rate_limit"), d))
 		}
 	case hasMany:
-		list, ok := p.sequence(many, join(path, "rate_limits"))
-		if ok && len(list) == 0 {
-			p.errorf(many.key, join(path, "rate_limits"), "an empty list: give a limit, or leave rate_limits out")
-		}
-		for i, ln := range list {
-			if l := p.limit(ln, fmt.Sprintf("%s.rate_limits[%d]", path, i), d); l != nil {
-				d.Limits = append(d.Limits, l)
-			}
-		}
+		p.rateLimits(d, many)
 	}
 	if f, ok := fields["descriptors"]; ok {
 		d.Descriptors = p.descriptors(f, join(path, "descriptors"), d, depth+1)
@@ -210,6 +208,49 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 		return nil
 	}
 	return d
+}
+
+// rateLimits reads a rate_limits list of limits, in bounds: the list's own
+// and the file's.
+func (p *parser) rateLimits(d *Descriptor, f field) {
+	path := join(d.Field, "rate_limits")
+	list, ok := p.sequence(f, path)
+	switch {
+	case !ok:
+		return
+	case len(list) == 0:
+		p.errorf(f.key, path, "an empty list: give a limit, or leave rate_limits out")
+		return
+	case len(list) > maxRateLimits:
+		p.errorf(f.key, path, "%d limits: a list holds at most %d", len(list), maxRateLimits)
+		return
+	}
+	for i, n := range list {
+		if !p.countLimit(f.key, path) {
+			return
+		}
+		p.addLimit(d, p.limit(n, fmt.Sprintf("%s[%d]", path, i), d))
+	}
+}
+
+// countLimit counts one more limit of the file, and reports whether it is
+// within maxLimits; the first one past it is a mistake of the field at n.
+func (p *parser) countLimit(n *yaml.Node, path string) bool {
+	if p.limits++; p.limits <= maxLimits {
+		return true
+	}
+	if p.limits == maxLimits+1 {
+		p.errorf(n, path, "more than %d limits in the file (each repetition of an alias counts)", maxLimits)
+	}
+	return false
+}
+
+// addLimit adds l, when it was read without a mistake, to d's limits.
+func (p *parser) addLimit(d *Descriptor, l *Limit) {
+	if l != nil {
+		l.index = len(d.Limits)
+		d.Limits = append(d.Limits, l)
+	}
 }
 
 // checkKey refuses an empty key, a wildcard in a key, and in the gateway a

@@ -414,3 +414,91 @@ func TestParseDefaultAlgorithmChecked(t *testing.T) {
 		t.Error("naive accepted as the default algorithm")
 	}
 }
+
+// TestParseLimitBounds: no file makes Parse read limits without end. A
+// rate_limits list and a replaces list are bounded, and so is every limit of
+// a file, each repetition of an alias counted.
+func TestParseLimitBounds(t *testing.T) {
+	// aliased is levels of descriptors, each holding the one below ten
+	// times over, the deepest a rate_limits list of n limits repeated
+	// through an alias: 10^levels × n limits from a few lines.
+	aliased := func(levels, n int) string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: l\n    rate_limits: &l [")
+		for range n {
+			b.WriteString("{unit: second, requests_per_unit: 1}, ")
+		}
+		b.WriteString("]\n  - key: a\n    descriptors: &a0 [{key: k, rate_limits: *l}]\n")
+		for i := 1; i <= levels; i++ {
+			fmt.Fprintf(&b, "  - key: a%d\n    descriptors: &a%d [", i, i)
+			for j := range 10 {
+				fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}, ", j, i-1)
+			}
+			b.WriteString("]\n")
+		}
+		return b.String()
+	}
+	replaces := func(n int) string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "        - name: l%d\n", i)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		field     string
+		message   string
+	}{
+		{"a rate_limits list repeated through aliases", aliased(3, 1000), 0, "rate_limits",
+			fmt.Sprintf("more than %d limits in the file (each repetition of an alias counts)", maxLimits)},
+		{"one rate_limits list too long", unnamed(maxRateLimits + 1), 4, "descriptors[0].rate_limits",
+			fmt.Sprintf("%d limits: a list holds at most %d", maxRateLimits+1, maxRateLimits)},
+		{"a replaces list too long", replaces(maxReplaces + 1), 7, "descriptors[0].rate_limit.replaces",
+			fmt.Sprintf("%d names: a limit replaces at most %d", maxReplaces+1, maxReplaces)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tc.src))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("got %v, want a *rules.Error", err)
+			}
+			if (tc.line > 0 && e.Line != tc.line) || !strings.HasSuffix(e.Field, tc.field) || !strings.Contains(e.Message, tc.message) {
+				t.Errorf("got %v\nwant line %d, field %s, message containing %q", err, tc.line, tc.field, tc.message)
+			}
+			if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > maxErrors+1 {
+				t.Errorf("%d errors", len(j.Unwrap()))
+			}
+		})
+	}
+}
+
+// unnamed is a file of one descriptor with n unnamed limits.
+func unnamed(n int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "      - {unit: second, requests_per_unit: %d}\n", i+1)
+	}
+	return b.String()
+}
+
+// TestParseManyLimitsOnOneDescriptor: the most limits a descriptor may hold
+// parse, each named by its place in the list.
+func TestParseManyLimitsOnOneDescriptor(t *testing.T) {
+	s, err := Parse("rules.yaml", []byte(unnamed(maxRateLimits)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := s.Limits()
+	if len(ls) != maxRateLimits {
+		t.Fatalf("%d limits, want %d", len(ls), maxRateLimits)
+	}
+	for i, l := range ls {
+		if want := fmt.Sprintf("k#%d", i); l.ID != want || l.Policy.Limit != int64(i+1) {
+			t.Fatalf("limit %d: ID %q, limit %d; want %s, %d", i, l.ID, l.Policy.Limit, want, i+1)
+		}
+	}
+}

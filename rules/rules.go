@@ -155,6 +155,7 @@ type Limit struct {
 
 	domain        string
 	tagKey        string // the key whose value tags its counters; "" for the domain
+	index         int    // its place in Descriptor.Limits
 	nameLine      int
 	replacesLines []int
 }

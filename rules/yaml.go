@@ -48,11 +48,12 @@ func syntaxError(name string, err error) *Error {
 }
 
 type parser struct {
-	file  string
-	o     options
-	set   *Set
-	errs  []*Error
-	nodes int
+	file   string
+	o      options
+	set    *Set
+	errs   []*Error
+	nodes  int // descriptors read, each repetition of an alias counted
+	limits int // limits read, likewise
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) {
