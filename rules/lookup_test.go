@@ -200,7 +200,8 @@ descriptors:
 }
 
 // wildcardConfig is envoyproxy/ratelimit's wildcard.yaml without midWild,
-// whose value bar*b ratelab refuses (TestLookupMidWildcardRefused).
+// whose value bar*b only the rate limit service accepts
+// (TestLookupMidWildcard).
 const wildcardConfig = `domain: test-domain
 descriptors:
   - key: wild
@@ -252,15 +253,46 @@ func TestLookupWildcard(t *testing.T) {
 	}
 }
 
-func TestLookupMidWildcardRefused(t *testing.T) {
-	_, err := Parse("wildcard.yaml", []byte(wildcardConfig+`  - key: midWild
+// TestLookupMidWildcard: as envoyproxy/ratelimit, the rate limit service
+// accepts a * inside a value and matches it as itself, with a warning; a
+// file read otherwise refuses it.
+func TestLookupMidWildcard(t *testing.T) {
+	src := wildcardConfig + `  - key: midWild
     value: bar*b
     rate_limit:
       unit: minute
       requests_per_unit: 20
-`))
+  - key: midPrefix
+    value: a*b*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 30
+`
+	_, err := Parse("wildcard.yaml", []byte(src))
 	if err == nil || !strings.Contains(err.Error(), `wildcard.yaml:26: descriptors[4].value: "bar*b": a wildcard (*) may only end a value`) {
-		t.Errorf("got %v", err)
+		t.Errorf("without ForService: got %v", err)
+	}
+	s, err := Parse("wildcard.yaml", []byte(src), ForService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWarnings(t, s.Warnings, []string{
+		`wildcard.yaml:26: descriptors[4].value: "bar*b": matched as written, * included, as envoyproxy/ratelimit matches it`,
+		`wildcard.yaml:31: descriptors[5].value: "a*b*": matched as written, * included`,
+	})
+	for _, tc := range []struct {
+		es []Entry
+		w  want
+	}{
+		{entries("midWild", "bar*b"), want{limit: 20, window: time.Minute}},
+		{entries("midWild", "barab"), want{none: true}},
+		{entries("midWild", "bar"), want{none: true}},
+		{entries("midWildcard", "barab"), want{none: true}},
+		{entries("midPrefix", "a*b"), want{limit: 30, window: time.Minute}},
+		{entries("midPrefix", "a*bcd"), want{limit: 30, window: time.Minute}},
+		{entries("midPrefix", "axbcd"), want{none: true}},
+	} {
+		tc.w.check(t, s, tc.es)
 	}
 }
 

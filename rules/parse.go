@@ -38,7 +38,12 @@ var (
 	limitFields = []string{"name", "unit", "requests_per_unit", "unlimited", "replaces", "algorithm", "window",
 		"unit_multiplier", "cost", "shadow_mode"}
 	replacesFields = []string{"name"}
-	notImplemented = []string{"quota_mode", "value_to_metric", "share_threshold"}
+	notImplemented = []string{"quota_mode", "share_threshold"}
+	// envoyFields are the fields envoyproxy/ratelimit accepts (its
+	// config_impl.go's validKeys), in any mapping: where it does not read
+	// one, it ignores it, and so does ForService, with a warning.
+	envoyFields = []string{"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit",
+		"unlimited", "shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric", "share_threshold"}
 )
 
 // Parse reads a rules file: name is what errors call it (its path), src
@@ -67,6 +72,8 @@ func Parse(name string, src []byte, opts ...Option) (*Set, error) {
 		return nil, p.joined()
 	}
 	p.set.index()
+	slices.SortStableFunc(p.warns, func(a, b *Error) int { return a.Line - b.Line })
+	p.set.Warnings = p.warns
 	return p.set, nil
 }
 func (p *parser) root(n *yaml.Node) {
@@ -179,6 +186,12 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 			}
 		}
 	}
+	if f, ok := fields["value_to_metric"]; ok {
+		if on, ok := p.boolean(f, join(path, "value_to_metric")); ok && on {
+			p.warnf(f.key, join(path, "value_to_metric"), "ignored: it names envoyproxy/ratelimit's statistics by the values sent; "+
+				"ratelab's metrics are per limit")
+		}
+	}
 	for _, name := range notImplemented {
 		if f, ok := fields[name]; ok {
 			if on, ok := p.boolean(f, join(path, name)); ok && on {
@@ -279,8 +292,12 @@ func (p *parser) checkKey(d *Descriptor, f field) {
 func (p *parser) checkValue(d *Descriptor, f field) {
 	path := join(d.Field, "value")
 	if i := strings.Index(d.Value, "*"); i >= 0 && i != len(d.Value)-1 {
-		p.errorf(f.val, path, "%q: a wildcard (*) may only end a value, as a prefix", d.Value)
-		return
+		if !p.o.service {
+			p.errorf(f.val, path, "%q: a wildcard (*) may only end a value, as a prefix", d.Value)
+			return
+		}
+		p.warnf(f.val, path, "%q: matched as written, * included, as envoyproxy/ratelimit matches it: "+
+			"only a * that ends a value is a wildcard", d.Value)
 	}
 	if !p.o.gateway {
 		return

@@ -173,8 +173,6 @@ descriptors:
 			"descriptors[0].rate_limit.unit_multiplier", "must be between 1 and 31536000"},
 		{"quota_mode", "domain: api\ndescriptors:\n  - key: path\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
 			"descriptors[0].quota_mode", "envoyproxy/ratelimit's quota_mode is not implemented by ratelab"},
-		{"value_to_metric", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
-			"descriptors[0].value_to_metric", "not implemented by ratelab"},
 		{"share_threshold", "domain: api\ndescriptors:\n  - key: path\n    value: /a*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 5,
 			"descriptors[0].share_threshold", "not implemented by ratelab"},
 		{"no limits", "domain: api\ndescriptors:\n  - key: path\n    value: /health\n", false, 1, "descriptors", "no limits"},
@@ -500,5 +498,66 @@ func TestParseManyLimitsOnOneDescriptor(t *testing.T) {
 		if want := fmt.Sprintf("k#%d", i); l.ID != want || l.Policy.Limit != int64(i+1) {
 			t.Fatalf("limit %d: ID %q, limit %d; want %s, %d", i, l.ID, l.Policy.Limit, want, i+1)
 		}
+	}
+}
+
+// TestParseWarnings: what envoyproxy/ratelimit accepts and ratelab does not
+// do as written is accepted with a warning naming the line and field, only
+// where it would have an effect; ForService alone accepts what ratelab's
+// own files refuse.
+func TestParseWarnings(t *testing.T) {
+	const service, other = true, false
+	for _, tc := range []struct {
+		name    string
+		src     string
+		service bool     // parsed ForService, else without options
+		want    []string // each warning's start, in order
+	}{
+		{"value_to_metric", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+			other, []string{"rules.yaml:4: descriptors[0].value_to_metric: ignored: it names envoyproxy/ratelimit's statistics"}},
+		{"value_to_metric false", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: false\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+			other, nil},
+		{"no descriptors", "domain: test-domain\ndescriptors:\n", service,
+			[]string{`rules.yaml:1: descriptors: no limits: every descriptor of domain "test-domain" is answered OK`}},
+		{"descriptors without limits", "domain: d\ndescriptors:\n  - key: k\n    value: v\n", service,
+			[]string{`rules.yaml:1: descriptors: no limits`}},
+		{"a field envoyproxy/ratelimit ignores there", `domain: d
+key: k
+descriptors:
+  - key: k
+    name: n
+    unit: second
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+      detailed_metric: true
+      quota_mode: false
+      replaces: [{name: other, unit: day}]
+  - key: other
+    rate_limit: {name: other, unit: second, requests_per_unit: 1}
+`, service, []string{
+			"rules.yaml:2: key: ignored: envoyproxy/ratelimit accepts key here and does nothing with it",
+			"rules.yaml:5: descriptors[0].name: ignored",
+			"rules.yaml:6: descriptors[0].unit: ignored",
+			"rules.yaml:10: descriptors[0].rate_limit.detailed_metric: ignored",
+			"rules.yaml:12: descriptors[0].rate_limit.replaces[0].unit: ignored",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []Option
+			if tc.service {
+				opts = append(opts, ForService())
+			}
+			s, err := Parse("rules.yaml", []byte(tc.src), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkWarnings(t, s.Warnings, tc.want)
+			if tc.service {
+				if _, err := Parse("rules.yaml", []byte(tc.src)); err == nil {
+					t.Error("accepted without ForService")
+				}
+			}
+		})
 	}
 }

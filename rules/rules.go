@@ -44,6 +44,12 @@ type Set struct {
 	Version string
 	// Descriptors is the top level of the tree, in file order.
 	Descriptors []*Descriptor
+	// Warnings are what the file holds that ratelab accepts but does not do
+	// as it reads: a field envoyproxy/ratelimit reads and ratelab ignores, a
+	// * matched as itself, a domain with no limits (ForService). Each names
+	// its file, line and field, in line order; none when there is nothing
+	// to say.
+	Warnings []*Error
 
 	gateway    bool
 	limits     []*Limit
@@ -278,9 +284,11 @@ type options struct {
 	algorithm string
 }
 
-// ForService checks the file for Envoy's rate limit service (ratelab rls):
-// requests_per_unit 0 is accepted, as envoyproxy/ratelimit accepts it: a
-// limit that refuses every request that adds a hit (Limit.Blocks).
+// ForService checks the file for Envoy's rate limit service (ratelab rls),
+// accepting what envoyproxy/ratelimit accepts: requests_per_unit 0, a limit
+// that refuses every request that adds a hit (Limit.Blocks); a * inside a
+// value, matched as itself; a domain with no limits; and any of its fields
+// where it ignores them. All but the first with a warning (Set.Warnings).
 func ForService() Option { return func(o *options) { o.service = true } }
 
 // ForGateway checks the file for ratelab's HTTP gateway: every key must be

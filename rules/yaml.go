@@ -52,16 +52,27 @@ type parser struct {
 	o      options
 	set    *Set
 	errs   []*Error
+	warns  []*Error
 	nodes  int // descriptors read, each repetition of an alias counted
 	limits int // limits read, likewise
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) {
+	p.errs = append(p.errs, p.at(n, field, format, a...))
+}
+
+// warnf notes what the file holds that ratelab accepts but does not do as
+// it reads (Set.Warnings).
+func (p *parser) warnf(n *yaml.Node, field, format string, a ...any) {
+	p.warns = append(p.warns, p.at(n, field, format, a...))
+}
+
+func (p *parser) at(n *yaml.Node, field, format string, a ...any) *Error {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)})
+	return &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)}
 }
 
 // joined is the errors in line order, at most maxErrors of them.
@@ -139,6 +150,12 @@ func (p *parser) mapping(n *yaml.Node, path string, known []string) (map[string]
 			continue
 		}
 		if !slices.Contains(known, name) {
+			if p.o.service && slices.Contains(envoyFields, name) {
+				if !nothing(v) {
+					p.warnf(k, join(path, name), "ignored: envoyproxy/ratelimit accepts %s here and does nothing with it", name)
+				}
+				continue
+			}
 			p.errorf(k, join(path, name), "unknown field%s", suggest(name, known))
 			continue
 		}
@@ -200,6 +217,13 @@ func (p *parser) text(f field, path string) (string, bool) {
 		return "", true
 	}
 	return n.Value, true
+}
+
+// nothing reports whether n says nothing: null, or false.
+func nothing(n *yaml.Node) bool {
+	n = deref(n)
+	var b bool
+	return n.Kind == yaml.ScalarNode && (n.Tag == "!!null" || n.Tag == "!!bool" && n.Decode(&b) == nil && !b)
 }
 
 func (p *parser) boolean(f field, path string) (bool, bool) {
