@@ -61,7 +61,10 @@ func (l *Limit) String() string {
 			fmt.Fprintf(&b, ", each request costs %d", l.Cost)
 		}
 	}
-	if l.Shadow {
+	switch {
+	case l.Quota:
+		b.WriteString("; quota mode: counted, never blocks")
+	case l.Shadow:
 		b.WriteString("; shadow: counted, never blocks")
 	}
 	if len(l.Replaces) > 0 {

@@ -38,7 +38,8 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 		return nil
 	}
 	errs := len(p.errs)
-	l := &Limit{Descriptor: d, Line: deref(n).Line, Field: path, Cost: 1, Shadow: d.ShadowMode, Algorithm: p.o.algorithm}
+	l := &Limit{Descriptor: d, Line: deref(n).Line, Field: path, Cost: 1, Shadow: d.ShadowMode || d.QuotaMode, Quota: d.QuotaMode,
+		Algorithm: p.o.algorithm}
 	if f, ok := fields["name"]; ok {
 		l.nameLine = f.key.Line
 		if s, ok := p.text(f, join(path, "name")); ok {

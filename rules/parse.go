@@ -38,7 +38,7 @@ var (
 	limitFields = []string{"name", "unit", "requests_per_unit", "unlimited", "replaces", "algorithm", "window",
 		"unit_multiplier", "cost", "shadow_mode"}
 	replacesFields = []string{"name"}
-	notImplemented = []string{"quota_mode", "share_threshold"}
+	notImplemented = []string{"share_threshold"}
 	// envoyFields are the fields envoyproxy/ratelimit accepts (its
 	// config_impl.go's validKeys), in any mapping: where it does not read
 	// one, it ignores it, and so does ForService, with a warning.
@@ -176,14 +176,12 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 	}
 	_, wild := d.Prefix()
 	d.perValue = (d.Value == "" || wild) && !(p.o.gateway && d.attr.Kind == KindGeneric)
-	for _, name := range []string{"shadow_mode", "detailed_metric"} {
-		if f, ok := fields[name]; ok {
-			b, _ := p.boolean(f, join(path, name))
-			if name == "shadow_mode" {
-				d.ShadowMode = b
-			} else {
-				d.DetailedMetric = b
-			}
+	for _, flag := range []struct {
+		name string
+		b    *bool
+	}{{"shadow_mode", &d.ShadowMode}, {"quota_mode", &d.QuotaMode}, {"detailed_metric", &d.DetailedMetric}} {
+		if f, ok := fields[flag.name]; ok {
+			*flag.b, _ = p.boolean(f, join(path, flag.name))
 		}
 	}
 	if f, ok := fields["value_to_metric"]; ok {

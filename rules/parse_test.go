@@ -171,8 +171,8 @@ descriptors:
 			"descriptors[0].rate_limit.window", "a window is positive"},
 		{"unit_multiplier over a year", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, unit_multiplier: 40000000}", 1), false, 4,
 			"descriptors[0].rate_limit.unit_multiplier", "must be between 1 and 31536000"},
-		{"quota_mode", "domain: api\ndescriptors:\n  - key: path\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
-			"descriptors[0].quota_mode", "envoyproxy/ratelimit's quota_mode is not implemented by ratelab"},
+		{"quota_mode not a boolean", "domain: api\ndescriptors:\n  - key: path\n    quota_mode: 1\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
+			"descriptors[0].quota_mode", `want true or false, got "1"`},
 		{"share_threshold", "domain: api\ndescriptors:\n  - key: path\n    value: /a*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 5,
 			"descriptors[0].share_threshold", "not implemented by ratelab"},
 		{"no limits", "domain: api\ndescriptors:\n  - key: path\n    value: /health\n", false, 1, "descriptors", "no limits"},
@@ -559,5 +559,43 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+// TestQuotaMode: quota_mode puts the limits of its descriptor, and only
+// those, in quota mode, which is shadow mode told apart.
+func TestQuotaMode(t *testing.T) {
+	s, err := Parse("rules.yaml", []byte(`domain: d
+descriptors:
+  - key: tenant
+    quota_mode: true
+    rate_limits:
+      - {name: quota, unit: day, requests_per_unit: 1000}
+      - {name: quota-hour, unit: hour, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        rate_limit: {name: nested, unit: second, requests_per_unit: 5}
+  - key: trial
+    shadow_mode: true
+    quota_mode: false
+    rate_limit: {name: shadow, unit: second, requests_per_unit: 5}
+  - key: plain
+    rate_limit: {name: plain, unit: second, requests_per_unit: 5, shadow_mode: true}
+`), ForService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Warnings) != 0 {
+		t.Errorf("warnings %v", s.Warnings)
+	}
+	want := map[string][2]bool{"quota": {true, true}, "quota-hour": {true, true}, "nested": {false, false},
+		"shadow": {true, false}, "plain": {true, false}}
+	for _, l := range s.Limits() {
+		if got := [2]bool{l.Shadow, l.Quota}; got != want[l.ID] {
+			t.Errorf("%s: shadow, quota %v, want %v", l.ID, got, want[l.ID])
+		}
+		if words := l.String(); strings.Contains(words, "quota mode") != l.Quota {
+			t.Errorf("%s: %s", l.ID, words)
+		}
 	}
 }

@@ -81,6 +81,9 @@ type Descriptor struct {
 	Parent *Descriptor
 	// ShadowMode puts every limit of the node in shadow mode.
 	ShadowMode bool
+	// QuotaMode (envoyproxy/ratelimit's quota_mode) puts every limit of the
+	// node in quota mode (Limit.Quota).
+	QuotaMode bool
 	// DetailedMetric is Envoy's detailed_metric, kept for the rate limit
 	// service's statistics.
 	DetailedMetric bool
@@ -144,6 +147,11 @@ type Limit struct {
 	Cost int64
 	// Shadow limits are counted and never block.
 	Shadow bool
+	// Quota limits are in envoyproxy/ratelimit's quota mode, which answers
+	// as shadow mode does: counted, reported (OK, with the limit and what
+	// remains of it), never over the limit. Such a limit is Shadow too; Quota
+	// tells the two apart.
+	Quota bool
 	// Unlimited limits are answered without Redis: always admitted.
 	Unlimited bool
 	// Blocks is a limit of requests_per_unit 0 (ForService only): answered
