@@ -24,7 +24,7 @@ func (l *Limit) String() string {
 		}
 		prefix, wild := d.Prefix()
 		switch {
-		case d.attr.Kind == KindGeneric && !d.perValue:
+		case d.attr.Kind == KindGeneric && !d.perValue && !d.ShareThreshold:
 			// always present in the gateway: no condition
 		case d.Value == "":
 			if d.fallback.Kind != KindNone {
@@ -33,7 +33,9 @@ func (l *Limit) String() string {
 			per = append(per, what)
 		case wild:
 			conds = append(conds, what+" starting with "+prefix)
-			per = append(per, what)
+			if d.perValue {
+				per = append(per, what)
+			}
 		default:
 			conds = append(conds, what+" = "+d.Value)
 		}

@@ -37,8 +37,8 @@ func TestEnvoyFilesParse(t *testing.T) {
 			"readme-example-10a.yaml:7: descriptors[0].descriptors[0].value_to_metric: ignored"}},
 		"readme-example-10b.yaml": {warnings: []string{"readme-example-10b.yaml:4: descriptors[0].value_to_metric: ignored",
 			"readme-example-10b.yaml:8: descriptors[0].descriptors[0].value_to_metric: ignored"}},
-		"readme-example-11a.yaml": {refused: "readme-example-11a.yaml:6: descriptors[0].share_threshold: envoyproxy/ratelimit's share_threshold is not implemented by ratelab"},
-		"readme-example-11b.yaml": {refused: "readme-example-11b.yaml:5: descriptors[0].share_threshold:"},
+		"readme-example-11a.yaml": {},
+		"readme-example-11b.yaml": {warnings: []string{"readme-example-11b.yaml:6: descriptors[0].value_to_metric: ignored"}},
 		"examples-config.yaml":    {},
 		"readme-example-1.yaml":   {},
 		"readme-example-2.yaml":   {},
@@ -162,6 +162,19 @@ func TestEnvoyReadmeDecisions(t *testing.T) {
 		want{limit: 10, window: time.Minute}.check(t, s, entries("key1", "unspecified_value"))
 		want{limit: 10, window: time.Minute}.check(t, s, entries("key1", "unspecified_value2"))
 		want{limit: 20, window: time.Minute}.check(t, s, entries("key1", "value1"))
+	})
+	t.Run("11: share_threshold", func(t *testing.T) {
+		s := envoyLookup(t, "readme-example-11a.yaml")
+		// "all files/* matches share the same threshold"
+		a, b := s.Lookup(entries("files", "files/a.pdf"))[0], s.Lookup(entries("files", "files/b.csv"))[0]
+		if a.Key != b.Key || !a.Limit.Global() || a.Label() != "example11/files=files/*/files_files/*" {
+			t.Errorf("files/*: keys %s and %s, label %s: want one global counter", a.Key, b.Key, a.Label())
+		}
+		// "each files_no_share/* match has its own isolated threshold"
+		c, d := s.Lookup(entries("files_no_share", "files_no_share/a.pdf"))[0], s.Lookup(entries("files_no_share", "files_no_share/b.csv"))[0]
+		if c.Key == d.Key {
+			t.Errorf("files_no_share/*: one counter %s, want one per value", c.Key)
+		}
 	})
 	t.Run("9: wildcard", func(t *testing.T) {
 		s := envoyLookup(t, "readme-example-9.yaml")

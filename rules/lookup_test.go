@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +383,128 @@ func TestEnvoyMistakes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v\nwant %s", tc.file, err, tc.want)
 		}
+	}
+}
+
+// shareConfig has prefixes that share their counter (share_threshold) at
+// one level and at two, one that does not under one that does, and an
+// exact value beside a shared prefix.
+const shareConfig = `domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        share_threshold: false
+        descriptors:
+          - key: type
+            rate_limit: {unit: minute, requests_per_unit: 120}
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 150}
+  - key: file
+    value: test1
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+
+// TestLookupShareThreshold: every value a shared prefix matches meets one
+// counter, named by the prefix as written, in one slot unless a value
+// below it is counted per value; an exact value keeps its own.
+func TestLookupShareThreshold(t *testing.T) {
+	s := parseEnvoy(t, "share.yaml", shareConfig)
+	for _, tc := range []struct {
+		name    string
+		a, b    []Entry
+		same    bool    // a and b meet one counter
+		counted []Entry // a's hit's entries
+		tagKey  string  // "" for the domain's slot
+	}{
+		{"one level", entries("files", "files/a.pdf"), entries("files", "files/b.csv"), true,
+			entries("files", "files/*"), ""},
+		{"shared above one per value", entries("path", "path/foo", "file", "file/doc1", "type", "pdf"),
+			entries("path", "path/bar", "file", "file/doc1", "type", "pdf"), true,
+			entries("path", "path/*", "file", "file/doc1", "type", "pdf"), "file"},
+		{"the value below counts apart", entries("path", "path/foo", "file", "file/doc1", "type", "pdf"),
+			entries("path", "path/foo", "file", "file/doc2", "type", "pdf"), false,
+			entries("path", "path/*", "file", "file/doc1", "type", "pdf"), "file"},
+		{"two levels", entries("user", "user/alice", "resource", "res/file1"), entries("user", "user/bob", "resource", "res/file2"), true,
+			entries("user", "user/*", "resource", "res/*"), ""},
+		{"an exact value apart", entries("file", "test1"), entries("file", "test2"), false,
+			entries("file", "test1"), ""},
+		{"values of the prefix", entries("file", "test2"), entries("file", "test123"), true,
+			entries("file", "test*"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := s.Lookup(tc.a), s.Lookup(tc.b)
+			if len(a) != 1 || len(b) != 1 {
+				t.Fatalf("%d and %d hits, want 1 each", len(a), len(b))
+			}
+			if (a[0].Key == b[0].Key) != tc.same || (a[0].Tag == b[0].Tag) != (tc.same || tc.tagKey == "") {
+				t.Errorf("keys %s and %s: want shared %v", a[0].Key, b[0].Key, tc.same)
+			}
+			if !slices.Equal(a[0].Entries, tc.counted) || a[0].Limit.TagKey() != tc.tagKey {
+				t.Errorf("entries %v, tag key %q; want %v, %q", a[0].Entries, a[0].Limit.TagKey(), tc.counted, tc.tagKey)
+			}
+			if tc.tagKey == "" && (a[0].Tag != domainTag("d") || !a[0].Limit.Global()) {
+				t.Errorf("tag %s: want the domain's", a[0].Tag)
+			}
+		})
+	}
+	if got := s.Lookup(entries("file", "test2"))[0].Label(); got != "d/file=test*/file_test*" {
+		t.Errorf("label %s", got)
+	}
+}
+
+// TestMatchShareThreshold: in the gateway, a shared prefix of a path
+// gives every path it matches one counter; an exact path keeps its own.
+func TestMatchShareThreshold(t *testing.T) {
+	s := mustParse(t, `domain: api
+descriptors:
+  - key: header:X-Consumer-Id
+    descriptors:
+      - key: path
+        value: /export/*
+        share_threshold: true
+        rate_limit: {name: export, unit: minute, requests_per_unit: 3}
+      - key: path
+        value: /export/big
+        rate_limit: {name: big, unit: minute, requests_per_unit: 1}
+`)
+	match := func(consumer, path string) Hit {
+		t.Helper()
+		hits := s.Match(Request{Path: path, Header: hdr("X-Consumer-Id", consumer)})
+		if len(hits) != 1 {
+			t.Fatalf("%s %s: %d hits", consumer, path, len(hits))
+		}
+		return hits[0]
+	}
+	a, b := match("alice", "/export/a.csv"), match("alice", "/export/b.csv")
+	if a.Key != b.Key || a.Label() != "api/header:X-Consumer-Id=alice/path=/export/*/export" {
+		t.Errorf("alice's exports: keys %s and %s, label %s: want one counter", a.Key, b.Key, a.Label())
+	}
+	if c := match("bob", "/export/a.csv"); c.Key == a.Key || c.Tag == a.Tag {
+		t.Errorf("bob shares alice's counter %s", c.Key)
+	}
+	if big := match("alice", "/export/big"); big.Limit.ID != "big" || big.Key == a.Key {
+		t.Errorf("/export/big: %s %s", big.Limit.ID, big.Key)
+	}
+	want := "requests with path starting with /export/: per value of header X-Consumer-Id, at most 3 per 1m (sliding-log)"
+	if got := s.Limits()[0].String(); got != want {
+		t.Errorf("in words: %s\nwant %s", got, want)
 	}
 }

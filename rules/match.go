@@ -149,6 +149,7 @@ func (w *walker) visit(d *Descriptor, e Entry, depth, tagAt int, tagged bool) {
 		}
 		own := w.spare[:n:n]
 		copy(own, w.entries[:n])
+		d.shareIn(own)
 		w.spare = w.spare[n:]
 		w.hits = w.s.hits(w.hits, d, own, tagAt, tagged)
 	}
@@ -219,7 +220,8 @@ func tagOf(v string) [16]byte {
 // envoyproxy/ratelimit's GetLimit finds its limit: for each entry in turn,
 // the child keyed key_value, else the first child whose value is a prefix of
 // it (key_prefix*), else the child keyed by the key alone; no child ends the
-// walk. The node's limits apply only when it is the last entry's: a
+// walk. A value matched by a prefix that shares its counter
+// (share_threshold) is counted as the prefix (Hit.Entries). The node's limits apply only when it is the last entry's: a
 // descriptor longer or shorter than the path meets nothing. Replaces is not
 // applied (see Replace). It returns no hit when nothing applies; a node
 // with rate_limits gives one hit per limit.
@@ -251,7 +253,9 @@ func (s *Set) Lookup(entries []Entry) []Hit {
 			if len(next.Limits) == 0 {
 				return nil
 			}
-			return s.hits(nil, next, slices.Clone(entries), tagAt, tagged)
+			counted := slices.Clone(entries)
+			next.shareIn(counted)
+			return s.hits(nil, next, counted, tagAt, tagged)
 		}
 		if len(next.Descriptors) == 0 {
 			return nil

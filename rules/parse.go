@@ -29,8 +29,7 @@ const (
 	maxWindow     = 365 * 24 * time.Hour
 )
 
-// Fields of each mapping, and the Envoy fields of the pinned version that
-// ratelab does not implement: refused by name when set, never ignored.
+// Fields of each mapping.
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "descriptors", "rate_limit", "rate_limits", "shadow_mode",
@@ -38,7 +37,6 @@ var (
 	limitFields = []string{"name", "unit", "requests_per_unit", "unlimited", "replaces", "algorithm", "window",
 		"unit_multiplier", "cost", "shadow_mode"}
 	replacesFields = []string{"name"}
-	notImplemented = []string{"share_threshold"}
 	// envoyFields are the fields envoyproxy/ratelimit accepts (its
 	// config_impl.go's validKeys), in any mapping: where it does not read
 	// one, it ignores it, and so does ForService, with a warning.
@@ -174,8 +172,11 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 			p.checkValue(d, f)
 		}
 	}
+	if f, ok := fields["share_threshold"]; ok {
+		p.shareThreshold(d, f)
+	}
 	_, wild := d.Prefix()
-	d.perValue = (d.Value == "" || wild) && !(p.o.gateway && d.attr.Kind == KindGeneric)
+	d.perValue = (d.Value == "" || wild) && !(p.o.gateway && d.attr.Kind == KindGeneric) && !d.ShareThreshold
 	for _, flag := range []struct {
 		name string
 		b    *bool
@@ -188,13 +189,6 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 		if on, ok := p.boolean(f, join(path, "value_to_metric")); ok && on {
 			p.warnf(f.key, join(path, "value_to_metric"), "ignored: it names envoyproxy/ratelimit's statistics by the values sent; "+
 				"ratelab's metrics are per limit")
-		}
-	}
-	for _, name := range notImplemented {
-		if f, ok := fields[name]; ok {
-			if on, ok := p.boolean(f, join(path, name)); ok && on {
-				p.errorf(f.key, join(path, name), "envoyproxy/ratelimit's %s is not implemented by ratelab", name)
-			}
 		}
 	}
 	if f, ok := fields["fallback_key"]; ok {
@@ -262,6 +256,21 @@ func (p *parser) addLimit(d *Descriptor, l *Limit) {
 		l.index = len(d.Limits)
 		d.Limits = append(d.Limits, l)
 	}
+}
+
+// shareThreshold reads share_threshold, which only a prefix may set, as
+// envoyproxy/ratelimit has it.
+func (p *parser) shareThreshold(d *Descriptor, f field) {
+	path := join(d.Field, "share_threshold")
+	on, ok := p.boolean(f, path)
+	if !ok || !on {
+		return
+	}
+	if _, wild := d.Prefix(); !wild {
+		p.errorf(f.key, path, "only a value ending in * shares one counter among the values it matches (this descriptor's value is %q)", d.Value)
+		return
+	}
+	d.ShareThreshold = true
 }
 
 // checkKey refuses an empty key, a wildcard in a key, and in the gateway a

@@ -79,6 +79,12 @@ type Descriptor struct {
 	Descriptors []*Descriptor
 	// Parent is the node this one is nested under; nil at the top level.
 	Parent *Descriptor
+	// ShareThreshold (share_threshold, on a prefix only) has every value the
+	// prefix matches share one counter of each limit, as
+	// envoyproxy/ratelimit's share_threshold: the hits' entries hold the
+	// value as written (files/*) in place of the value met, and the node is
+	// not PerValue.
+	ShareThreshold bool
 	// ShadowMode puts every limit of the node in shadow mode.
 	ShadowMode bool
 	// QuotaMode (envoyproxy/ratelimit's quota_mode) puts every limit of the
@@ -117,8 +123,9 @@ func (d *Descriptor) Prefix() (string, bool) {
 }
 
 // PerValue reports whether each value of the key gets counters of its own
-// under this node: the key alone, or a prefix. An exact value is one fixed
-// value, and so, in the gateway, is generic_key's.
+// under this node: the key alone, or a prefix that does not share its
+// counter (ShareThreshold). An exact value is one fixed value, and so, in
+// the gateway, is generic_key's.
 func (d *Descriptor) PerValue() bool { return d.perValue }
 
 // Attribute says where the gateway reads the node's key: the Kind of
@@ -197,7 +204,9 @@ type Hit struct {
 	// Limit is the limit met.
 	Limit *Limit
 	// Entries are the path's keys with the values of the request, from the
-	// top of the tree down to the limit's node.
+	// top of the tree down to the limit's node; where a prefix shares its
+	// counter (Descriptor.ShareThreshold), the prefix as written (files/*).
+	// They name the counter.
 	Entries []Entry
 	// Key is the Redis key of the limit's counter for these entries, the
 	// base its algorithm derives its keys from: algorithms.Key(Tag,
@@ -212,6 +221,17 @@ type Hit struct {
 	// ReplacedBy is, for a hit that Explain reports as replaced, the ID of
 	// a limit met by the same request that replaces it.
 	ReplacedBy string
+}
+
+// shareIn writes, into the entries of a path to d (one entry a level), the
+// value of every node on it that shares its counter among the values it
+// matches.
+func (d *Descriptor) shareIn(entries []Entry) {
+	for n, i := d, len(entries)-1; n != nil && i >= 0; n, i = n.Parent, i-1 {
+		if n.ShareThreshold {
+			entries[i].Value = n.Value
+		}
+	}
 }
 
 // Label is the counter in readable form: the domain, each entry as
