@@ -96,7 +96,8 @@ func (s *Set) Describe(w io.Writer) error {
 		width = max(width, min(len(l.ID), 24))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "domain %s, version %s (%s): %d limit%s\n", s.Domain, s.Version, s.File, len(s.limits), plural(len(s.limits)))
+	fmt.Fprintf(&b, "domain %s, version %s (%s): %d limit%s\n", s.Domain, s.Version, strings.Join(s.Files, ", "), len(s.limits),
+		plural(len(s.limits)))
 	absent := false
 	for _, l := range s.limits {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, l.ID, l.String())

@@ -48,32 +48,72 @@ var (
 // its bytes. The result is checked; every mistake is an *Error naming the
 // line and the field, several joined with errors.Join.
 func Parse(name string, src []byte, opts ...Option) (*Set, error) {
+	o, err := newOptions(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := read(File{Name: name, Src: src}, o)
+	if err != nil {
+		return nil, err
+	}
+	return p.finish()
+}
+
+func newOptions(name string, opts []Option) (options, error) {
 	o := options{algorithm: DefaultAlgorithm}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if !slices.Contains(algorithms.Algorithms(), o.algorithm) {
-		return nil, &Error{File: name, Message: fmt.Sprintf("default algorithm %q is not one of %s", o.algorithm,
+		return o, &Error{File: name, Message: fmt.Sprintf("default algorithm %q is not one of %s", o.algorithm,
 			strings.Join(algorithms.Algorithms(), ", "))}
 	}
-	root, err := decode(name, src)
+	return o, nil
+}
+
+// read reads one file's tree, each field checked; what needs the whole
+// tree of a domain, which may be merged from several files, is finish's.
+func read(f File, o options) (*parser, error) {
+	root, err := decode(f.Name, f.Src)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(src)
-	p := &parser{file: name, o: o, set: &Set{File: name, Version: hex.EncodeToString(sum[:6]), gateway: o.gateway}}
+	p := &parser{file: f.Name, o: o, rootLine: deref(root).Line, sums: [][sha256.Size]byte{sha256.Sum256(f.Src)},
+		set: &Set{File: f.Name, Files: []string{f.Name}, gateway: o.gateway}}
 	p.root(root)
-	if len(p.errs) == 0 {
-		p.crossCheck(deref(root))
-	}
 	if len(p.errs) > 0 {
 		return nil, p.joined()
 	}
+	return p, nil
+}
+
+// finish checks the tree as a whole and indexes it.
+func (p *parser) finish() (*Set, error) {
+	p.crossCheck()
+	if len(p.errs) > 0 {
+		return nil, p.joined()
+	}
+	p.set.Version = version(p.sums)
 	p.set.index()
-	slices.SortStableFunc(p.warns, func(a, b *Error) int { return a.Line - b.Line })
+	p.sort(p.warns)
 	p.set.Warnings = p.warns
 	return p.set, nil
 }
+
+// version is a short hash of a set's files (12 hex digits): a file's own
+// hash when it is one.
+func version(sums [][sha256.Size]byte) string {
+	sum := sums[0]
+	if len(sums) > 1 {
+		h := sha256.New()
+		for _, s := range sums {
+			h.Write(s[:])
+		}
+		h.Sum(sum[:0])
+	}
+	return hex.EncodeToString(sum[:6])
+}
+
 func (p *parser) root(n *yaml.Node) {
 	fields, ok := p.mapping(n, "", rootFields)
 	if !ok {
@@ -85,11 +125,25 @@ func (p *parser) root(n *yaml.Node) {
 		if d == "" {
 			p.errorf(f.key, "domain", "is empty: a rules file names its domain")
 		}
-		p.set.Domain = d
+		p.set.Domain, p.domainLine = d, f.key.Line
 	}
+	p.top = &siblings{}
 	if f, ok := fields["descriptors"]; ok {
 		p.set.Descriptors = p.descriptors(f, "descriptors", nil, 1)
 	}
+}
+
+// merge adds the descriptors of q, a later file of the same domain, to
+// the top level of p's, as envoyproxy/ratelimit merges a domain's files:
+// one that repeats a key and value of the top level is a mistake of q's.
+func (p *parser) merge(q *parser) {
+	for _, d := range q.set.Descriptors {
+		if q.sibling(p.top, d, d.Line) {
+			p.set.Descriptors = append(p.set.Descriptors, d)
+		}
+	}
+	p.errs, p.warns = append(p.errs, q.errs...), append(p.warns, q.warns...)
+	p.set.Files, p.sums = append(p.set.Files, q.file), append(p.sums, q.sums...)
 }
 
 // descriptors reads a list of descriptors at depth (1 at the top).
@@ -103,37 +157,63 @@ func (p *parser) descriptors(f field, path string, parent *Descriptor, depth int
 		return nil
 	}
 	var ds []*Descriptor
-	seen := map[string]*Descriptor{}
-	read := map[Entry]*Descriptor{}
+	level := &siblings{}
+	if depth == 1 {
+		level = p.top
+	}
 	for i, n := range list {
 		if p.nodes++; p.nodes > maxDescriptors {
 			p.errorf(n, path, "more than %d descriptors", maxDescriptors)
 			return ds
 		}
 		d := p.descriptor(n, fmt.Sprintf("%s[%d]", path, i), parent, depth)
-		if d == nil {
-			continue
+		if d != nil && p.sibling(level, d, n.Line) {
+			ds = append(ds, d)
 		}
-		// As envoyproxy/ratelimit: siblings are told apart by key, or
-		// key_value when there is a value.
-		if first, ok := seen[d.composite()]; ok {
-			p.errorf(n, d.Field, "duplicate descriptor composite key %q (%s, line %d, has the same key and value)",
-				p.set.Domain+"."+d.fullKey(), first.Field, first.Line)
-			continue
-		}
-		seen[d.composite()] = d
-		// The gateway reads header names in any case, and hosts in lower case.
-		if p.o.gateway {
-			same := Entry{d.attr.String(), d.attr.normalize(d.Value)}
-			if first, ok := read[same]; ok {
-				p.errorf(n, d.Field, "matches the same requests as %s (line %d): %s = %q", first.Field, first.Line, same.Key, d.Value)
-				continue
-			}
-			read[same] = d
-		}
-		ds = append(ds, d)
 	}
 	return ds
+}
+
+// siblings are the descriptors of one level read so far.
+type siblings struct {
+	composite map[string]*Descriptor
+	read      map[Entry]*Descriptor // the gateway's: an attribute and a value it reads
+}
+
+// sibling adds d, at line, to its level, and reports whether it may be
+// there: as envoyproxy/ratelimit, siblings are told apart by key, or
+// key_value when there is a value; and the gateway reads header names in
+// any case, and hosts in lower case.
+func (p *parser) sibling(level *siblings, d *Descriptor, line int) bool {
+	if first, ok := level.composite[d.composite()]; ok {
+		p.errorAt(line, d.Field, "duplicate descriptor composite key %q (%s, %s, has the same key and value)",
+			p.set.Domain+"."+d.fullKey(), first.Field, lineIn(first.File, first.Line, p.file))
+		return false
+	}
+	if level.composite == nil {
+		level.composite, level.read = map[string]*Descriptor{}, map[Entry]*Descriptor{}
+	}
+	level.composite[d.composite()] = d
+	if !p.o.gateway {
+		return true
+	}
+	same := Entry{d.attr.String(), d.attr.normalize(d.Value)}
+	if first, ok := level.read[same]; ok {
+		p.errorAt(line, d.Field, "matches the same requests as %s (%s): %s = %q", first.Field, lineIn(first.File, first.Line, p.file),
+			same.Key, d.Value)
+		return false
+	}
+	level.read[same] = d
+	return true
+}
+
+// lineIn names a line of file, in a message about a place in from: with
+// the file's name when it is another.
+func lineIn(file string, line int, from string) string {
+	if file == from {
+		return fmt.Sprintf("line %d", line)
+	}
+	return fmt.Sprintf("line %d of %s", line, file)
 }
 
 // composite is the node's name among its siblings, as envoyproxy/ratelimit
@@ -159,7 +239,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 		return nil
 	}
 	errs := len(p.errs)
-	d := &Descriptor{Parent: parent, Line: deref(n).Line, Field: path}
+	d := &Descriptor{Parent: parent, File: p.file, Line: deref(n).Line, Field: path}
 	if f, ok := fields["key"]; !ok {
 		p.errorf(n, join(path, "key"), "missing: every descriptor has a key")
 	} else if k, ok := p.text(f, join(path, "key")); ok {

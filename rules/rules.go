@@ -35,12 +35,18 @@ const DefaultAlgorithm = "sliding-log"
 // Set is a parsed and checked rules file. Its fields and everything they
 // point to are read-only.
 type Set struct {
-	// File is the name the rules were parsed under (the file's path).
+	// File is the name the rules were parsed under (the file's path); the
+	// first of Files.
 	File string
+	// Files are the names of the files the set was read from: File alone,
+	// or a domain's files in the order ParseConfig merged them
+	// (MergeDomains).
+	Files []string
 	// Domain is the file's domain: every counter key starts from it.
 	Domain string
 	// Version is a short hash of the source (12 hex digits): two files with
-	// the same bytes have the same version.
+	// the same bytes have the same version. A set merged from several files
+	// has a hash of theirs, in order.
 	Version string
 	// Descriptors is the top level of the tree, in file order.
 	Descriptors []*Descriptor
@@ -93,6 +99,8 @@ type Descriptor struct {
 	// DetailedMetric is Envoy's detailed_metric, kept for the rate limit
 	// service's statistics.
 	DetailedMetric bool
+	// File is the file the node is in: one of its set's Files.
+	File string
 	// Line is the line of the node in the file.
 	Line int
 	// Field is the node's place in the file, as errors name it:
@@ -180,6 +188,9 @@ type Limit struct {
 	nameLine      int
 	replacesLines []int
 }
+
+// file is the file the limit is in.
+func (l *Limit) file() string { return l.Descriptor.File }
 
 // TagKey is the key whose value, on the limit's path, makes the Cluster hash
 // tag of its counters: the first key with a value per request (the key alone
@@ -309,6 +320,7 @@ type Option func(*options)
 type options struct {
 	gateway   bool
 	service   bool
+	merge     bool
 	algorithm string
 }
 

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -47,37 +48,56 @@ func syntaxError(name string, err error) *Error {
 	return &Error{File: name, Message: "not valid YAML: " + msg}
 }
 
+// parser reads one file, and checks a domain's tree: one file's, or
+// several merged into the first file's parser.
 type parser struct {
-	file   string
-	o      options
-	set    *Set
-	errs   []*Error
-	warns  []*Error
-	nodes  int // descriptors read, each repetition of an alias counted
-	limits int // limits read, likewise
+	file       string
+	o          options
+	set        *Set
+	top        *siblings // the top level's descriptors, which a merge adds to
+	rootLine   int
+	domainLine int
+	sums       [][sha256.Size]byte // the hash of each file of the set
+	errs       []*Error
+	warns      []*Error
+	nodes      int // descriptors read, each repetition of an alias counted
+	limits     int // limits read, likewise
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) {
-	p.errs = append(p.errs, p.at(n, field, format, a...))
+	p.errorAt(lineOf(n), field, format, a...)
+}
+
+func (p *parser) errorAt(line int, field, format string, a ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)})
 }
 
 // warnf notes what the file holds that ratelab accepts but does not do as
 // it reads (Set.Warnings).
 func (p *parser) warnf(n *yaml.Node, field, format string, a ...any) {
-	p.warns = append(p.warns, p.at(n, field, format, a...))
+	p.warns = append(p.warns, &Error{File: p.file, Line: lineOf(n), Field: field, Message: fmt.Sprintf(format, a...)})
 }
 
-func (p *parser) at(n *yaml.Node, field, format string, a ...any) *Error {
-	line := 0
-	if n != nil {
-		line = n.Line
+func lineOf(n *yaml.Node) int {
+	if n == nil {
+		return 0
 	}
-	return &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)}
+	return n.Line
 }
 
-// joined is the errors in line order, at most maxErrors of them.
+// sort puts errors in the order of the set's files, and of lines in each.
+func (p *parser) sort(errs []*Error) {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		if c := slices.Index(p.set.Files, a.File) - slices.Index(p.set.Files, b.File); c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
+}
+
+// joined is the errors in order (sort), at most maxErrors of them.
 func (p *parser) joined() error {
-	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	p.sort(p.errs)
 	errs := make([]error, 0, maxErrors+1)
 	for i, e := range p.errs {
 		if i == maxErrors {
