@@ -156,6 +156,9 @@ func TestEnvoyReadmeDecisions(t *testing.T) {
 		if len(kept) != 1 || kept[0].Limit.Policy.Limit != 10 || len(replaced) != 1 || replaced[0].Limit.Name != "specific_limit" {
 			t.Errorf("both descriptors: kept %v, replaced %v; want the 10/s alone", ids(kept), ids(replaced))
 		}
+		if call := s.LookupCall([][]Entry{one, two}); len(call[0]) != 0 || len(call[1]) != 1 || call[1][0].Limit.Policy.Limit != 10 {
+			t.Errorf("one call of both: %v and %v; want the 10/s alone, on the second", ids(call[0]), ids(call[1]))
+		}
 	})
 	t.Run("8: detailed metric", func(t *testing.T) {
 		s := envoyLookup(t, "readme-example-8.yaml")

@@ -508,3 +508,59 @@ descriptors:
 		t.Errorf("in words: %s\nwant %s", got, want)
 	}
 }
+
+// TestLookupCall: a call's descriptors are looked up each, and replaces
+// applies across them as envoyproxy/ratelimit's constructLimitsToCheck
+// applies it: a replaced limit's own replaces count, and an unlimited limit
+// that is replaced is kept.
+func TestLookupCall(t *testing.T) {
+	s := parseEnvoy(t, "call.yaml", `domain: d
+descriptors:
+  - key: a
+    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: b}]}
+  - key: b
+    rate_limit: {name: b, unit: second, requests_per_unit: 2, replaces: [{name: c}]}
+  - key: c
+    rate_limit: {name: c, unit: second, requests_per_unit: 3}
+  - key: free
+    rate_limit: {name: free, unlimited: true, replaces: [{name: c}]}
+  - key: vip
+    rate_limit: {name: vip, unit: second, requests_per_unit: 4, replaces: [{name: free}]}
+  - key: both
+    rate_limits:
+      - {name: low, unit: second, requests_per_unit: 5}
+      - {name: high, unit: second, requests_per_unit: 50, replaces: [{name: low}]}
+`)
+	for _, tc := range []struct {
+		name        string
+		descriptors [][]Entry
+		want        [][]string // each descriptor's limits met
+	}{
+		{"none replaces", [][]Entry{entries("c", "1"), entries("x", "1")}, [][]string{{"c"}, nil}},
+		{"across descriptors", [][]Entry{entries("b", "1"), entries("c", "1")}, [][]string{{"b"}, nil}},
+		{"a replaced limit still replaces", [][]Entry{entries("c", "1"), entries("a", "1"), entries("b", "1")}, [][]string{nil, {"a"}, nil}},
+		{"an unlimited limit replaced is kept", [][]Entry{entries("free", "1"), entries("vip", "1")}, [][]string{{"free"}, {"vip"}}},
+		{"an unlimited limit replaces", [][]Entry{entries("c", "1"), entries("free", "1")}, [][]string{nil, {"free"}}},
+		{"within one descriptor", [][]Entry{entries("both", "1")}, [][]string{{"high"}}},
+		{"a nil descriptor meets nothing", [][]Entry{nil, entries("c", "1")}, [][]string{nil, {"c"}}},
+		{"no descriptors", nil, [][]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := s.LookupCall(tc.descriptors)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d descriptors' hits, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if ids := ids(got[i]); !slices.Equal(ids, tc.want[i]) {
+					t.Errorf("descriptor %d: %v, want %v", i, ids, tc.want[i])
+				}
+			}
+		})
+	}
+	// Without replaces in the set, each descriptor's hits are Lookup's.
+	plain := parseEnvoy(t, "plain.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	got := plain.LookupCall([][]Entry{entries("k", "1"), entries("k", "2")})
+	if len(got) != 2 || len(got[0]) != 1 || got[1][0].Key != plain.Lookup(entries("k", "2"))[0].Key {
+		t.Errorf("without replaces: %v", got)
+	}
+}
