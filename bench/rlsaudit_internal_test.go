@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,54 @@ func TestRLSAuditJudgesStatuses(t *testing.T) {
 				if l.Headers.Violations != 0 {
 					t.Fatalf("%s: headers %+v", l.ID, l.Headers)
 				}
+			}
+		})
+	}
+}
+
+// TestRLSMeetingReplaces: each call meets the limits the configuration
+// gives its descriptors with replaces across the call, as the service
+// applies it: a replaced limit is not judged, and a replaced unlimited one
+// is still met (the service answers it unlimited).
+func TestRLSMeetingReplaces(t *testing.T) {
+	const config = `domain: d
+descriptors:
+  - key: plan
+    rate_limit: {name: gold, unit: second, requests_per_unit: 50, replaces: [{name: default}, {name: free}]}
+  - key: user
+    rate_limit: {name: default, unit: second, requests_per_unit: 5}
+  - key: health
+    rate_limit: {name: free, unlimited: true}
+`
+	set, err := rules.Parse("d.yaml", []byte(config), rules.ForService(), rules.WithDefaultAlgorithm("fixed-window"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		descriptors []Descriptor
+		want        []string // the limits met, in the file's order
+	}{
+		{"alone", []Descriptor{{{"user", "{consumer}"}}}, []string{"default"}},
+		{"replaced", []Descriptor{{{"plan", "gold"}}, {{"user", "{consumer}"}}}, []string{"gold"}},
+		{"an unlimited limit replaced is met", []Descriptor{{{"plan", "gold"}}, {{"health", "x"}}}, []string{"gold", "free"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := RLSConfig{Target: "127.0.0.1:1", Domain: "d", Descriptors: tc.descriptors, Consumers: 1, Requests: 1, ExpectConfig: set}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			calls, err := newRLSCalls(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rlsMeeting(cfg, calls, []sample{{consumer: 0, status: rlsOK}}, consumerName)
+			var got []string
+			for _, e := range r.exps {
+				got = append(got, e.id)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("limits met %v, want %v", got, tc.want)
 			}
 		})
 	}
