@@ -279,6 +279,8 @@ func (p *parser) descriptor(n *yaml.Node, path string, parent *Descriptor, depth
 	switch {
 	case hasOne && hasMany:
 		p.errorf(many.key, join(path, "rate_limits"), "give rate_limit or rate_limits, not both")
+	case hasOne && p.o.service && null(one.val):
+		// envoyproxy/ratelimit: no limit, as when rate_limit is left out
 	case hasOne:
 		if p.countLimit(one.key, join(path, "rate_limit")) {
 			p.addLimit(d, p.limit(one.val, join(path, "rate_limit"), d))

@@ -601,3 +601,52 @@ descriptors:
 		}
 	}
 }
+
+// TestParseServiceValues: the rate limit service reads values as
+// envoyproxy/ratelimit's YAML 1.1 reads them, where ratelab's own files
+// refuse them: yes, no, on and off as booleans and null as false, a null
+// rate_limit as none, a missing requests_per_unit as 0, and an unlimited
+// limit's requests_per_unit ignored.
+func TestParseServiceValues(t *testing.T) {
+	const limit = "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	for _, tc := range []struct {
+		name     string
+		src      string // the descriptors
+		check    func(*Set) bool
+		warnings []string
+	}{
+		{"yes", "  - key: k\n    shadow_mode: yes\n" + limit, func(s *Set) bool { return s.Limits()[0].Shadow }, nil},
+		{"On", "  - key: k\n    quota_mode: On\n" + limit, func(s *Set) bool { return s.Limits()[0].Quota }, nil},
+		{"no", "  - key: k\n    shadow_mode: no\n" + limit, func(s *Set) bool { return !s.Limits()[0].Shadow }, nil},
+		{"null", "  - key: k\n    shadow_mode:\n" + limit, func(s *Set) bool { return !s.Limits()[0].Shadow }, nil},
+		{"a null rate_limit", "  - key: k\n    rate_limit:\n  - key: l\n" + limit,
+			func(s *Set) bool { return len(s.Limits()) == 1 && s.Lookup(entries("k", "1")) == nil }, nil},
+		{"no requests_per_unit", "  - key: k\n    rate_limit: {unit: hour}\n", func(s *Set) bool {
+			l := s.Limits()[0]
+			return l.Blocks && l.Policy.Window == time.Hour
+		}, []string{"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: missing: read as 0"}},
+		{"unlimited with requests_per_unit", "  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+			func(s *Set) bool { return s.Limits()[0].Unlimited },
+			[]string{"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: ignored: an unlimited limit has no requests per unit"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "domain: d\ndescriptors:\n" + tc.src
+			s, err := Parse("rules.yaml", []byte(src), ForService())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(s) {
+				t.Errorf("read otherwise:\n%s", src)
+			}
+			checkWarnings(t, s.Warnings, tc.warnings)
+			if _, err := Parse("rules.yaml", []byte(src)); err == nil {
+				t.Error("accepted without ForService")
+			}
+		})
+	}
+	// A quoted "yes" is a string in YAML 1.1 too.
+	if _, err := Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: \"yes\"\n"+limit), ForService()); err == nil ||
+		!strings.Contains(err.Error(), `descriptors[0].shadow_mode: want true or false, got "yes"`) {
+		t.Errorf("a quoted yes: %v", err)
+	}
+}

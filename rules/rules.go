@@ -326,9 +326,12 @@ type options struct {
 
 // ForService checks the file for Envoy's rate limit service (ratelab rls),
 // accepting what envoyproxy/ratelimit accepts: requests_per_unit 0, a limit
-// that refuses every request that adds a hit (Limit.Blocks); a * inside a
-// value, matched as itself; a domain with no limits; and any of its fields
-// where it ignores them. All but the first with a warning (Set.Warnings).
+// that refuses every request that adds a hit (Limit.Blocks), and so a
+// missing requests_per_unit; a * inside a value, matched as itself; a
+// domain with no limits; any of its fields where it ignores them, and an
+// unlimited limit's requests_per_unit; YAML 1.1's booleans (yes, no, on,
+// off, y, n; null is false) and a null rate_limit (none). What is not done
+// as written is said in a warning (Set.Warnings).
 func ForService() Option { return func(o *options) { o.service = true } }
 
 // ForGateway checks the file for ratelab's HTTP gateway: every key must be

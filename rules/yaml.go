@@ -243,17 +243,47 @@ func (p *parser) text(f field, path string) (string, bool) {
 func nothing(n *yaml.Node) bool {
 	n = deref(n)
 	var b bool
-	return n.Kind == yaml.ScalarNode && (n.Tag == "!!null" || n.Tag == "!!bool" && n.Decode(&b) == nil && !b)
+	return null(n) || n.Kind == yaml.ScalarNode && n.Tag == "!!bool" && n.Decode(&b) == nil && !b
+}
+
+func null(n *yaml.Node) bool {
+	n = deref(n)
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
 func (p *parser) boolean(f field, path string) (bool, bool) {
-	n := deref(f.val)
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+	b, ok := p.flag(f.val)
+	if !ok {
+		n := deref(f.val)
 		p.errorf(n, path, "want true or false, got %s", kindOf(n))
+	}
+	return b, ok
+}
+
+// flag reads n as a boolean: YAML's true or false, and for the rate limit
+// service what envoyproxy/ratelimit's YAML 1.1 (gopkg.in/yaml.v2) reads as
+// one too: null as false, and the words yes, no, on, off, y and n.
+func (p *parser) flag(n *yaml.Node) (b, ok bool) {
+	n = deref(n)
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		return false, false
+	case n.Tag == "!!bool":
+		return b, n.Decode(&b) == nil
+	case !p.o.service:
+		return false, false
+	case n.Tag == "!!null":
+		return false, true
+	case n.Style != 0: // quoted: a string in YAML 1.1 too
 		return false, false
 	}
-	return b, true
+	switch n.Value {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON":
+		return true, true
+	case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
+		return false, true
+	}
+	return false, false
 }
 
 func (p *parser) integer(f field, path string) (int64, bool) {
