@@ -13,8 +13,10 @@ import (
 // File is one file of a configuration: the name errors call it (its
 // path) and its bytes.
 type File struct {
+	// Name is what errors call the file.
 	Name string
-	Src  []byte
+	// Src is its bytes.
+	Src []byte
 }
 
 // Config is the rule sets of a configuration of several files, such as

@@ -50,11 +50,11 @@ type Set struct {
 	Version string
 	// Descriptors is the top level of the tree, in file order.
 	Descriptors []*Descriptor
-	// Warnings are what the file holds that ratelab accepts but does not do
-	// as it reads: a field envoyproxy/ratelimit reads and ratelab ignores, a
-	// * matched as itself, a domain with no limits (ForService). Each names
-	// its file, line and field, in line order; none when there is nothing
-	// to say.
+	// Warnings are what the files hold that ratelab accepts but does not
+	// do as written: value_to_metric, and for ForService a * matched as
+	// itself, a domain with no limits, a field envoyproxy/ratelimit ignores.
+	// Each names its file, line and field, in the order of Files and of
+	// lines; none when there is nothing to say.
 	Warnings []*Error
 
 	gateway    bool
@@ -194,8 +194,9 @@ func (l *Limit) file() string { return l.Descriptor.File }
 
 // TagKey is the key whose value, on the limit's path, makes the Cluster hash
 // tag of its counters: the first key with a value per request (the key alone
-// or a prefix). Empty when the path has none: then every request that meets
-// the limit shares one counter, tagged by the domain.
+// or a prefix that does not share its counter: Descriptor.PerValue). Empty
+// when the path has none: then every request that meets the limit shares
+// one counter, tagged by the domain.
 func (l *Limit) TagKey() string { return l.tagKey }
 
 // Global reports whether every request that meets the limit shares one
