@@ -74,8 +74,8 @@ type rlsMet struct {
 // rlsMeeting finds, for each sample, the limits its call met: with
 // ExpectLimit, each descriptor is a limit of its own, on the counter its
 // values name; with ExpectConfig, each descriptor meets the limits the
-// configuration gives it (rules.Set.Lookup, and replaces across the call,
-// as the service applies them), and only the limits some call met are
+// configuration gives it (rules.Set.LookupCall: replaces across the call,
+// as the service applies it), and only the limits some call met are
 // judged.
 func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int32) string) rlsMet {
 	type hit struct {
@@ -98,36 +98,27 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 			req = calls.request(-1)
 		}
 		hs := make([][]hit, len(req.GetDescriptors()))
-		replacing := map[string]bool{}
-		var found [][]rules.Hit
+		descs := make([][]rules.Entry, len(req.GetDescriptors()))
 		for d, desc := range req.GetDescriptors() {
 			entries := make([]rules.Entry, len(desc.GetEntries()))
 			for j, e := range desc.GetEntries() {
 				entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 			}
+			descs[d] = entries
 			if cfg.ExpectConfig == nil {
 				label := cfg.Domain + "/" + descriptorLabel(entries)
 				hs[d] = []hit{{k: d, key: label, lbl: label}}
-				continue
-			}
-			rh := cfg.ExpectConfig.Lookup(entries)
-			found = append(found, rh)
-			for _, h := range rh {
-				for _, r := range h.Limit.Replaces {
-					replacing[r] = true
-				}
 			}
 		}
-		for d, rh := range found {
-			for _, h := range rh {
-				if h.Limit.Name != "" && replacing[h.Limit.Name] {
-					continue
+		if cfg.ExpectConfig != nil {
+			for d, rh := range cfg.ExpectConfig.LookupCall(descs) {
+				for _, h := range rh {
+					key := h.Key
+					if key == "" { // unlimited: no counter
+						key = h.Label()
+					}
+					hs[d] = append(hs[d], hit{k: slices.Index(limits, h.Limit), key: key, lbl: h.Label()})
 				}
-				key := h.Key
-				if key == "" { // unlimited: no counter
-					key = h.Label()
-				}
-				hs[d] = append(hs[d], hit{k: slices.Index(limits, h.Limit), key: key, lbl: h.Label()})
 			}
 		}
 		perConsumer[c] = hs

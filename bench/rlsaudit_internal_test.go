@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,31 @@ func (svc rlsService) answer(calls int) ([]sample, []advert) {
 	return samples, advs
 }
 
+// serviceSet parses config as the rate limit service reads it.
+func serviceSet(t *testing.T, config string) *rules.Set {
+	t.Helper()
+	set, err := rules.Parse("d.yaml", []byte(config), rules.ForService(), rules.WithDefaultAlgorithm("fixed-window"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// auditedCalls is the configuration and the calls of a run of one
+// consumer that sends descriptors to domain d, audited by set.
+func auditedCalls(t *testing.T, set *rules.Set, descriptors []Descriptor) (RLSConfig, *rlsCalls) {
+	t.Helper()
+	cfg := RLSConfig{Target: "127.0.0.1:1", Domain: "d", Descriptors: descriptors, Consumers: 1, Requests: 1, ExpectConfig: set}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := newRLSCalls(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, calls
+}
+
 // TestRLSAuditJudgesStatuses: the audit never accuses a service that
 // spends a refused call's other descriptors (envoyproxy/ratelimit), nor
 // one that spends nothing (ratelab rls), and catches remaining counts that
@@ -73,10 +99,7 @@ func (svc rlsService) answer(calls int) ([]sample, []advert) {
 func TestRLSAuditJudgesStatuses(t *testing.T) {
 	const config = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n" +
 		"  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
-	set, err := rules.Parse("d.yaml", []byte(config), rules.ForService(), rules.WithDefaultAlgorithm("fixed-window"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := serviceSet(t, config)
 	for _, tc := range []struct {
 		name        string
 		descriptors []Descriptor
@@ -93,14 +116,7 @@ func TestRLSAuditJudgesStatuses(t *testing.T) {
 		{"admits three times the limit", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{15, 1 << 20}, fallBy: 1}, Leaked, "advertised a limit of 15"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := RLSConfig{Target: "127.0.0.1:1", Domain: "d", Descriptors: tc.descriptors, Consumers: 1, Requests: 1, ExpectConfig: set}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			calls, err := newRLSCalls(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, calls := auditedCalls(t, set, tc.descriptors)
 			samples, advs := tc.svc.answer(40)
 			r := rlsMeeting(cfg, calls, samples, consumerName)
 			r.nameAdverts(samples, advs)
@@ -123,6 +139,44 @@ func TestRLSAuditJudgesStatuses(t *testing.T) {
 				if l.Headers.Violations != 0 {
 					t.Fatalf("%s: headers %+v", l.ID, l.Headers)
 				}
+			}
+		})
+	}
+}
+
+// TestRLSMeetingReplaces: each call meets the limits the configuration
+// gives its descriptors with replaces across the call, as the service
+// applies it: a replaced limit is not judged, and a replaced unlimited one
+// is still met (the service answers it unlimited).
+func TestRLSMeetingReplaces(t *testing.T) {
+	const config = `domain: d
+descriptors:
+  - key: plan
+    rate_limit: {name: gold, unit: second, requests_per_unit: 50, replaces: [{name: default}, {name: free}]}
+  - key: user
+    rate_limit: {name: default, unit: second, requests_per_unit: 5}
+  - key: health
+    rate_limit: {name: free, unlimited: true}
+`
+	set := serviceSet(t, config)
+	for _, tc := range []struct {
+		name        string
+		descriptors []Descriptor
+		want        []string // the limits met, in the file's order
+	}{
+		{"alone", []Descriptor{{{"user", "{consumer}"}}}, []string{"default"}},
+		{"replaced", []Descriptor{{{"plan", "gold"}}, {{"user", "{consumer}"}}}, []string{"gold"}},
+		{"an unlimited limit replaced is met", []Descriptor{{{"plan", "gold"}}, {{"health", "x"}}}, []string{"gold", "free"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, calls := auditedCalls(t, set, tc.descriptors)
+			r := rlsMeeting(cfg, calls, []sample{{consumer: 0, status: rlsOK}}, consumerName)
+			var got []string
+			for _, e := range r.exps {
+				got = append(got, e.id)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("limits met %v, want %v", got, tc.want)
 			}
 		})
 	}

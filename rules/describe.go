@@ -24,7 +24,7 @@ func (l *Limit) String() string {
 		}
 		prefix, wild := d.Prefix()
 		switch {
-		case d.attr.Kind == KindGeneric && !d.perValue:
+		case d.attr.Kind == KindGeneric && !d.perValue && !d.ShareThreshold:
 			// always present in the gateway: no condition
 		case d.Value == "":
 			if d.fallback.Kind != KindNone {
@@ -33,7 +33,9 @@ func (l *Limit) String() string {
 			per = append(per, what)
 		case wild:
 			conds = append(conds, what+" starting with "+prefix)
-			per = append(per, what)
+			if d.perValue {
+				per = append(per, what)
+			}
 		default:
 			conds = append(conds, what+" = "+d.Value)
 		}
@@ -61,7 +63,10 @@ func (l *Limit) String() string {
 			fmt.Fprintf(&b, ", each request costs %d", l.Cost)
 		}
 	}
-	if l.Shadow {
+	switch {
+	case l.Quota:
+		b.WriteString("; quota mode: counted, never blocks")
+	case l.Shadow:
 		b.WriteString("; shadow: counted, never blocks")
 	}
 	if len(l.Replaces) > 0 {
@@ -91,7 +96,8 @@ func (s *Set) Describe(w io.Writer) error {
 		width = max(width, min(len(l.ID), 24))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "domain %s, version %s (%s): %d limit%s\n", s.Domain, s.Version, s.File, len(s.limits), plural(len(s.limits)))
+	fmt.Fprintf(&b, "domain %s, version %s (%s): %d limit%s\n", s.Domain, s.Version, strings.Join(s.Files, ", "), len(s.limits),
+		plural(len(s.limits)))
 	absent := false
 	for _, l := range s.limits {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, l.ID, l.String())

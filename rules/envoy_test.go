@@ -22,45 +22,66 @@ func envoyFile(t *testing.T, name string) []byte {
 
 // TestEnvoyFilesParse: every example of envoyproxy/ratelimit's README and
 // examples/ parses unchanged as the rate limit service reads files, but
-// those that use what ratelab refuses, each refused by line and field.
+// those that use what ratelab refuses, each refused by line and field; and
+// what ratelab accepts without doing it is said in a warning.
 func TestEnvoyFilesParse(t *testing.T) {
-	refused := map[string]string{
+	type want struct {
+		refused  string   // the error's start; "" when the file parses
+		warnings []string // each warning's start, in order
+	}
+	files := map[string]want{
 		// A limit of 0 refuses every request: ratelab's limits admit at least one.
-		"readme-example-3.yaml":   "readme-example-3.yaml:13: descriptors[1].rate_limit.requests_per_unit: must be at least 1 (got 0)",
-		"examples-example.yaml":   "examples-example.yaml:60: descriptors[2].descriptors[2].rate_limit.requests_per_unit: must be at least 1 (got 0)",
-		"readme-example-10a.yaml": "readme-example-10a.yaml:4: descriptors[0].value_to_metric: envoyproxy/ratelimit's value_to_metric is not implemented by ratelab",
-		"readme-example-10b.yaml": "readme-example-10b.yaml:4: descriptors[0].value_to_metric:",
-		"readme-example-11a.yaml": "readme-example-11a.yaml:6: descriptors[0].share_threshold: envoyproxy/ratelimit's share_threshold is not implemented by ratelab",
-		"readme-example-11b.yaml": "readme-example-11b.yaml:5: descriptors[0].share_threshold:",
-		"examples-config.yaml":    "",
-		"readme-example-1.yaml":   "",
-		"readme-example-2.yaml":   "",
-		"readme-example-4a.yaml":  "",
-		"readme-example-4b.yaml":  "",
-		"readme-example-5.yaml":   "",
-		"readme-example-6.yaml":   "",
-		"readme-example-7.yaml":   "",
-		"readme-example-8.yaml":   "",
-		"readme-example-9.yaml":   "",
+		"readme-example-3.yaml": {refused: "readme-example-3.yaml:13: descriptors[1].rate_limit.requests_per_unit: must be at least 1 (got 0)"},
+		"examples-example.yaml": {refused: "examples-example.yaml:60: descriptors[2].descriptors[2].rate_limit.requests_per_unit: must be at least 1 (got 0)"},
+		"readme-example-10a.yaml": {warnings: []string{"readme-example-10a.yaml:4: descriptors[0].value_to_metric: ignored",
+			"readme-example-10a.yaml:7: descriptors[0].descriptors[0].value_to_metric: ignored"}},
+		"readme-example-10b.yaml": {warnings: []string{"readme-example-10b.yaml:4: descriptors[0].value_to_metric: ignored",
+			"readme-example-10b.yaml:8: descriptors[0].descriptors[0].value_to_metric: ignored"}},
+		"readme-example-11a.yaml": {},
+		"readme-example-11b.yaml": {warnings: []string{"readme-example-11b.yaml:6: descriptors[0].value_to_metric: ignored"}},
+		"examples-config.yaml":    {},
+		"readme-example-1.yaml":   {},
+		"readme-example-2.yaml":   {},
+		"readme-example-4a.yaml":  {},
+		"readme-example-4b.yaml":  {},
+		"readme-example-5.yaml":   {},
+		"readme-example-6.yaml":   {},
+		"readme-example-7.yaml":   {},
+		"readme-example-8.yaml":   {},
+		"readme-example-9.yaml":   {},
 	}
-	files, _ := filepath.Glob(filepath.Join("testdata", "envoy", "*.yaml"))
-	if len(files) != len(refused) {
-		t.Errorf("%d files in testdata/envoy, %d in this test", len(files), len(refused))
+	paths, _ := filepath.Glob(filepath.Join("testdata", "envoy", "*.yaml"))
+	if len(paths) != len(files) {
+		t.Errorf("%d files in testdata/envoy, %d in this test", len(paths), len(files))
 	}
-	for _, f := range files {
+	for _, f := range paths {
 		name := filepath.Base(f)
-		want, ok := refused[name]
+		w, ok := files[name]
 		if !ok {
 			t.Errorf("%s: not in this test", name)
 			continue
 		}
-		_, err := Parse(name, envoyFile(t, name))
+		s, err := Parse(name, envoyFile(t, name))
 		switch {
-		case want == "" && err != nil:
+		case w.refused == "" && err != nil:
 			t.Errorf("%s: %v", name, err)
-		case want != "" && (err == nil || !strings.HasPrefix(err.Error(), want)):
-			t.Errorf("%s: got %v\nwant %s", name, err, want)
+		case w.refused != "" && (err == nil || !strings.HasPrefix(err.Error(), w.refused)):
+			t.Errorf("%s: got %v\nwant %s", name, err, w.refused)
+		case err == nil:
+			checkWarnings(t, s.Warnings, w.warnings)
 		}
+	}
+}
+
+// checkWarnings holds warnings to the starts of their texts, in order.
+func checkWarnings(t *testing.T, got []*Error, want []string) {
+	t.Helper()
+	ok := len(got) == len(want)
+	for i := range got {
+		ok = ok && strings.HasPrefix(got[i].Error(), want[i])
+	}
+	if !ok {
+		t.Errorf("warnings %q\nwant %q", got, want)
 	}
 }
 
@@ -135,12 +156,28 @@ func TestEnvoyReadmeDecisions(t *testing.T) {
 		if len(kept) != 1 || kept[0].Limit.Policy.Limit != 10 || len(replaced) != 1 || replaced[0].Limit.Name != "specific_limit" {
 			t.Errorf("both descriptors: kept %v, replaced %v; want the 10/s alone", ids(kept), ids(replaced))
 		}
+		if call := s.LookupCall([][]Entry{one, two}); len(call[0]) != 0 || len(call[1]) != 1 || call[1][0].Limit.Policy.Limit != 10 {
+			t.Errorf("one call of both: %v and %v; want the 10/s alone, on the second", ids(call[0]), ids(call[1]))
+		}
 	})
 	t.Run("8: detailed metric", func(t *testing.T) {
 		s := envoyLookup(t, "readme-example-8.yaml")
 		want{limit: 10, window: time.Minute}.check(t, s, entries("key1", "unspecified_value"))
 		want{limit: 10, window: time.Minute}.check(t, s, entries("key1", "unspecified_value2"))
 		want{limit: 20, window: time.Minute}.check(t, s, entries("key1", "value1"))
+	})
+	t.Run("11: share_threshold", func(t *testing.T) {
+		s := envoyLookup(t, "readme-example-11a.yaml")
+		// "all files/* matches share the same threshold"
+		a, b := s.Lookup(entries("files", "files/a.pdf"))[0], s.Lookup(entries("files", "files/b.csv"))[0]
+		if a.Key != b.Key || !a.Limit.Global() || a.Label() != "example11/files=files/*/files_files/*" {
+			t.Errorf("files/*: keys %s and %s, label %s: want one global counter", a.Key, b.Key, a.Label())
+		}
+		// "each files_no_share/* match has its own isolated threshold"
+		c, d := s.Lookup(entries("files_no_share", "files_no_share/a.pdf"))[0], s.Lookup(entries("files_no_share", "files_no_share/b.csv"))[0]
+		if c.Key == d.Key {
+			t.Errorf("files_no_share/*: one counter %s, want one per value", c.Key)
+		}
 	})
 	t.Run("9: wildcard", func(t *testing.T) {
 		s := envoyLookup(t, "readme-example-9.yaml")

@@ -5,19 +5,24 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
-// crossCheck checks what no single field shows: that there are limits,
-// that names are unique and that replaces names a limit. It names every
+// crossCheck checks what no single field shows: that there are limits
+// (ForService warns of none), that names are unique and that replaces
+// names a limit. It names every
 // limit (ID) and finds its tag key.
-func (p *parser) crossCheck(root *yaml.Node) {
+func (p *parser) crossCheck() {
 	var limits []*Limit
 	walk(p.set.Descriptors, func(d *Descriptor) { limits = append(limits, d.Limits...) })
 	if len(limits) == 0 {
-		p.errs = append(p.errs, &Error{File: p.file, Line: root.Line, Field: "descriptors",
+		if p.o.service {
+			p.warns = append(p.warns, &Error{File: p.file, Line: p.rootLine, Field: "descriptors",
+				Message: fmt.Sprintf("no limits: every descriptor of domain %q is answered OK", p.set.Domain)})
+			return
+		}
+		p.errs = append(p.errs, &Error{File: p.file, Line: p.rootLine, Field: "descriptors",
 			Message: "no limits: give at least one descriptor a rate_limit"})
 		return
 	}
@@ -27,8 +32,9 @@ func (p *parser) crossCheck(root *yaml.Node) {
 			continue
 		}
 		if first, ok := named[l.Name]; ok {
-			p.errs = append(p.errs, &Error{File: p.file, Line: l.nameLine, Field: join(l.Field, "name"),
-				Message: fmt.Sprintf("%q is also the name of the limit at line %d (%s): names are unique", l.Name, first.Line, first.Field)})
+			p.errs = append(p.errs, &Error{File: l.file(), Line: l.nameLine, Field: join(l.Field, "name"),
+				Message: fmt.Sprintf("%q is also the name of the limit at %s (%s): names are unique", l.Name,
+					lineIn(first.file(), first.Line, l.file()), first.Field)})
 			continue
 		}
 		named[l.Name] = l
@@ -39,12 +45,20 @@ func (p *parser) crossCheck(root *yaml.Node) {
 			known = append(known, l.Name)
 		}
 	}
+	suggested := 0
 	for _, l := range limits {
 		for i, r := range l.Replaces {
-			if _, ok := named[r]; !ok {
-				p.errs = append(p.errs, &Error{File: p.file, Line: l.replacesLines[i], Field: fmt.Sprintf("%s.replaces[%d].name", l.Field, i),
-					Message: fmt.Sprintf("no limit is named %q%s", r, suggestName(r, known))})
+			if _, ok := named[r]; ok {
+				continue
 			}
+			// A suggestion compares the name with every other: only as
+			// many as are reported.
+			hint := ""
+			if suggested++; suggested <= maxErrors {
+				hint = suggestName(r, known)
+			}
+			p.errs = append(p.errs, &Error{File: l.file(), Line: l.replacesLines[i], Field: fmt.Sprintf("%s.replaces[%d].name", l.Field, i),
+				Message: fmt.Sprintf("no limit is named %q%s", r, hint)})
 		}
 	}
 	ids := map[string]*Limit{}
@@ -61,8 +75,9 @@ func (p *parser) crossCheck(root *yaml.Node) {
 			if l.Name != "" {
 				unnamed, named = other, l
 			}
-			p.errs = append(p.errs, &Error{File: p.file, Line: unnamed.Line, Field: unnamed.Field,
-				Message: fmt.Sprintf("its default name %q is the name of the limit at line %d: give it a name", l.ID, named.Line)})
+			p.errs = append(p.errs, &Error{File: unnamed.file(), Line: unnamed.Line, Field: unnamed.Field,
+				Message: fmt.Sprintf("its default name %q is the name of the limit at %s: give it a name", l.ID,
+					lineIn(named.file(), named.Line, unnamed.file()))})
 			continue
 		}
 		ids[l.ID] = l
@@ -87,11 +102,7 @@ func suggestName(name string, known []string) string {
 func defaultID(l *Limit) string {
 	id := l.Descriptor.fullKey()
 	if len(l.Descriptor.Limits) > 1 {
-		for i, o := range l.Descriptor.Limits {
-			if o == l {
-				id += fmt.Sprintf("#%d", i)
-			}
-		}
+		id += "#" + strconv.Itoa(l.index)
 	}
 	ascii := strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' {

@@ -38,7 +38,8 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 		return nil
 	}
 	errs := len(p.errs)
-	l := &Limit{Descriptor: d, Line: deref(n).Line, Field: path, Cost: 1, Shadow: d.ShadowMode, Algorithm: p.o.algorithm}
+	l := &Limit{Descriptor: d, Line: deref(n).Line, Field: path, Cost: 1, Shadow: d.ShadowMode || d.QuotaMode, Quota: d.QuotaMode,
+		Algorithm: p.o.algorithm}
 	if f, ok := fields["name"]; ok {
 		l.nameLine = f.key.Line
 		if s, ok := p.text(f, join(path, "name")); ok {
@@ -61,7 +62,12 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 	}
 	if l.Unlimited {
 		for _, name := range []string{"unit", "window", "unit_multiplier", "requests_per_unit", "algorithm", "cost"} {
-			if f, ok := fields[name]; ok {
+			f, ok := fields[name]
+			switch {
+			case !ok:
+			case name == "requests_per_unit" && p.o.service:
+				p.warnf(f.key, join(path, name), "ignored: an unlimited limit has no requests per unit (envoyproxy/ratelimit ignores it too)")
+			default:
 				p.errorf(f.key, join(path, name), "an unlimited limit has no %s (Envoy: should not specify rate limit unit when unlimited)",
 					strings.ReplaceAll(name, "_", " "))
 			}
@@ -175,7 +181,12 @@ func (p *parser) checkWindow(l *Limit, d time.Duration, n *yaml.Node, path, s st
 func (p *parser) requests(l *Limit, fields map[string]field, n *yaml.Node) {
 	path := join(l.Field, "requests_per_unit")
 	f, ok := fields["requests_per_unit"]
-	if !ok {
+	switch {
+	case !ok && p.o.service:
+		p.warnf(n, path, "missing: read as 0, as envoyproxy/ratelimit reads it: every request that adds a hit is over the limit")
+		l.Blocks = true
+		return
+	case !ok:
 		p.errorf(n, path, "missing: how many requests per window")
 		return
 	}
@@ -206,6 +217,10 @@ func (p *parser) requests(l *Limit, fields map[string]field, n *yaml.Node) {
 func (p *parser) replaces(l *Limit, f field, path string) {
 	list, ok := p.sequence(f, path)
 	if !ok {
+		return
+	}
+	if len(list) > maxReplaces {
+		p.errorf(f.key, path, "%d names: a limit replaces at most %d", len(list), maxReplaces)
 		return
 	}
 	for i, n := range list {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,7 +201,8 @@ descriptors:
 }
 
 // wildcardConfig is envoyproxy/ratelimit's wildcard.yaml without midWild,
-// whose value bar*b ratelab refuses (TestLookupMidWildcardRefused).
+// whose value bar*b only the rate limit service accepts
+// (TestLookupMidWildcard).
 const wildcardConfig = `domain: test-domain
 descriptors:
   - key: wild
@@ -252,15 +254,46 @@ func TestLookupWildcard(t *testing.T) {
 	}
 }
 
-func TestLookupMidWildcardRefused(t *testing.T) {
-	_, err := Parse("wildcard.yaml", []byte(wildcardConfig+`  - key: midWild
+// TestLookupMidWildcard: as envoyproxy/ratelimit, the rate limit service
+// accepts a * inside a value and matches it as itself, with a warning; a
+// file read otherwise refuses it.
+func TestLookupMidWildcard(t *testing.T) {
+	src := wildcardConfig + `  - key: midWild
     value: bar*b
     rate_limit:
       unit: minute
       requests_per_unit: 20
-`))
+  - key: midPrefix
+    value: a*b*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 30
+`
+	_, err := Parse("wildcard.yaml", []byte(src))
 	if err == nil || !strings.Contains(err.Error(), `wildcard.yaml:26: descriptors[4].value: "bar*b": a wildcard (*) may only end a value`) {
-		t.Errorf("got %v", err)
+		t.Errorf("without ForService: got %v", err)
+	}
+	s, err := Parse("wildcard.yaml", []byte(src), ForService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWarnings(t, s.Warnings, []string{
+		`wildcard.yaml:26: descriptors[4].value: "bar*b": matched as written, * included, as envoyproxy/ratelimit matches it`,
+		`wildcard.yaml:31: descriptors[5].value: "a*b*": matched as written, * included`,
+	})
+	for _, tc := range []struct {
+		es []Entry
+		w  want
+	}{
+		{entries("midWild", "bar*b"), want{limit: 20, window: time.Minute}},
+		{entries("midWild", "barab"), want{none: true}},
+		{entries("midWild", "bar"), want{none: true}},
+		{entries("midWildcard", "barab"), want{none: true}},
+		{entries("midPrefix", "a*b"), want{limit: 30, window: time.Minute}},
+		{entries("midPrefix", "a*bcd"), want{limit: 30, window: time.Minute}},
+		{entries("midPrefix", "axbcd"), want{none: true}},
+	} {
+		tc.w.check(t, s, tc.es)
 	}
 }
 
@@ -350,5 +383,184 @@ func TestEnvoyMistakes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v\nwant %s", tc.file, err, tc.want)
 		}
+	}
+}
+
+// shareConfig has prefixes that share their counter (share_threshold) at
+// one level and at two, one that does not under one that does, and an
+// exact value beside a shared prefix.
+const shareConfig = `domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: path/*
+    share_threshold: true
+    descriptors:
+      - key: file
+        value: file/*
+        share_threshold: false
+        descriptors:
+          - key: type
+            rate_limit: {unit: minute, requests_per_unit: 120}
+  - key: user
+    value: user/*
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 150}
+  - key: file
+    value: test1
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+
+// TestLookupShareThreshold: every value a shared prefix matches meets one
+// counter, named by the prefix as written, in one slot unless a value
+// below it is counted per value; an exact value keeps its own.
+func TestLookupShareThreshold(t *testing.T) {
+	s := parseEnvoy(t, "share.yaml", shareConfig)
+	for _, tc := range []struct {
+		name    string
+		a, b    []Entry
+		same    bool    // a and b meet one counter
+		counted []Entry // a's hit's entries
+		tagKey  string  // "" for the domain's slot
+	}{
+		{"one level", entries("files", "files/a.pdf"), entries("files", "files/b.csv"), true,
+			entries("files", "files/*"), ""},
+		{"shared above one per value", entries("path", "path/foo", "file", "file/doc1", "type", "pdf"),
+			entries("path", "path/bar", "file", "file/doc1", "type", "pdf"), true,
+			entries("path", "path/*", "file", "file/doc1", "type", "pdf"), "file"},
+		{"the value below counts apart", entries("path", "path/foo", "file", "file/doc1", "type", "pdf"),
+			entries("path", "path/foo", "file", "file/doc2", "type", "pdf"), false,
+			entries("path", "path/*", "file", "file/doc1", "type", "pdf"), "file"},
+		{"two levels", entries("user", "user/alice", "resource", "res/file1"), entries("user", "user/bob", "resource", "res/file2"), true,
+			entries("user", "user/*", "resource", "res/*"), ""},
+		{"an exact value apart", entries("file", "test1"), entries("file", "test2"), false,
+			entries("file", "test1"), ""},
+		{"values of the prefix", entries("file", "test2"), entries("file", "test123"), true,
+			entries("file", "test*"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := s.Lookup(tc.a), s.Lookup(tc.b)
+			if len(a) != 1 || len(b) != 1 {
+				t.Fatalf("%d and %d hits, want 1 each", len(a), len(b))
+			}
+			if (a[0].Key == b[0].Key) != tc.same || (a[0].Tag == b[0].Tag) != (tc.same || tc.tagKey == "") {
+				t.Errorf("keys %s and %s: want shared %v", a[0].Key, b[0].Key, tc.same)
+			}
+			if !slices.Equal(a[0].Entries, tc.counted) || a[0].Limit.TagKey() != tc.tagKey {
+				t.Errorf("entries %v, tag key %q; want %v, %q", a[0].Entries, a[0].Limit.TagKey(), tc.counted, tc.tagKey)
+			}
+			if tc.tagKey == "" && (a[0].Tag != domainTag("d") || !a[0].Limit.Global()) {
+				t.Errorf("tag %s: want the domain's", a[0].Tag)
+			}
+		})
+	}
+	if got := s.Lookup(entries("file", "test2"))[0].Label(); got != "d/file=test*/file_test*" {
+		t.Errorf("label %s", got)
+	}
+}
+
+// TestMatchShareThreshold: in the gateway, a shared prefix of a path
+// gives every path it matches one counter; an exact path keeps its own.
+func TestMatchShareThreshold(t *testing.T) {
+	s := mustParse(t, `domain: api
+descriptors:
+  - key: header:X-Consumer-Id
+    descriptors:
+      - key: path
+        value: /export/*
+        share_threshold: true
+        rate_limit: {name: export, unit: minute, requests_per_unit: 3}
+      - key: path
+        value: /export/big
+        rate_limit: {name: big, unit: minute, requests_per_unit: 1}
+`)
+	match := func(consumer, path string) Hit {
+		t.Helper()
+		hits := s.Match(Request{Path: path, Header: hdr("X-Consumer-Id", consumer)})
+		if len(hits) != 1 {
+			t.Fatalf("%s %s: %d hits", consumer, path, len(hits))
+		}
+		return hits[0]
+	}
+	a, b := match("alice", "/export/a.csv"), match("alice", "/export/b.csv")
+	if a.Key != b.Key || a.Label() != "api/header:X-Consumer-Id=alice/path=/export/*/export" {
+		t.Errorf("alice's exports: keys %s and %s, label %s: want one counter", a.Key, b.Key, a.Label())
+	}
+	if c := match("bob", "/export/a.csv"); c.Key == a.Key || c.Tag == a.Tag {
+		t.Errorf("bob shares alice's counter %s", c.Key)
+	}
+	if big := match("alice", "/export/big"); big.Limit.ID != "big" || big.Key == a.Key {
+		t.Errorf("/export/big: %s %s", big.Limit.ID, big.Key)
+	}
+	want := "requests with path starting with /export/: per value of header X-Consumer-Id, at most 3 per 1m (sliding-log)"
+	if got := s.Limits()[0].String(); got != want {
+		t.Errorf("in words: %s\nwant %s", got, want)
+	}
+}
+
+// TestLookupCall: a call's descriptors are looked up each, and replaces
+// applies across them as envoyproxy/ratelimit's constructLimitsToCheck
+// applies it: a replaced limit's own replaces count, and an unlimited limit
+// that is replaced is kept.
+func TestLookupCall(t *testing.T) {
+	s := parseEnvoy(t, "call.yaml", `domain: d
+descriptors:
+  - key: a
+    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: b}]}
+  - key: b
+    rate_limit: {name: b, unit: second, requests_per_unit: 2, replaces: [{name: c}]}
+  - key: c
+    rate_limit: {name: c, unit: second, requests_per_unit: 3}
+  - key: free
+    rate_limit: {name: free, unlimited: true, replaces: [{name: c}]}
+  - key: vip
+    rate_limit: {name: vip, unit: second, requests_per_unit: 4, replaces: [{name: free}]}
+  - key: both
+    rate_limits:
+      - {name: low, unit: second, requests_per_unit: 5}
+      - {name: high, unit: second, requests_per_unit: 50, replaces: [{name: low}]}
+`)
+	for _, tc := range []struct {
+		name        string
+		descriptors [][]Entry
+		want        [][]string // each descriptor's limits met
+	}{
+		{"none replaces", [][]Entry{entries("c", "1"), entries("x", "1")}, [][]string{{"c"}, nil}},
+		{"across descriptors", [][]Entry{entries("b", "1"), entries("c", "1")}, [][]string{{"b"}, nil}},
+		{"a replaced limit still replaces", [][]Entry{entries("c", "1"), entries("a", "1"), entries("b", "1")}, [][]string{nil, {"a"}, nil}},
+		{"an unlimited limit replaced is kept", [][]Entry{entries("free", "1"), entries("vip", "1")}, [][]string{{"free"}, {"vip"}}},
+		{"an unlimited limit replaces", [][]Entry{entries("c", "1"), entries("free", "1")}, [][]string{nil, {"free"}}},
+		{"within one descriptor", [][]Entry{entries("both", "1")}, [][]string{{"high"}}},
+		{"a nil descriptor meets nothing", [][]Entry{nil, entries("c", "1")}, [][]string{nil, {"c"}}},
+		{"no descriptors", nil, [][]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := s.LookupCall(tc.descriptors)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d descriptors' hits, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if ids := ids(got[i]); !slices.Equal(ids, tc.want[i]) {
+					t.Errorf("descriptor %d: %v, want %v", i, ids, tc.want[i])
+				}
+			}
+		})
+	}
+	// Without replaces in the set, each descriptor's hits are Lookup's.
+	plain := parseEnvoy(t, "plain.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	got := plain.LookupCall([][]Entry{entries("k", "1"), entries("k", "2")})
+	if len(got) != 2 || len(got[0]) != 1 || got[1][0].Key != plain.Lookup(entries("k", "2"))[0].Key {
+		t.Errorf("without replaces: %v", got)
 	}
 }

@@ -36,10 +36,10 @@ func (s *Set) Explain(r Request) (applied, replaced []Hit) {
 	return replace(s.walk(&r), true)
 }
 
-// Replace applies replaces across hits met by one request (Envoy: across
-// the descriptors of one call): a hit whose limit is named in another hit's
-// replaces is dropped. It returns the hits kept and, with ReplacedBy set,
-// those replaced.
+// Replace applies replaces across hits met by one request: a hit whose
+// limit is named in another hit's replaces is dropped. It returns the hits
+// kept and, with ReplacedBy set, those replaced. (The descriptors of a call
+// to the rate limit service are LookupCall's, which keeps unlimited hits.)
 func Replace(hits []Hit) (kept, replaced []Hit) {
 	return replace(slices.Clone(hits), true)
 }
@@ -48,40 +48,47 @@ func Replace(hits []Hit) (kept, replaced []Hit) {
 // asked for. A replaced limit's own replaces still count, as
 // envoyproxy/ratelimit counts them.
 func replace(hits []Hit, keep bool) (kept, replaced []Hit) {
-	some := false
-	for i := range hits {
-		if by, ok := replacedBy(hits, hits[i]); ok {
-			hits[i].ReplacedBy, some = by, true
+	return dropReplaced(hits, replacers(hits), keep, false)
+}
+
+// replacers maps each name that the limit of a hit among hits replaces to
+// the ID of the first such limit; nil when none replaces any.
+func replacers(hits ...[]Hit) map[string]string {
+	var by map[string]string
+	for _, hs := range hits {
+		for _, h := range hs {
+			for _, name := range h.Limit.Replaces {
+				if by == nil {
+					by = map[string]string{}
+				}
+				if _, ok := by[name]; !ok {
+					by[name] = h.Limit.ID
+				}
+			}
 		}
 	}
-	if !some {
+	return by
+}
+
+// dropReplaced filters hits in place: a hit whose limit is named in by is
+// dropped, and returned with ReplacedBy set when keep asks for it; but an
+// unlimited one is kept when keepUnlimited says so.
+func dropReplaced(hits []Hit, by map[string]string, keep, keepUnlimited bool) (kept, replaced []Hit) {
+	if len(by) == 0 {
 		return hits, nil
 	}
 	kept = hits[:0]
 	for _, h := range hits {
+		id, ok := by[h.Limit.Name]
 		switch {
-		case h.ReplacedBy == "":
+		case !ok || h.Limit.Name == "" || keepUnlimited && h.Limit.Unlimited:
 			kept = append(kept, h)
 		case keep:
+			h.ReplacedBy = id
 			replaced = append(replaced, h)
 		}
 	}
 	return kept, replaced
-}
-
-// replacedBy finds a hit among all that replaces h.
-func replacedBy(all []Hit, h Hit) (string, bool) {
-	if h.Limit.Name == "" {
-		return "", false
-	}
-	for _, o := range all {
-		for _, name := range o.Limit.Replaces {
-			if name == h.Limit.Name {
-				return o.Limit.ID, true
-			}
-		}
-	}
-	return "", false
 }
 
 // walker is one request's walk of the tree.
@@ -149,6 +156,7 @@ func (w *walker) visit(d *Descriptor, e Entry, depth, tagAt int, tagged bool) {
 		}
 		own := w.spare[:n:n]
 		copy(own, w.entries[:n])
+		d.shareIn(own)
 		w.spare = w.spare[n:]
 		w.hits = w.s.hits(w.hits, d, own, tagAt, tagged)
 	}
@@ -182,6 +190,31 @@ func (s *Set) hits(dst []Hit, d *Descriptor, entries []Entry, tagAt int, tagged 
 		dst = append(dst, h)
 	}
 	return dst
+}
+
+// LookupCall returns the limits each descriptor of one call to the rate
+// limit service meets, as envoyproxy/ratelimit's constructLimitsToCheck
+// finds them: hits[i] is Lookup(descriptors[i]), without every hit whose
+// limit's Name a hit of the call (of any descriptor, its own included)
+// names in its Replaces. A hit that is replaced still replaces those it
+// names. An unlimited hit is kept even when replaced: envoyproxy/ratelimit
+// marks its descriptor unlimited before it applies replaces, so that it
+// still answers OK with 4294967295 remaining. A nil descriptor meets
+// nothing: pass nil for one answered otherwise (one with a limit of its
+// own), whose configured limits then replace nothing either.
+func (s *Set) LookupCall(descriptors [][]Entry) [][]Hit {
+	hits := make([][]Hit, len(descriptors))
+	for i, d := range descriptors {
+		hits[i] = s.Lookup(d)
+	}
+	if !s.replaceAny {
+		return hits
+	}
+	by := replacers(hits...)
+	for i := range hits {
+		hits[i], _ = dropReplaced(hits[i], by, false, true)
+	}
+	return hits
 }
 
 // counterHash names a counter's entries: the domain and each key and value,
@@ -220,9 +253,11 @@ func tagOf(v string) [16]byte {
 // the child keyed key_value, else the first child whose value is a prefix of
 // it (key_prefix*), else the child keyed by the key alone; no child ends the
 // walk. The node's limits apply only when it is the last entry's: a
-// descriptor longer or shorter than the path meets nothing. Replaces is not
-// applied (see Replace). It returns no hit when nothing applies; a node
-// with rate_limits gives one hit per limit.
+// descriptor longer or shorter than the path meets nothing. A value matched
+// by a prefix that shares its counter (share_threshold) is counted as the
+// prefix (Hit.Entries). Replaces is not applied (see LookupCall). It
+// returns no hit when nothing applies; a node with rate_limits gives one
+// hit per limit.
 func (s *Set) Lookup(entries []Entry) []Hit {
 	lv := &s.root
 	var buf [256]byte
@@ -251,7 +286,9 @@ func (s *Set) Lookup(entries []Entry) []Hit {
 			if len(next.Limits) == 0 {
 				return nil
 			}
-			return s.hits(nil, next, slices.Clone(entries), tagAt, tagged)
+			counted := slices.Clone(entries)
+			next.shareIn(counted)
+			return s.hits(nil, next, counted, tagAt, tagged)
 		}
 		if len(next.Descriptors) == 0 {
 			return nil

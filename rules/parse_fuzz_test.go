@@ -27,12 +27,13 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
-		for _, opts := range [][]Option{nil, {ForGateway()}} {
+		for _, opts := range [][]Option{nil, {ForGateway()}, {ForService()}} {
 			s, err := Parse("f.yaml", src, opts...)
 			if err != nil {
 				checkErrors(t, err, src)
 				continue
 			}
+			checkErrors(t, errors.Join(toErrors(s.Warnings)...), src)
 			checkSet(t, s)
 			again, err := Parse("f.yaml", src, opts...)
 			if err != nil || describeSet(t, again) != describeSet(t, s) {
@@ -42,7 +43,20 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+func toErrors(es []*Error) []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// checkErrors holds err's mistakes (or warnings joined) to the file and
+// its lines; nil holds nothing.
 func checkErrors(t *testing.T, err error, src []byte) {
+	if err == nil {
+		return
+	}
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
@@ -75,8 +89,8 @@ func describeSet(t *testing.T, s *Set) string {
 }
 
 func checkSet(t *testing.T, s *Set) {
-	if s.Domain == "" || len(s.Version) != 12 || len(s.Limits()) == 0 {
-		t.Fatalf("domain %q, version %q, %d limits", s.Domain, s.Version, len(s.Limits()))
+	if s.Domain == "" || len(s.Version) != 12 || (len(s.Limits()) == 0 && len(s.Warnings) == 0) {
+		t.Fatalf("domain %q, version %q, %d limits, %d warnings", s.Domain, s.Version, len(s.Limits()), len(s.Warnings))
 	}
 	ids := map[string]bool{}
 	for _, l := range s.Limits() {
@@ -85,6 +99,12 @@ func checkSet(t *testing.T, s *Set) {
 		}
 		ids[l.ID] = true
 		if l.Unlimited {
+			continue
+		}
+		if l.Blocks {
+			if l.Policy.Limit != 0 || l.Policy.Window <= 0 || l.Policy.Window > maxWindow {
+				t.Fatalf("%s: blocks, with policy %s", l.ID, l.Policy)
+			}
 			continue
 		}
 		if err := l.Policy.Validate(); err != nil || l.Policy.Window > maxWindow {

@@ -171,12 +171,12 @@ descriptors:
 			"descriptors[0].rate_limit.window", "a window is positive"},
 		{"unit_multiplier over a year", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, unit_multiplier: 40000000}", 1), false, 4,
 			"descriptors[0].rate_limit.unit_multiplier", "must be between 1 and 31536000"},
-		{"quota_mode", "domain: api\ndescriptors:\n  - key: path\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
-			"descriptors[0].quota_mode", "envoyproxy/ratelimit's quota_mode is not implemented by ratelab"},
-		{"value_to_metric", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
-			"descriptors[0].value_to_metric", "not implemented by ratelab"},
-		{"share_threshold", "domain: api\ndescriptors:\n  - key: path\n    value: /a*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 5,
-			"descriptors[0].share_threshold", "not implemented by ratelab"},
+		{"quota_mode not a boolean", "domain: api\ndescriptors:\n  - key: path\n    quota_mode: 1\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 4,
+			"descriptors[0].quota_mode", `want true or false, got "1"`},
+		{"share_threshold on an exact value", "domain: api\ndescriptors:\n  - key: path\n    value: /a\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", true, 5,
+			"descriptors[0].share_threshold", `only a value ending in * shares one counter among the values it matches (this descriptor's value is "/a")`},
+		{"share_threshold on a key alone", "domain: api\ndescriptors:\n  - key: path\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n", false, 4,
+			"descriptors[0].share_threshold", `only a value ending in *`},
 		{"no limits", "domain: api\ndescriptors:\n  - key: path\n    value: /health\n", false, 1, "descriptors", "no limits"},
 		{"no descriptors", "domain: api\n", false, 1, "descriptors", "no limits"},
 		{"empty file", "# nothing\n", false, 0, "", "empty"},
@@ -412,5 +412,241 @@ func TestVersionIsTheSourceHash(t *testing.T) {
 func TestParseDefaultAlgorithmChecked(t *testing.T) {
 	if _, err := Parse("rules.yaml", []byte(consumer), WithDefaultAlgorithm("naive")); err == nil {
 		t.Error("naive accepted as the default algorithm")
+	}
+}
+
+// TestParseLimitBounds: no file makes Parse read limits without end. A
+// rate_limits list and a replaces list are bounded, and so is every limit of
+// a file, each repetition of an alias counted.
+func TestParseLimitBounds(t *testing.T) {
+	// aliased is levels of descriptors, each holding the one below ten
+	// times over, the deepest a rate_limits list of n limits repeated
+	// through an alias: 10^levels × n limits from a few lines.
+	aliased := func(levels, n int) string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: l\n    rate_limits: &l [")
+		for range n {
+			b.WriteString("{unit: second, requests_per_unit: 1}, ")
+		}
+		b.WriteString("]\n  - key: a\n    descriptors: &a0 [{key: k, rate_limits: *l}]\n")
+		for i := 1; i <= levels; i++ {
+			fmt.Fprintf(&b, "  - key: a%d\n    descriptors: &a%d [", i, i)
+			for j := range 10 {
+				fmt.Fprintf(&b, "{key: k%d, descriptors: *a%d}, ", j, i-1)
+			}
+			b.WriteString("]\n")
+		}
+		return b.String()
+	}
+	replaces := func(n int) string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "        - name: l%d\n", i)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		field     string
+		message   string
+	}{
+		{"a rate_limits list repeated through aliases", aliased(3, 1000), 0, "rate_limits",
+			fmt.Sprintf("more than %d limits in the file (each repetition of an alias counts)", maxLimits)},
+		{"one rate_limits list too long", unnamed(maxRateLimits + 1), 4, "descriptors[0].rate_limits",
+			fmt.Sprintf("%d limits: a list holds at most %d", maxRateLimits+1, maxRateLimits)},
+		{"a replaces list too long", replaces(maxReplaces + 1), 7, "descriptors[0].rate_limit.replaces",
+			fmt.Sprintf("%d names: a limit replaces at most %d", maxReplaces+1, maxReplaces)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tc.src))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("got %v, want a *rules.Error", err)
+			}
+			if (tc.line > 0 && e.Line != tc.line) || !strings.HasSuffix(e.Field, tc.field) || !strings.Contains(e.Message, tc.message) {
+				t.Errorf("got %v\nwant line %d, field %s, message containing %q", err, tc.line, tc.field, tc.message)
+			}
+			if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > maxErrors+1 {
+				t.Errorf("%d errors", len(j.Unwrap()))
+			}
+		})
+	}
+}
+
+// unnamed is a file of one descriptor with n unnamed limits.
+func unnamed(n int) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "      - {unit: second, requests_per_unit: %d}\n", i+1)
+	}
+	return b.String()
+}
+
+// TestParseManyLimitsOnOneDescriptor: the most limits a descriptor may hold
+// parse, each named by its place in the list.
+func TestParseManyLimitsOnOneDescriptor(t *testing.T) {
+	s, err := Parse("rules.yaml", []byte(unnamed(maxRateLimits)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := s.Limits()
+	if len(ls) != maxRateLimits {
+		t.Fatalf("%d limits, want %d", len(ls), maxRateLimits)
+	}
+	for i, l := range ls {
+		if want := fmt.Sprintf("k#%d", i); l.ID != want || l.Policy.Limit != int64(i+1) {
+			t.Fatalf("limit %d: ID %q, limit %d; want %s, %d", i, l.ID, l.Policy.Limit, want, i+1)
+		}
+	}
+}
+
+// TestParseWarnings: what envoyproxy/ratelimit accepts and ratelab does not
+// do as written is accepted with a warning naming the line and field, only
+// where it would have an effect; ForService alone accepts what ratelab's
+// own files refuse.
+func TestParseWarnings(t *testing.T) {
+	const service, other = true, false
+	for _, tc := range []struct {
+		name    string
+		src     string
+		service bool     // parsed ForService, else without options
+		want    []string // each warning's start, in order
+	}{
+		{"value_to_metric", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+			other, []string{"rules.yaml:4: descriptors[0].value_to_metric: ignored: it names envoyproxy/ratelimit's statistics"}},
+		{"value_to_metric false", "domain: api\ndescriptors:\n  - key: path\n    value_to_metric: false\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+			other, nil},
+		{"no descriptors", "domain: test-domain\ndescriptors:\n", service,
+			[]string{`rules.yaml:1: descriptors: no limits: every descriptor of domain "test-domain" is answered OK`}},
+		{"descriptors without limits", "domain: d\ndescriptors:\n  - key: k\n    value: v\n", service,
+			[]string{`rules.yaml:1: descriptors: no limits`}},
+		{"a field envoyproxy/ratelimit ignores there", `domain: d
+key: k
+descriptors:
+  - key: k
+    name: n
+    unit: second
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+      detailed_metric: true
+      quota_mode: false
+      replaces: [{name: other, unit: day}]
+  - key: other
+    rate_limit: {name: other, unit: second, requests_per_unit: 1}
+`, service, []string{
+			"rules.yaml:2: key: ignored: envoyproxy/ratelimit accepts key here and does nothing with it",
+			"rules.yaml:5: descriptors[0].name: ignored",
+			"rules.yaml:6: descriptors[0].unit: ignored",
+			"rules.yaml:10: descriptors[0].rate_limit.detailed_metric: ignored",
+			"rules.yaml:12: descriptors[0].rate_limit.replaces[0].unit: ignored",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []Option
+			if tc.service {
+				opts = append(opts, ForService())
+			}
+			s, err := Parse("rules.yaml", []byte(tc.src), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkWarnings(t, s.Warnings, tc.want)
+			if tc.service {
+				if _, err := Parse("rules.yaml", []byte(tc.src)); err == nil {
+					t.Error("accepted without ForService")
+				}
+			}
+		})
+	}
+}
+
+// TestQuotaMode: quota_mode puts the limits of its descriptor, and only
+// those, in quota mode, which is shadow mode told apart.
+func TestQuotaMode(t *testing.T) {
+	s, err := Parse("rules.yaml", []byte(`domain: d
+descriptors:
+  - key: tenant
+    quota_mode: true
+    rate_limits:
+      - {name: quota, unit: day, requests_per_unit: 1000}
+      - {name: quota-hour, unit: hour, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        rate_limit: {name: nested, unit: second, requests_per_unit: 5}
+  - key: trial
+    shadow_mode: true
+    quota_mode: false
+    rate_limit: {name: shadow, unit: second, requests_per_unit: 5}
+  - key: plain
+    rate_limit: {name: plain, unit: second, requests_per_unit: 5, shadow_mode: true}
+`), ForService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Warnings) != 0 {
+		t.Errorf("warnings %v", s.Warnings)
+	}
+	want := map[string][2]bool{"quota": {true, true}, "quota-hour": {true, true}, "nested": {false, false},
+		"shadow": {true, false}, "plain": {true, false}}
+	for _, l := range s.Limits() {
+		if got := [2]bool{l.Shadow, l.Quota}; got != want[l.ID] {
+			t.Errorf("%s: shadow, quota %v, want %v", l.ID, got, want[l.ID])
+		}
+		if words := l.String(); strings.Contains(words, "quota mode") != l.Quota {
+			t.Errorf("%s: %s", l.ID, words)
+		}
+	}
+}
+
+// TestParseServiceValues: the rate limit service reads values as
+// envoyproxy/ratelimit's YAML 1.1 reads them, where ratelab's own files
+// refuse them: yes, no, on and off as booleans and null as false, a null
+// rate_limit as none, a missing requests_per_unit as 0, and an unlimited
+// limit's requests_per_unit ignored.
+func TestParseServiceValues(t *testing.T) {
+	const limit = "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	for _, tc := range []struct {
+		name     string
+		src      string // the descriptors
+		check    func(*Set) bool
+		warnings []string
+	}{
+		{"yes", "  - key: k\n    shadow_mode: yes\n" + limit, func(s *Set) bool { return s.Limits()[0].Shadow }, nil},
+		{"On", "  - key: k\n    quota_mode: On\n" + limit, func(s *Set) bool { return s.Limits()[0].Quota }, nil},
+		{"no", "  - key: k\n    shadow_mode: no\n" + limit, func(s *Set) bool { return !s.Limits()[0].Shadow }, nil},
+		{"null", "  - key: k\n    shadow_mode:\n" + limit, func(s *Set) bool { return !s.Limits()[0].Shadow }, nil},
+		{"a null rate_limit", "  - key: k\n    rate_limit:\n  - key: l\n" + limit,
+			func(s *Set) bool { return len(s.Limits()) == 1 && s.Lookup(entries("k", "1")) == nil }, nil},
+		{"no requests_per_unit", "  - key: k\n    rate_limit: {unit: hour}\n", func(s *Set) bool {
+			l := s.Limits()[0]
+			return l.Blocks && l.Policy.Window == time.Hour
+		}, []string{"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: missing: read as 0"}},
+		{"unlimited with requests_per_unit", "  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+			func(s *Set) bool { return s.Limits()[0].Unlimited },
+			[]string{"rules.yaml:4: descriptors[0].rate_limit.requests_per_unit: ignored: an unlimited limit has no requests per unit"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "domain: d\ndescriptors:\n" + tc.src
+			s, err := Parse("rules.yaml", []byte(src), ForService())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(s) {
+				t.Errorf("read otherwise:\n%s", src)
+			}
+			checkWarnings(t, s.Warnings, tc.warnings)
+			if _, err := Parse("rules.yaml", []byte(src)); err == nil {
+				t.Error("accepted without ForService")
+			}
+		})
+	}
+	// A quoted "yes" is a string in YAML 1.1 too.
+	if _, err := Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: \"yes\"\n"+limit), ForService()); err == nil ||
+		!strings.Contains(err.Error(), `descriptors[0].shadow_mode: want true or false, got "yes"`) {
+		t.Errorf("a quoted yes: %v", err)
 	}
 }

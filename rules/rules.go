@@ -35,15 +35,27 @@ const DefaultAlgorithm = "sliding-log"
 // Set is a parsed and checked rules file. Its fields and everything they
 // point to are read-only.
 type Set struct {
-	// File is the name the rules were parsed under (the file's path).
+	// File is the name the rules were parsed under (the file's path); the
+	// first of Files.
 	File string
+	// Files are the names of the files the set was read from: File alone,
+	// or a domain's files in the order ParseConfig merged them
+	// (MergeDomains).
+	Files []string
 	// Domain is the file's domain: every counter key starts from it.
 	Domain string
 	// Version is a short hash of the source (12 hex digits): two files with
-	// the same bytes have the same version.
+	// the same bytes have the same version. A set merged from several files
+	// has a hash of theirs, in order.
 	Version string
 	// Descriptors is the top level of the tree, in file order.
 	Descriptors []*Descriptor
+	// Warnings are what the files hold that ratelab accepts but does not
+	// do as written: value_to_metric, and for ForService a * matched as
+	// itself, a domain with no limits, a field envoyproxy/ratelimit ignores.
+	// Each names its file, line and field, in the order of Files and of
+	// lines; none when there is nothing to say.
+	Warnings []*Error
 
 	gateway    bool
 	limits     []*Limit
@@ -74,11 +86,22 @@ type Descriptor struct {
 	Descriptors []*Descriptor
 	// Parent is the node this one is nested under; nil at the top level.
 	Parent *Descriptor
+	// ShareThreshold (share_threshold, on a prefix only) has every value the
+	// prefix matches share one counter of each limit, as
+	// envoyproxy/ratelimit's share_threshold: the hits' entries hold the
+	// value as written (files/*) in place of the value met, and the node is
+	// not PerValue.
+	ShareThreshold bool
 	// ShadowMode puts every limit of the node in shadow mode.
 	ShadowMode bool
+	// QuotaMode (envoyproxy/ratelimit's quota_mode) puts every limit of the
+	// node in quota mode (Limit.Quota).
+	QuotaMode bool
 	// DetailedMetric is Envoy's detailed_metric, kept for the rate limit
 	// service's statistics.
 	DetailedMetric bool
+	// File is the file the node is in: one of its set's Files.
+	File string
 	// Line is the line of the node in the file.
 	Line int
 	// Field is the node's place in the file, as errors name it:
@@ -109,8 +132,9 @@ func (d *Descriptor) Prefix() (string, bool) {
 }
 
 // PerValue reports whether each value of the key gets counters of its own
-// under this node: the key alone, or a prefix. An exact value is one fixed
-// value, and so, in the gateway, is generic_key's.
+// under this node: the key alone, or a prefix that does not share its
+// counter (ShareThreshold). An exact value is one fixed value, and so, in
+// the gateway, is generic_key's.
 func (d *Descriptor) PerValue() bool { return d.perValue }
 
 // Attribute says where the gateway reads the node's key: the Kind of
@@ -139,6 +163,11 @@ type Limit struct {
 	Cost int64
 	// Shadow limits are counted and never block.
 	Shadow bool
+	// Quota limits are in envoyproxy/ratelimit's quota mode, which answers
+	// as shadow mode does: counted, reported (OK, with the limit and what
+	// remains of it), never over the limit. Such a limit is Shadow too; Quota
+	// tells the two apart.
+	Quota bool
 	// Unlimited limits are answered without Redis: always admitted.
 	Unlimited bool
 	// Blocks is a limit of requests_per_unit 0 (ForService only): answered
@@ -156,14 +185,19 @@ type Limit struct {
 
 	domain        string
 	tagKey        string // the key whose value tags its counters; "" for the domain
+	index         int    // its place in Descriptor.Limits
 	nameLine      int
 	replacesLines []int
 }
 
+// file is the file the limit is in.
+func (l *Limit) file() string { return l.Descriptor.File }
+
 // TagKey is the key whose value, on the limit's path, makes the Cluster hash
 // tag of its counters: the first key with a value per request (the key alone
-// or a prefix). Empty when the path has none: then every request that meets
-// the limit shares one counter, tagged by the domain.
+// or a prefix that does not share its counter: Descriptor.PerValue). Empty
+// when the path has none: then every request that meets the limit shares
+// one counter, tagged by the domain.
 func (l *Limit) TagKey() string { return l.tagKey }
 
 // Global reports whether every request that meets the limit shares one
@@ -183,7 +217,9 @@ type Hit struct {
 	// Limit is the limit met.
 	Limit *Limit
 	// Entries are the path's keys with the values of the request, from the
-	// top of the tree down to the limit's node.
+	// top of the tree down to the limit's node; where a prefix shares its
+	// counter (Descriptor.ShareThreshold), the prefix as written (files/*).
+	// They name the counter.
 	Entries []Entry
 	// Key is the Redis key of the limit's counter for these entries, the
 	// base its algorithm derives its keys from: algorithms.Key(Tag,
@@ -198,6 +234,17 @@ type Hit struct {
 	// ReplacedBy is, for a hit that Explain reports as replaced, the ID of
 	// a limit met by the same request that replaces it.
 	ReplacedBy string
+}
+
+// shareIn writes, into the entries of a path to d (one entry a level), the
+// value of every node on it that shares its counter among the values it
+// matches.
+func (d *Descriptor) shareIn(entries []Entry) {
+	for n, i := d, len(entries)-1; n != nil && i >= 0; n, i = n.Parent, i-1 {
+		if n.ShareThreshold {
+			entries[i].Value = n.Value
+		}
+	}
 }
 
 // Label is the counter in readable form: the domain, each entry as
@@ -275,12 +322,18 @@ type Option func(*options)
 type options struct {
 	gateway   bool
 	service   bool
+	merge     bool
 	algorithm string
 }
 
-// ForService checks the file for Envoy's rate limit service (ratelab rls):
-// requests_per_unit 0 is accepted, as envoyproxy/ratelimit accepts it: a
-// limit that refuses every request that adds a hit (Limit.Blocks).
+// ForService checks the file for Envoy's rate limit service (ratelab rls),
+// accepting what envoyproxy/ratelimit accepts: requests_per_unit 0, a limit
+// that refuses every request that adds a hit (Limit.Blocks), and so a
+// missing requests_per_unit; a * inside a value, matched as itself; a
+// domain with no limits; any of its fields where it ignores them, and an
+// unlimited limit's requests_per_unit; YAML 1.1's booleans (yes, no, on,
+// off, y, n; null is false) and a null rate_limit (none). What is not done
+// as written is said in a warning (Set.Warnings).
 func ForService() Option { return func(o *options) { o.service = true } }
 
 // ForGateway checks the file for ratelab's HTTP gateway: every key must be

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -47,25 +48,56 @@ func syntaxError(name string, err error) *Error {
 	return &Error{File: name, Message: "not valid YAML: " + msg}
 }
 
+// parser reads one file, and checks a domain's tree: one file's, or
+// several merged into the first file's parser.
 type parser struct {
-	file  string
-	o     options
-	set   *Set
-	errs  []*Error
-	nodes int
+	file       string
+	o          options
+	set        *Set
+	top        *siblings // the top level's descriptors, which a merge adds to
+	rootLine   int
+	domainLine int
+	sums       [][sha256.Size]byte // the hash of each file of the set
+	errs       []*Error
+	warns      []*Error
+	nodes      int // descriptors read, each repetition of an alias counted
+	limits     int // limits read, likewise
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, a ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
+	p.errorAt(lineOf(n), field, format, a...)
+}
+
+func (p *parser) errorAt(line int, field, format string, a ...any) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Field: field, Message: fmt.Sprintf(format, a...)})
 }
 
-// joined is the errors in line order, at most maxErrors of them.
+// warnf notes what the file holds that ratelab accepts but does not do as
+// it reads (Set.Warnings).
+func (p *parser) warnf(n *yaml.Node, field, format string, a ...any) {
+	p.warns = append(p.warns, &Error{File: p.file, Line: lineOf(n), Field: field, Message: fmt.Sprintf(format, a...)})
+}
+
+func lineOf(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
+// sort puts errors in the order of the set's files, and of lines in each.
+func (p *parser) sort(errs []*Error) {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		if c := slices.Index(p.set.Files, a.File) - slices.Index(p.set.Files, b.File); c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
+}
+
+// joined is the errors in order (sort), at most maxErrors of them.
 func (p *parser) joined() error {
-	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	p.sort(p.errs)
 	errs := make([]error, 0, maxErrors+1)
 	for i, e := range p.errs {
 		if i == maxErrors {
@@ -138,6 +170,12 @@ func (p *parser) mapping(n *yaml.Node, path string, known []string) (map[string]
 			continue
 		}
 		if !slices.Contains(known, name) {
+			if p.o.service && slices.Contains(envoyFields, name) {
+				if !nothing(v) {
+					p.warnf(k, join(path, name), "ignored: envoyproxy/ratelimit accepts %s here and does nothing with it", name)
+				}
+				continue
+			}
 			p.errorf(k, join(path, name), "unknown field%s", suggest(name, known))
 			continue
 		}
@@ -201,14 +239,51 @@ func (p *parser) text(f field, path string) (string, bool) {
 	return n.Value, true
 }
 
-func (p *parser) boolean(f field, path string) (bool, bool) {
-	n := deref(f.val)
+// nothing reports whether n says nothing: null, or false.
+func nothing(n *yaml.Node) bool {
+	n = deref(n)
 	var b bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+	return null(n) || n.Kind == yaml.ScalarNode && n.Tag == "!!bool" && n.Decode(&b) == nil && !b
+}
+
+func null(n *yaml.Node) bool {
+	n = deref(n)
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func (p *parser) boolean(f field, path string) (bool, bool) {
+	b, ok := p.flag(f.val)
+	if !ok {
+		n := deref(f.val)
 		p.errorf(n, path, "want true or false, got %s", kindOf(n))
+	}
+	return b, ok
+}
+
+// flag reads n as a boolean: YAML's true or false, and for the rate limit
+// service what envoyproxy/ratelimit's YAML 1.1 (gopkg.in/yaml.v2) reads as
+// one too: null as false, and the words yes, no, on, off, y and n.
+func (p *parser) flag(n *yaml.Node) (b, ok bool) {
+	n = deref(n)
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		return false, false
+	case n.Tag == "!!bool":
+		return b, n.Decode(&b) == nil
+	case !p.o.service:
+		return false, false
+	case n.Tag == "!!null":
+		return false, true
+	case n.Style != 0: // quoted: a string in YAML 1.1 too
 		return false, false
 	}
-	return b, true
+	switch n.Value {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON":
+		return true, true
+	case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
+		return false, true
+	}
+	return false, false
 }
 
 func (p *parser) integer(f field, path string) (int64, bool) {
