@@ -107,13 +107,14 @@ func renderLevel(b *strings.Builder, set *rules.Set, ds []*rules.Descriptor, ind
 	return nil
 }
 
-// renderNode writes one descriptor: its value, whether it counts per value,
-// its fallback key, its limits and the level under it.
+// renderNode writes one descriptor: its value, whether it counts per value
+// or shares one counter among the values it matches (share_threshold), its
+// fallback key, its limits and the level under it.
 func renderNode(b *strings.Builder, set *rules.Set, d *rules.Descriptor, indent string) error {
 	in := indent + "  "
 	prefix, _ := d.Prefix()
-	fmt.Fprintf(b, "{\n%svalue = %s, prefix = %s, per_value = %t,\n", in, luaString(d.Value),
-		luaString(normalize(d.Attribute(), prefix)), d.PerValue())
+	fmt.Fprintf(b, "{\n%svalue = %s, prefix = %s, per_value = %t, shared = %t,\n", in, luaString(d.Value),
+		luaString(normalize(d.Attribute(), prefix)), d.PerValue(), d.ShareThreshold)
 	if d.FallbackKey != "" {
 		kind, name, _ := strings.Cut(d.FallbackKey, ":")
 		fmt.Fprintf(b, "%sfallback = { key = %s, kind = %s, name = %s },\n", in, luaString(d.FallbackKey), luaString(kind),

@@ -14,7 +14,8 @@ import (
 )
 
 // bothEngines are rules every feature of the module's matching meets: a
-// header with a fallback, a nested exact path, a prefix, a host, an
+// header with a fallback, a nested exact path, a prefix, a prefix that
+// shares one counter among its paths (share_threshold), a host, an
 // unlimited plan that replaces, a global cap, shadow mode and three
 // algorithms.
 const bothEngines = `domain: %s
@@ -32,6 +33,10 @@ descriptors:
       - key: path
         value: /api/*
         rate_limit: {name: api, unit: minute, requests_per_unit: 3, algorithm: sliding-counter}
+      - key: path
+        value: /export/*
+        share_threshold: true
+        rate_limit: {name: export, unit: minute, requests_per_unit: 2}
   - key: header:X-Plan
     value: internal
     rate_limit: {name: internal, unlimited: true, replaces: [{name: global}]}
@@ -65,7 +70,8 @@ func TestOpenRestyRulesSameAsGo(t *testing.T) {
 		path   string
 		header map[string]string
 	}
-	var steps []step
+	// One counter for every export: the third is refused.
+	steps := []step{{"/export/a.csv", nil}, {"/export/b.csv", nil}, {"/export/c.csv", nil}}
 	for range 3 {
 		steps = append(steps, step{"/search", nil})
 	}
@@ -108,7 +114,7 @@ func TestOpenRestyRulesSameAsGo(t *testing.T) {
 	if strings.Join(goAnswers, "\n") != strings.Join(nginxAnswers, "\n") {
 		t.Fatalf("the engines answer differently:\ngo:\n%s\nnginx:\n%s", strings.Join(goAnswers, "\n"), strings.Join(nginxAnswers, "\n"))
 	}
-	if !strings.Contains(goAnswers[2], " 429 ") || !strings.Contains(goAnswers[0], `"search";q=2;w=60`) {
+	if !strings.Contains(goAnswers[2], " 429 ") || !strings.Contains(goAnswers[5], " 429 ") || !strings.Contains(goAnswers[3], `"search";q=2;w=60`) {
 		t.Fatalf("the rules did not apply as written:\n%s", strings.Join(goAnswers, "\n"))
 	}
 	// Each engine's admissions are in the counter the rules name for its consumer.

@@ -415,9 +415,14 @@ end
 local walk
 
 -- visit enters node d with the entry key = v at depth (from 0), adds the
--- hits of its limits with their counter keys, and walks on under it.
+-- hits of its limits with their counter keys, and walks on under it. A
+-- prefix that shares its counter (share_threshold) enters its pattern as
+-- written instead of the request's value.
 local function visit(st, d, key, v, depth, tag_at, tagged)
   local n = depth + 1
+  if d.shared then
+    v = d.value
+  end
   st.entries[n] = { key, v }
   if not tagged and d.per_value then
     tag_at, tagged = n, true
