@@ -265,7 +265,7 @@ func (s *RLS) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 			entries[i][j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 	}
-	met := lookupCall(set, entries)
+	met := set.LookupCall(entries)
 	for i, d := range descs {
 		hits := max(hitsAddend(req, d), 0)
 		if o := d.GetLimit(); o != nil {
@@ -303,36 +303,6 @@ func (s *RLS) override(c *called, domain string, i int, d *rlpb.RateLimitDescrip
 		Check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(p.Window.Milliseconds(), 10)),
 			Algorithm: "fixed-window", Policy: p, Cost: take(hits, 1, p.Limit)}}
 	c.plan.Limits = append(c.plan.Limits, lim)
-}
-
-// lookupCall is each descriptor's hits (none for a nil one), with replaces
-// applied across the call as envoyproxy/ratelimit applies them: a limit
-// named by any hit's replaces is dropped, unless it is unlimited (the
-// reference marks an unlimited limit before it applies replaces).
-func lookupCall(set *rules.Set, descs [][]rules.Entry) [][]rules.Hit {
-	hits := make([][]rules.Hit, len(descs))
-	replacing := map[string]bool{}
-	for i, e := range descs {
-		if e == nil {
-			continue
-		}
-		hits[i] = set.Lookup(e)
-		for _, h := range hits[i] {
-			for _, r := range h.Limit.Replaces {
-				replacing[r] = true
-			}
-		}
-	}
-	for i, hs := range hits {
-		kept := hs[:0]
-		for _, h := range hs {
-			if h.Limit.Unlimited || h.Limit.Name == "" || !replacing[h.Limit.Name] {
-				kept = append(kept, h)
-			}
-		}
-		hits[i] = kept
-	}
-	return hits
 }
 
 // statuses fills each descriptor's status from its limits' results: the
