@@ -196,6 +196,10 @@ type Options struct {
 	// WatchRetries bounds the optimistic-locking attempts of the watch
 	// limiter; 100 by default.
 	WatchRetries int
+	// Cluster says that the client reaches a Redis Cluster, where the keys
+	// of one script call must share a slot (see DecideOnCluster); false by
+	// default. Only the limiters that decide through a Decider read it.
+	Cluster bool
 }
 
 // Option sets one field of Options.
@@ -209,6 +213,9 @@ func WithNow(now func() time.Time) Option { return func(o *Options) { o.Now = no
 
 // WithWatchRetries bounds the watch limiter's attempts per decision.
 func WithWatchRetries(n int) Option { return func(o *Options) { o.WatchRetries = n } }
+
+// WithCluster says whether the client reaches a Redis Cluster.
+func WithCluster(cluster bool) Option { return func(o *Options) { o.Cluster = cluster } }
 
 // DefaultWatchRetries is the watch limiter's attempt bound when none is set.
 const DefaultWatchRetries = 100

@@ -53,7 +53,7 @@ type Outcome struct {
 // if all admit are all consumed, in one script call (decide.lua) and one
 // round trip, whatever the limits' algorithms.
 //
-// On a Redis Cluster the keys of one call must share a slot. Checks are
+// On a Redis Cluster (DecideOnCluster) the keys of one call must share a slot. Checks are
 // grouped by their keys' hash tag ({tag}); each group is one call. The
 // largest group (the identity's limits, as rules tag them) is decided first,
 // each further group (a global cap) only after the ones before admitted; when
@@ -80,6 +80,14 @@ func DecideClock(c Clock) DeciderOption { return func(d *Decider) { d.clock = c 
 // DecideNow sets the caller's clock, for tests with a fixed time; time.Now by default.
 func DecideNow(now func() time.Time) DeciderOption { return func(d *Decider) { d.now = now } }
 
+// DecideOnCluster says whether the client reaches a Redis Cluster, as
+// whoever built the client knows (for redis.UniversalOptions,
+// internal/redisrun's IsCluster says it); false by default. A Decider on a
+// Cluster decides each hash tag's checks in a call of their own, since the
+// keys of one call must share a slot. Nothing asks the client itself: a
+// wrapper, such as a batcher's, hides what it wraps.
+func DecideOnCluster(cluster bool) DeciderOption { return func(d *Decider) { d.cluster = cluster } }
+
 // NewDecider returns a Decider on client.
 func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
 	d := &Decider{
@@ -88,7 +96,6 @@ func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
 		script:  newLuaScript("decide", decideSource),
 		members: newMembers(),
 	}
-	_, d.cluster = client.(*redis.ClusterClient)
 	for _, opt := range opts {
 		opt(d)
 	}

@@ -115,7 +115,7 @@ func TestDecideOnCluster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 
 	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
-	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now), algorithms.DecideOnCluster(true))
 	if err := d.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}

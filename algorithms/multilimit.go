@@ -69,7 +69,7 @@ func newSequential(c redis.UniversalClient, p Policy, o Options) *Sequential {
 }
 
 func newAtomic(c redis.UniversalClient, p Policy, o Options) *Atomic {
-	return &Atomic{policy: p, decider: NewDecider(c, DecideClock(o.Clock), DecideNow(o.Now))}
+	return &Atomic{policy: p, decider: NewDecider(c, DecideClock(o.Clock), DecideNow(o.Now), DecideOnCluster(o.Cluster))}
 }
 
 // Checks says each limit's key and policy for the client behind key.

@@ -24,6 +24,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/pemfile"
+	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // RLSOptions are the settings of ratelab rls.
@@ -147,7 +148,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	metrics := NewMetrics()
 	client, closeClient := newRedisClient(r, o.Timeout, o.Pool, o.Batch, metrics)
 	defer closeClient()
-	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
+	decider := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock), algorithms.DecideOnCluster(redisrun.IsCluster(r)))
 	reloader := NewDomainsReloader(domains, o.Log)
 	svc := NewRLS(RLSConfig{Domains: reloader, Decider: decider, Timeout: o.Timeout, OnError: o.OnError,
 		BreakerFailures: o.BreakerFailures, ResponseHeaders: o.ResponseHeaders, DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log})

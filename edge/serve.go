@@ -18,6 +18,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -335,7 +336,7 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 	if !o.Off && cfg.Limit.Rules != nil {
 		client, closeClient := o.redisClient(r, cfg.Limit.Metrics)
 		defer closeClient()
-		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock))
+		d := algorithms.NewDecider(client, algorithms.DecideClock(o.Clock), algorithms.DecideOnCluster(redisrun.IsCluster(r)))
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.Load(lctx)
 		cancel()
