@@ -80,6 +80,11 @@ type Decision struct {
 	// Member is the sorted-set member this request wrote to the client's log,
 	// for limiters whose state is a log; empty otherwise.
 	Member string
+	// Skipped is set only by a Decider: the check was never put to Redis
+	// (on a Cluster, an earlier call of the decision denied or failed); its
+	// Allowed, Remaining and RetryAfter say nothing. False, the zero value,
+	// says that it was asked.
+	Skipped bool
 }
 
 // Limiter decides whether the client behind key may make one more request.

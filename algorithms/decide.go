@@ -41,9 +41,9 @@ type Outcome struct {
 	// admitted, its Limit, Remaining (after this request when it was
 	// consumed, else now), RetryAfter (when it denied: until it admits
 	// again) and Reset (until it is whole again). Attempts is the round
-	// trips of the call that decided it; 0 for a check never asked, which
-	// on a Cluster is every check of a later call once an earlier one
-	// denied (it then holds only its Limit).
+	// trips of the call that decided it. A check never asked is Skipped: on
+	// a Cluster, every check of a later call once an earlier one denied or
+	// failed. It holds only its Limit, and is no denial of its own.
 	Checks []Decision
 	// Calls is the number of Redis round trips the decision took.
 	Calls int
@@ -177,13 +177,14 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		groups = bySlot(checks)
 	}
 	var done []call
-	for _, g := range groups {
+	for k, g := range groups {
 		cl, err := d.call(ctx, checks, g, now)
 		out.Calls += cl.trips
 		if err != nil {
 			// Whether the failed call consumed is unknown; the calls before
 			// it are given back, as for a denial.
 			out.Allowed = false
+			skip(&out, groups[k+1:])
 			return out, errors.Join(err, d.giveBack(ctx, &out, groups, done))
 		}
 		for j, i := range g {
@@ -191,11 +192,21 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		}
 		if !cl.allowed {
 			out.Allowed = false
+			skip(&out, groups[k+1:])
 			return out, d.giveBack(ctx, &out, groups, done)
 		}
 		done = append(done, cl)
 	}
 	return out, nil
+}
+
+// skip marks the checks of groups, which are never put to Redis, Skipped.
+func skip(out *Outcome, groups [][]int) {
+	for _, g := range groups {
+		for _, i := range g {
+			out.Checks[i].Skipped = true
+		}
+	}
 }
 
 // call is one script call over some of a decision's checks.
