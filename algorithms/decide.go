@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -277,52 +276,6 @@ func (d *Decider) run(ctx context.Context, mode string, checks []Check, members 
 		return decideReply{}, trips, fmt.Errorf("decide: %s: %w", mode, err)
 	}
 	return r, trips, nil
-}
-
-// luaScript is one of this package's scripts, run without its shebang once
-// the server refused to compile one (see Scripted).
-type luaScript struct {
-	name   string
-	script *redis.Script
-	plain  *redis.Script
-	legacy atomic.Bool
-}
-
-func newLuaScript(name, src string) *luaScript {
-	return &luaScript{name: name, script: redis.NewScript(src), plain: redis.NewScript(WithoutShebang(src))}
-}
-
-func (s *luaScript) current() *redis.Script {
-	if s.legacy.Load() {
-		return s.plain
-	}
-	return s.script
-}
-
-func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
-	err := s.current().Load(ctx, c).Err()
-	if isCompileError(err) && !s.legacy.Load() {
-		s.legacy.Store(true)
-		err = s.plain.Load(ctx, c).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: script load: %w", s.name, err)
-	}
-	return nil
-}
-
-// run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
-// round trips it took.
-func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, int, error) {
-	reply, trips, err := eval(ctx, s.current(), c, keys, args...)
-	if isCompileError(err) && !s.legacy.Load() {
-		// Nothing ran: the server could not compile the shebang.
-		s.legacy.Store(true)
-		var more int
-		reply, more, err = eval(ctx, s.plain, c, keys, args...)
-		trips += more
-	}
-	return reply, trips, err
 }
 
 func indexes(n int) []int {

@@ -95,11 +95,7 @@ type Scripted struct {
 	policy Policy
 	clock  Clock
 	now    func() time.Time
-	script *redis.Script
-	// plain is script without its shebang, run once the server refused to
-	// compile the shebang (legacy set).
-	plain  *redis.Script
-	legacy atomic.Bool
+	script *luaScript
 	keys   int // keys per client: the key itself, or key:0 and key:1
 	argv   argvFunc
 	parse  replyFunc
@@ -126,8 +122,7 @@ func newScripted(name string, c redis.Scripter, p Policy, o Options, src string,
 		policy: p,
 		clock:  o.Clock,
 		now:    o.Now,
-		script: redis.NewScript(src),
-		plain:  redis.NewScript(WithoutShebang(src)),
+		script: newLuaScript(name, src),
 		keys:   keys,
 		argv:   argv,
 		parse:  parse,
@@ -167,23 +162,7 @@ func (s *Scripted) Keys(key string) []string {
 // Load loads the script into the server's script cache (on every master of
 // a Cluster); without its shebang when the server cannot compile one.
 func (s *Scripted) Load(ctx context.Context) error {
-	err := s.current().Load(ctx, s.client).Err()
-	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
-		s.legacy.Store(true)
-		err = s.plain.Load(ctx, s.client).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: script load: %w", s.name, err)
-	}
-	return nil
-}
-
-// current is the script to run: plain once the server refused the shebang.
-func (s *Scripted) current() *redis.Script {
-	if s.legacy.Load() {
-		return s.plain
-	}
-	return s.script
+	return s.script.load(ctx, s.client)
 }
 
 // Allow runs the script once for key.
@@ -194,14 +173,7 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 	args, member := s.argv(now)
-	reply, trips, err := eval(ctx, s.current(), s.client, s.Keys(key), args...)
-	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
-		// Nothing ran: the server could not compile the shebang.
-		s.legacy.Store(true)
-		var more int
-		reply, more, err = eval(ctx, s.plain, s.client, s.Keys(key), args...)
-		trips += more
-	}
+	reply, trips, err := s.script.run(ctx, s.client, s.Keys(key), args...)
 	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", s.name, err)
@@ -215,6 +187,67 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 		d.Member = member
 	}
 	return d, nil
+}
+
+// luaScript is a script of this package or a user's, run without its
+// shebang once the server refused to compile one (see Scripted).
+type luaScript struct {
+	name   string
+	script *redis.Script
+	// plain is script without its shebang, run once the server refused
+	// to compile the shebang (legacy set); nil for a script with none.
+	plain  *redis.Script
+	legacy atomic.Bool
+}
+
+func newLuaScript(name, src string) *luaScript {
+	s := &luaScript{name: name, script: redis.NewScript(src)}
+	if plain := WithoutShebang(src); plain != src {
+		s.plain = redis.NewScript(plain)
+	}
+	return s
+}
+
+// current is the script to run: plain once the server refused the shebang.
+func (s *luaScript) current() *redis.Script {
+	if s.legacy.Load() {
+		return s.plain
+	}
+	return s.script
+}
+
+// refused reports whether err is the server's first refusal to compile
+// the shebang, and from then on runs the script without it.
+func (s *luaScript) refused(err error) bool {
+	if !isCompileError(err) || s.plain == nil || s.legacy.Load() {
+		return false
+	}
+	s.legacy.Store(true)
+	return true
+}
+
+func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
+	err := s.current().Load(ctx, c).Err()
+	if s.refused(err) {
+		err = s.plain.Load(ctx, c).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: script load: %w", s.name, err)
+	}
+	return nil
+}
+
+// run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
+// round trips it took.
+func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, int, error) {
+	reply, trips, err := eval(ctx, s.current(), c, keys, args...)
+	if s.refused(err) {
+		// Nothing ran: the server could not compile the shebang.
+		var more int
+		reply, more, err = eval(ctx, s.plain, c, keys, args...)
+		trips += more
+	}
+	return reply, trips, err
 }
 
 // eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT,
