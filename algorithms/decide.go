@@ -52,15 +52,21 @@ type Outcome struct {
 // if all admit are all consumed, in one script call (decide.lua) and one
 // round trip, whatever the limits' algorithms.
 //
-// On a Redis Cluster (DecideOnCluster) the keys of one call must share a slot. Checks are
-// grouped by their keys' hash tag ({tag}); each group is one call. The
-// largest group (the identity's limits, as rules tag them) is decided first,
-// each further group (a global cap) only after the ones before admitted; when
-// a later group denies, what the earlier ones consumed is given back
-// (decide.lua's refund). Between the first call and the refund the request holds
+// On a Redis Cluster (DecideOnCluster) the keys of one call must share a
+// slot. Checks are grouped by their keys' hash tag ({tag}); each group is
+// one call. The largest group (the identity's limits, as rules tag them) is
+// decided first, each further group (a global cap) only after the ones
+// before admitted; when a later group denies, what the earlier ones
+// consumed is given back (decide.lua's refund), and the groups after it
+// are Skipped. Between the first call and the refund the request holds
 // slots it will not use: other requests in that window may be denied by
 // them, though none is ever admitted beyond a limit. A client that fails
 // between the calls leaves the consumption in place.
+//
+// Every call, a decision's or a refund's, is sent at most once: go-redis
+// never sends it again once it may have run (a Cluster's MOVED and ASK,
+// from a node that did not run it, are still followed), so that none is
+// counted twice; a call so failed is an error.
 type Decider struct {
 	client  redis.UniversalClient
 	clock   Clock

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/noreplay"
 )
 
 //go:embed slidinglog.lua
@@ -68,11 +70,13 @@ const sharedMember = "request"
 // algorithms of this package (fixed window, sliding log, sliding counter,
 // token bucket, GCRA), the broken variants of the log, and users' own
 // scripts (UserScript). It runs with EVALSHA, and EVAL when the server
-// answers NOSCRIPT. The scripts differ in the ARGV a request sends and in
-// how their reply reads: this package's take the client's keys, then limit,
-// window in ms, the caller's time in ms (or "" to read TIME inside Redis)
-// and, for the log, this request's member, and return {allowed, remaining,
-// retry_after_ms}.
+// answers NOSCRIPT, each sent at most once: go-redis never sends a call
+// again once it may have run, whatever the client's retries (a Cluster's
+// MOVED and ASK are still followed). The scripts differ in the ARGV a
+// request sends and in how their reply reads: this package's take the
+// client's keys, then limit, window in ms, the caller's time in ms (or ""
+// to read TIME inside Redis) and, for the log, this request's member, and
+// return {allowed, remaining, retry_after_ms}.
 //
 // This package's scripts start with Redis 7's shebang, "#!lua" and no
 // flags: a script that may write. Redis 7 then refuses it whole, with OOM,
@@ -91,7 +95,7 @@ const sharedMember = "request"
 // collapse into one entry.
 type Scripted struct {
 	name   string
-	client redis.Scripter
+	client scriptClient
 	policy Policy
 	clock  Clock
 	now    func() time.Time
@@ -115,7 +119,7 @@ type argvFunc func(now string) (args []any, member string)
 // RetryAfter.
 type replyFunc func(reply any) (Decision, error)
 
-func newScripted(name string, c redis.Scripter, p Policy, o Options, src string, keys int, argv argvFunc, parse replyFunc) *Scripted {
+func newScripted(name string, c scriptClient, p Policy, o Options, src string, keys int, argv argvFunc, parse replyFunc) *Scripted {
 	return &Scripted{
 		name:   name,
 		client: c,
@@ -189,27 +193,41 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 	return d, nil
 }
 
+// scriptClient is what runs a script: ScriptLoad loads it, and Process
+// sends each call, never to be sent again once it may have run
+// (internal/noreplay). A redis.UniversalClient is one, and so is a
+// batcher's wrapped client, which batches the calls.
+type scriptClient interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+}
+
 // luaScript is a script of this package or a user's, run without its
 // shebang once the server refused to compile one (see Scripted).
 type luaScript struct {
 	name   string
-	script *redis.Script
+	script *source
 	// plain is script without its shebang, run once the server refused
 	// to compile the shebang (legacy set); nil for a script with none.
-	plain  *redis.Script
+	plain  *source
 	legacy atomic.Bool
 }
 
+// source is a script's text and the SHA1 that EVALSHA names it by.
+type source struct{ text, sha string }
+
+func newSource(text string) *source { return &source{text: text, sha: redis.NewScript(text).Hash()} }
+
 func newLuaScript(name, src string) *luaScript {
-	s := &luaScript{name: name, script: redis.NewScript(src)}
+	s := &luaScript{name: name, script: newSource(src)}
 	if plain := WithoutShebang(src); plain != src {
-		s.plain = redis.NewScript(plain)
+		s.plain = newSource(plain)
 	}
 	return s
 }
 
 // current is the script to run: plain once the server refused the shebang.
-func (s *luaScript) current() *redis.Script {
+func (s *luaScript) current() *source {
 	if s.legacy.Load() {
 		return s.plain
 	}
@@ -226,10 +244,10 @@ func (s *luaScript) refused(err error) bool {
 	return true
 }
 
-func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
-	err := s.current().Load(ctx, c).Err()
+func (s *luaScript) load(ctx context.Context, c scriptClient) error {
+	err := c.ScriptLoad(ctx, s.current().text).Err()
 	if s.refused(err) {
-		err = s.plain.Load(ctx, c).Err()
+		err = c.ScriptLoad(ctx, s.plain.text).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("%s: script load: %w", s.name, err)
@@ -239,27 +257,34 @@ func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
 
 // run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
 // round trips it took.
-func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, int, error) {
-	reply, trips, err := eval(ctx, s.current(), c, keys, args...)
+func (s *luaScript) run(ctx context.Context, c scriptClient, keys []string, args ...any) (any, int, error) {
+	reply, trips, err := eval(ctx, c, s.current(), keys, args...)
 	if s.refused(err) {
 		// Nothing ran: the server could not compile the shebang.
 		var more int
-		reply, more, err = eval(ctx, s.plain, c, keys, args...)
+		reply, more, err = eval(ctx, c, s.plain, keys, args...)
 		trips += more
 	}
 	return reply, trips, err
 }
 
-// eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT,
-// and says how many round trips that took. A call that failed otherwise is
-// never sent again: it may have run.
-func eval(ctx context.Context, script *redis.Script, c redis.Scripter, keys []string, args ...any) (any, int, error) {
-	reply, err := script.EvalSha(ctx, c, keys, args...).Result()
+// eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT
+// (the script did not run), and says how many round trips that took. Each
+// goes out never to be sent again once it may have run, whatever the
+// client's retries: a call that failed otherwise may have been counted,
+// and is counted at most once.
+func eval(ctx context.Context, c scriptClient, script *source, keys []string, args ...any) (any, int, error) {
+	reply, err := process(ctx, c, noreplay.EvalSha(ctx, script.sha, keys, args...))
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = script.Eval(ctx, c, keys, args...).Result()
+		reply, err = process(ctx, c, noreplay.Eval(ctx, script.text, keys, args...))
 		return reply, 2, err
 	}
 	return reply, 1, err
+}
+
+func process(ctx context.Context, c scriptClient, cmd noreplay.Cmd) (any, error) {
+	_ = c.Process(ctx, cmd) // its error is cmd's
+	return cmd.Result()
 }
 
 // parseReply reads this package's {allowed, remaining, retry_after_ms} reply.
