@@ -13,7 +13,6 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
-	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -105,12 +104,7 @@ func burst(t *testing.T, d *algorithms.Decider, checks []algorithms.Check, n int
 // call after the first admitted. When the cap denies, what the first call
 // consumed is given back: the consumer's limits hold what they held before.
 func TestDecideOnCluster(t *testing.T) {
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.Cluster(t, srv)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: 2 * time.Second,
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	t.Cleanup(func() { c.Close() })
@@ -155,7 +149,7 @@ func TestDecideOnCluster(t *testing.T) {
 		n.AddHook(cancelAfter{ctx: ctx, cancel: cancel})
 		return nil
 	})
-	out, err = d.Decide(ctx, capped)
+	out, err := d.Decide(ctx, capped)
 	if !errors.Is(err, context.Canceled) || out.Allowed || out.Calls != 3 {
 		t.Fatalf("a request cancelled after its first call: %+v, %v; want the cancellation, in 3 calls", out, err)
 	}

@@ -155,12 +155,7 @@ func burst(t *testing.T, b *Batcher, keys []string, calls int) map[string]int64 
 // to another node behind the client's back (MOVED: the client follows it;
 // the call runs once, on the new owner, with the key's count intact).
 func TestCluster(t *testing.T) {
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.Cluster(t, srv)
 	ctx := context.Background()
 	trips := &nodeTrips{pipelines: map[string]int{}, commands: map[string]int{}}
 	c := clusterClient(t, cl, trips)

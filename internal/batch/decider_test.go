@@ -19,18 +19,6 @@ import (
 	"github.com/ratelab/ratelab/internal/testwait"
 )
 
-// startCluster starts a Redis Cluster of 3 masters, stopped when t ends.
-func startCluster(t *testing.T) *redisrun.Cluster {
-	t.Helper()
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
-	return cl
-}
-
 // halfPast is a caller's clock stopped half way through an aligned hour:
 // no hour-long window of a test starts or ends while it runs.
 func halfPast() time.Time {
@@ -40,7 +28,7 @@ func halfPast() time.Time {
 // TestDeciderOnCluster: a Decider on a Redis Cluster of 3 masters, through
 // a batcher as ratelab edge and ratelab rls decide, or alone.
 func TestDeciderOnCluster(t *testing.T) {
-	cl := startCluster(t)
+	cl := redistest.Cluster(t, srv)
 	t.Run("two hash tags through the batcher", func(t *testing.T) { decideTwoTags(t, cl) })
 	t.Run("TRYAGAIN replays no call of the pipeline", func(t *testing.T) { tryAgainReplaysNothing(t, cl) })
 	t.Run("a refund follows its slot", func(t *testing.T) {
