@@ -80,10 +80,10 @@ type Decision struct {
 	// Member is the sorted-set member this request wrote to the client's log,
 	// for limiters whose state is a log; empty otherwise.
 	Member string
-	// Skipped says that a Decider never put this check to Redis: on a
-	// Cluster, a later call's check once an earlier call denied or failed.
-	// Its Allowed, Remaining, RetryAfter and Reset then say nothing. Only a
-	// Decider sets it.
+	// Skipped is set only by a Decider: the check was never put to Redis
+	// (on a Cluster, an earlier call of the decision denied or failed); its
+	// Allowed, Remaining and RetryAfter say nothing. False, the zero value,
+	// says that it was asked.
 	Skipped bool
 }
 
@@ -201,6 +201,10 @@ type Options struct {
 	// WatchRetries bounds the optimistic-locking attempts of the watch
 	// limiter; 100 by default.
 	WatchRetries int
+	// Cluster says that the client reaches a Redis Cluster, where the keys
+	// of one script call must share a slot (see DecideOnCluster); false by
+	// default. Only the limiters that decide through a Decider read it.
+	Cluster bool
 }
 
 // Option sets one field of Options.
@@ -214,6 +218,9 @@ func WithNow(now func() time.Time) Option { return func(o *Options) { o.Now = no
 
 // WithWatchRetries bounds the watch limiter's attempts per decision.
 func WithWatchRetries(n int) Option { return func(o *Options) { o.WatchRetries = n } }
+
+// WithCluster says whether the client reaches a Redis Cluster.
+func WithCluster(cluster bool) Option { return func(o *Options) { o.Cluster = cluster } }
 
 // DefaultWatchRetries is the watch limiter's attempt bound when none is set.
 const DefaultWatchRetries = 100

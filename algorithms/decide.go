@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,9 +40,9 @@ type Outcome struct {
 	// admitted, its Limit, Remaining (after this request when it was
 	// consumed, else now), RetryAfter (when it denied: until it admits
 	// again) and Reset (until it is whole again). Attempts is the round
-	// trips of the call that decided it; 0 for a check never asked, which
-	// on a Cluster is every check of a later call once an earlier one
-	// denied (it then holds only its Limit).
+	// trips of the call that decided it. A check never asked is Skipped: on
+	// a Cluster, every check of a later call once an earlier one denied or
+	// failed. It holds only its Limit, and is no denial of its own.
 	Checks []Decision
 	// Calls is the number of Redis round trips the decision took.
 	Calls int
@@ -53,15 +52,21 @@ type Outcome struct {
 // if all admit are all consumed, in one script call (decide.lua) and one
 // round trip, whatever the limits' algorithms.
 //
-// On a Redis Cluster the keys of one call must share a slot. Checks are
-// grouped by their keys' hash tag ({tag}); each group is one call. The
-// largest group (the identity's limits, as rules tag them) is decided first,
-// each further group (a global cap) only after the ones before admitted; when
-// a later group denies, what the earlier ones consumed is given back
-// (decide.lua's refund). Between the first call and the refund the request holds
+// On a Redis Cluster (DecideOnCluster) the keys of one call must share a
+// slot. Checks are grouped by their keys' hash tag ({tag}); each group is
+// one call. The largest group (the identity's limits, as rules tag them) is
+// decided first, each further group (a global cap) only after the ones
+// before admitted; when a later group denies, what the earlier ones
+// consumed is given back (decide.lua's refund), and the groups after it
+// are Skipped. Between the first call and the refund the request holds
 // slots it will not use: other requests in that window may be denied by
 // them, though none is ever admitted beyond a limit. A client that fails
 // between the calls leaves the consumption in place.
+//
+// Every call, a decision's or a refund's, is sent at most once: go-redis
+// never sends it again once it may have run (a Cluster's MOVED and ASK,
+// from a node that did not run it, are still followed), so that none is
+// counted twice; a call so failed is an error.
 type Decider struct {
 	client  redis.UniversalClient
 	clock   Clock
@@ -80,6 +85,14 @@ func DecideClock(c Clock) DeciderOption { return func(d *Decider) { d.clock = c 
 // DecideNow sets the caller's clock, for tests with a fixed time; time.Now by default.
 func DecideNow(now func() time.Time) DeciderOption { return func(d *Decider) { d.now = now } }
 
+// DecideOnCluster says whether the client reaches a Redis Cluster, as
+// whoever built the client knows (for redis.UniversalOptions,
+// internal/redisrun's IsCluster says it); false by default. A Decider on a
+// Cluster decides each hash tag's checks in a call of their own, since the
+// keys of one call must share a slot. Nothing asks the client itself: a
+// wrapper, such as a batcher's, hides what it wraps.
+func DecideOnCluster(cluster bool) DeciderOption { return func(d *Decider) { d.cluster = cluster } }
+
 // NewDecider returns a Decider on client.
 func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
 	d := &Decider{
@@ -88,7 +101,6 @@ func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
 		script:  newLuaScript("decide", decideSource),
 		members: newMembers(),
 	}
-	_, d.cluster = client.(*redis.ClusterClient)
 	for _, opt := range opts {
 		opt(d)
 	}
@@ -171,13 +183,14 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		groups = bySlot(checks)
 	}
 	var done []call
-	for _, g := range groups {
+	for k, g := range groups {
 		cl, err := d.call(ctx, checks, g, now)
 		out.Calls += cl.trips
 		if err != nil {
 			// Whether the failed call consumed is unknown; the calls before
 			// it are given back, as for a denial.
 			out.Allowed = false
+			skip(&out, groups[k+1:])
 			return out, errors.Join(err, d.giveBack(ctx, &out, groups, done))
 		}
 		for j, i := range g {
@@ -185,11 +198,21 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		}
 		if !cl.allowed {
 			out.Allowed = false
+			skip(&out, groups[k+1:])
 			return out, d.giveBack(ctx, &out, groups, done)
 		}
 		done = append(done, cl)
 	}
 	return out, nil
+}
+
+// skip marks the checks of groups, which are never put to Redis, Skipped.
+func skip(out *Outcome, groups [][]int) {
+	for _, g := range groups {
+		for _, i := range g {
+			out.Checks[i].Skipped = true
+		}
+	}
 }
 
 // call is one script call over some of a decision's checks.
@@ -260,52 +283,6 @@ func (d *Decider) run(ctx context.Context, mode string, checks []Check, members 
 		return decideReply{}, trips, fmt.Errorf("decide: %s: %w", mode, err)
 	}
 	return r, trips, nil
-}
-
-// luaScript is one of this package's scripts, run without its shebang once
-// the server refused to compile one (see Scripted).
-type luaScript struct {
-	name   string
-	script *redis.Script
-	plain  *redis.Script
-	legacy atomic.Bool
-}
-
-func newLuaScript(name, src string) *luaScript {
-	return &luaScript{name: name, script: redis.NewScript(src), plain: redis.NewScript(WithoutShebang(src))}
-}
-
-func (s *luaScript) current() *redis.Script {
-	if s.legacy.Load() {
-		return s.plain
-	}
-	return s.script
-}
-
-func (s *luaScript) load(ctx context.Context, c redis.Scripter) error {
-	err := s.current().Load(ctx, c).Err()
-	if isCompileError(err) && !s.legacy.Load() {
-		s.legacy.Store(true)
-		err = s.plain.Load(ctx, c).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: script load: %w", s.name, err)
-	}
-	return nil
-}
-
-// run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
-// round trips it took.
-func (s *luaScript) run(ctx context.Context, c redis.Scripter, keys []string, args ...any) (any, int, error) {
-	reply, trips, err := eval(ctx, s.current(), c, keys, args...)
-	if isCompileError(err) && !s.legacy.Load() {
-		// Nothing ran: the server could not compile the shebang.
-		s.legacy.Store(true)
-		var more int
-		reply, more, err = eval(ctx, s.plain, c, keys, args...)
-		trips += more
-	}
-	return reply, trips, err
 }
 
 func indexes(n int) []int {

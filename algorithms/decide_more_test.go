@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
-	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -104,18 +104,13 @@ func burst(t *testing.T, d *algorithms.Decider, checks []algorithms.Check, n int
 // call after the first admitted. When the cap denies, what the first call
 // consumed is given back: the consumer's limits hold what they held before.
 func TestDecideOnCluster(t *testing.T) {
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.Cluster(t, srv)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: 2 * time.Second,
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	t.Cleanup(func() { c.Close() })
 
 	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
-	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now), algorithms.DecideOnCluster(true))
 	if err := d.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +149,7 @@ func TestDecideOnCluster(t *testing.T) {
 		n.AddHook(cancelAfter{ctx: ctx, cancel: cancel})
 		return nil
 	})
-	out, err = d.Decide(ctx, capped)
+	out, err := d.Decide(ctx, capped)
 	if !errors.Is(err, context.Canceled) || out.Allowed || out.Calls != 3 {
 		t.Fatalf("a request cancelled after its first call: %+v, %v; want the cancellation, in 3 calls", out, err)
 	}
@@ -173,8 +168,62 @@ func TestDecideOnCluster(t *testing.T) {
 	if out.Allowed || out.Calls != 1 {
 		t.Fatalf("request over the consumer's limits: %+v; want denied in 1 call", out)
 	}
-	if c := out.Checks[len(consumer)]; c.Attempts != 0 || c.Limit != 3 || c.Allowed {
-		t.Fatalf("the cap, never asked: %+v; want only its limit, and no attempts", c)
+	if c := out.Checks[len(consumer)]; !c.Skipped || c.Attempts != 0 || c.Limit != 3 {
+		t.Fatalf("the cap, never asked: %+v; want it skipped, with only its limit, and no attempts", c)
+	}
+}
+
+// TestDecideSkipped: decided by hash tag, as on a Cluster, the checks of
+// the calls after one that denied or failed are Skipped, and only they:
+// the checks of the calls that were made never are.
+func TestDecideSkipped(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, tc := range []struct {
+		name string
+		// full is the tag whose limits are used up before the request;
+		// broken the tag whose key holds a string, which fails its call.
+		full, broken string
+		allowed      bool
+		skipped      []bool // per check: alice's two, the cap, the region's
+	}{
+		{"all admit", "", "", true, []bool{false, false, false, false}},
+		{"the first call denies", "alice", "", false, []bool{false, false, true, true}},
+		{"the second call denies", "cap", "", false, []bool{false, false, false, true}},
+		{"the first call fails", "", "alice", false, []bool{false, false, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{now: alignedStart(window).Add(window / 2)}
+			d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now), algorithms.DecideOnCluster(true))
+			prefix := redistest.Prefix(t)
+			p := algorithms.Policy{Limit: 1, Window: window}
+			checks := []algorithms.Check{
+				{Key: algorithms.Key(prefix+"alice", "a"), Algorithm: "gcra", Policy: p, Cost: 1},
+				{Key: algorithms.Key(prefix+"alice", "b"), Algorithm: "fixed-window", Policy: algorithms.Policy{Limit: 2, Window: window}, Cost: 1},
+				{Key: algorithms.Key(prefix+"cap", "cap"), Algorithm: "fixed-window", Policy: p, Cost: 1},
+				{Key: algorithms.Key(prefix+"region", "cap"), Algorithm: "token-bucket", Policy: p, Cost: 1},
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for _, ch := range checks {
+				if tc.full != "" && strings.Contains(ch.Key, "{"+prefix+tc.full+"}") {
+					decide(t, d, ch)
+				}
+				if tc.broken != "" && strings.Contains(ch.Key, "{"+prefix+tc.broken+"}") {
+					if err := c.Set(ctx, ch.Key, "not a limit's state", time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			out, err := d.Decide(ctx, checks)
+			if (err != nil) != (tc.broken != "") || out.Allowed != tc.allowed {
+				t.Fatalf("allowed %t, error %v; want allowed %t, and an error only from a broken key", out.Allowed, err, tc.allowed)
+			}
+			for j, got := range out.Checks {
+				if got.Skipped != tc.skipped[j] {
+					t.Errorf("%s: skipped %t, want %t (%+v)", checks[j].Key, got.Skipped, tc.skipped[j], got)
+				}
+			}
+		})
 	}
 }
 

@@ -69,7 +69,7 @@ func newSequential(c redis.UniversalClient, p Policy, o Options) *Sequential {
 }
 
 func newAtomic(c redis.UniversalClient, p Policy, o Options) *Atomic {
-	return &Atomic{policy: p, decider: NewDecider(c, DecideClock(o.Clock), DecideNow(o.Now))}
+	return &Atomic{policy: p, decider: NewDecider(c, DecideClock(o.Clock), DecideNow(o.Now), DecideOnCluster(o.Cluster))}
 }
 
 // Checks says each limit's key and policy for the client behind key.
@@ -114,17 +114,23 @@ func (a *Atomic) Keys(key string) []string { return keysOfChecks(a.Checks(key)) 
 func (a *Atomic) Load(ctx context.Context) error { return a.decider.Load(ctx) }
 
 // Allow decides both limits in one call. A denial's Retry-After is the
-// longest of the limits that denied; Remaining is the least of the limits'.
+// longest of the limits that denied; Remaining is the least of the limits'
+// asked.
 func (a *Atomic) Allow(ctx context.Context, key string) (Decision, error) {
 	out, err := a.decider.Decide(ctx, a.Checks(key))
 	d := Decision{Allowed: out.Allowed, Attempts: out.Calls}
 	if err != nil {
 		return d, fmt.Errorf("multi-limit-atomic: %w", err)
 	}
-	for i, c := range out.Checks {
-		if i == 0 || c.Remaining < d.Remaining {
+	first := true
+	for _, c := range out.Checks {
+		if c.Skipped {
+			continue
+		}
+		if first || c.Remaining < d.Remaining {
 			d.Limit, d.Remaining = c.Limit, c.Remaining
 		}
+		first = false
 		if !c.Allowed {
 			d.RetryAfter = max(d.RetryAfter, c.RetryAfter)
 		}

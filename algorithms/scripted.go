@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/noreplay"
 )
 
 //go:embed slidinglog.lua
@@ -68,11 +70,13 @@ const sharedMember = "request"
 // algorithms of this package (fixed window, sliding log, sliding counter,
 // token bucket, GCRA), the broken variants of the log, and users' own
 // scripts (UserScript). It runs with EVALSHA, and EVAL when the server
-// answers NOSCRIPT. The scripts differ in the ARGV a request sends and in
-// how their reply reads: this package's take the client's keys, then limit,
-// window in ms, the caller's time in ms (or "" to read TIME inside Redis)
-// and, for the log, this request's member, and return {allowed, remaining,
-// retry_after_ms}.
+// answers NOSCRIPT, each sent at most once: go-redis never sends a call
+// again once it may have run, whatever the client's retries (a Cluster's
+// MOVED and ASK are still followed). The scripts differ in the ARGV a
+// request sends and in how their reply reads: this package's take the
+// client's keys, then limit, window in ms, the caller's time in ms (or ""
+// to read TIME inside Redis) and, for the log, this request's member, and
+// return {allowed, remaining, retry_after_ms}.
 //
 // This package's scripts start with Redis 7's shebang, "#!lua" and no
 // flags: a script that may write. Redis 7 then refuses it whole, with OOM,
@@ -91,15 +95,11 @@ const sharedMember = "request"
 // collapse into one entry.
 type Scripted struct {
 	name   string
-	client redis.Scripter
+	client scriptClient
 	policy Policy
 	clock  Clock
 	now    func() time.Time
-	script *redis.Script
-	// plain is script without its shebang, run once the server refused to
-	// compile the shebang (legacy set).
-	plain  *redis.Script
-	legacy atomic.Bool
+	script *luaScript
 	keys   int // keys per client: the key itself, or key:0 and key:1
 	argv   argvFunc
 	parse  replyFunc
@@ -119,15 +119,14 @@ type argvFunc func(now string) (args []any, member string)
 // RetryAfter.
 type replyFunc func(reply any) (Decision, error)
 
-func newScripted(name string, c redis.Scripter, p Policy, o Options, src string, keys int, argv argvFunc, parse replyFunc) *Scripted {
+func newScripted(name string, c scriptClient, p Policy, o Options, src string, keys int, argv argvFunc, parse replyFunc) *Scripted {
 	return &Scripted{
 		name:   name,
 		client: c,
 		policy: p,
 		clock:  o.Clock,
 		now:    o.Now,
-		script: redis.NewScript(src),
-		plain:  redis.NewScript(WithoutShebang(src)),
+		script: newLuaScript(name, src),
 		keys:   keys,
 		argv:   argv,
 		parse:  parse,
@@ -167,23 +166,7 @@ func (s *Scripted) Keys(key string) []string {
 // Load loads the script into the server's script cache (on every master of
 // a Cluster); without its shebang when the server cannot compile one.
 func (s *Scripted) Load(ctx context.Context) error {
-	err := s.current().Load(ctx, s.client).Err()
-	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
-		s.legacy.Store(true)
-		err = s.plain.Load(ctx, s.client).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%s: script load: %w", s.name, err)
-	}
-	return nil
-}
-
-// current is the script to run: plain once the server refused the shebang.
-func (s *Scripted) current() *redis.Script {
-	if s.legacy.Load() {
-		return s.plain
-	}
-	return s.script
+	return s.script.load(ctx, s.client)
 }
 
 // Allow runs the script once for key.
@@ -194,14 +177,7 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 	args, member := s.argv(now)
-	reply, trips, err := eval(ctx, s.current(), s.client, s.Keys(key), args...)
-	if isCompileError(err) && !s.legacy.Load() && s.plain.Hash() != s.script.Hash() {
-		// Nothing ran: the server could not compile the shebang.
-		s.legacy.Store(true)
-		var more int
-		reply, more, err = eval(ctx, s.plain, s.client, s.Keys(key), args...)
-		trips += more
-	}
+	reply, trips, err := s.script.run(ctx, s.client, s.Keys(key), args...)
 	d.Attempts = trips
 	if err != nil {
 		return d, fmt.Errorf("%s: eval: %w", s.name, err)
@@ -217,16 +193,98 @@ func (s *Scripted) Allow(ctx context.Context, key string) (Decision, error) {
 	return d, nil
 }
 
-// eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT,
-// and says how many round trips that took. A call that failed otherwise is
-// never sent again: it may have run.
-func eval(ctx context.Context, script *redis.Script, c redis.Scripter, keys []string, args ...any) (any, int, error) {
-	reply, err := script.EvalSha(ctx, c, keys, args...).Result()
+// scriptClient is what runs a script: ScriptLoad loads it, and Process
+// sends each call, never to be sent again once it may have run
+// (internal/noreplay). A redis.UniversalClient is one, and so is a
+// batcher's wrapped client, which batches the calls.
+type scriptClient interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+}
+
+// luaScript is a script of this package or a user's, run without its
+// shebang once the server refused to compile one (see Scripted).
+type luaScript struct {
+	name   string
+	script *source
+	// plain is script without its shebang, run once the server refused
+	// to compile the shebang (legacy set); nil for a script with none.
+	plain  *source
+	legacy atomic.Bool
+}
+
+// source is a script's text and the SHA1 that EVALSHA names it by.
+type source struct{ text, sha string }
+
+func newSource(text string) *source { return &source{text: text, sha: redis.NewScript(text).Hash()} }
+
+func newLuaScript(name, src string) *luaScript {
+	s := &luaScript{name: name, script: newSource(src)}
+	if plain := WithoutShebang(src); plain != src {
+		s.plain = newSource(plain)
+	}
+	return s
+}
+
+// current is the script to run: plain once the server refused the shebang.
+func (s *luaScript) current() *source {
+	if s.legacy.Load() {
+		return s.plain
+	}
+	return s.script
+}
+
+// refused reports whether err is the server's first refusal to compile
+// the shebang, and from then on runs the script without it.
+func (s *luaScript) refused(err error) bool {
+	if !isCompileError(err) || s.plain == nil || s.legacy.Load() {
+		return false
+	}
+	s.legacy.Store(true)
+	return true
+}
+
+func (s *luaScript) load(ctx context.Context, c scriptClient) error {
+	err := c.ScriptLoad(ctx, s.current().text).Err()
+	if s.refused(err) {
+		err = c.ScriptLoad(ctx, s.plain.text).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: script load: %w", s.name, err)
+	}
+	return nil
+}
+
+// run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
+// round trips it took.
+func (s *luaScript) run(ctx context.Context, c scriptClient, keys []string, args ...any) (any, int, error) {
+	reply, trips, err := eval(ctx, c, s.current(), keys, args...)
+	if s.refused(err) {
+		// Nothing ran: the server could not compile the shebang.
+		var more int
+		reply, more, err = eval(ctx, c, s.plain, keys, args...)
+		trips += more
+	}
+	return reply, trips, err
+}
+
+// eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT
+// (the script did not run), and says how many round trips that took. Each
+// goes out never to be sent again once it may have run, whatever the
+// client's retries: a call that failed otherwise may have been counted,
+// and is counted at most once.
+func eval(ctx context.Context, c scriptClient, script *source, keys []string, args ...any) (any, int, error) {
+	reply, err := process(ctx, c, noreplay.EvalSha(ctx, script.sha, keys, args...))
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = script.Eval(ctx, c, keys, args...).Result()
+		reply, err = process(ctx, c, noreplay.Eval(ctx, script.text, keys, args...))
 		return reply, 2, err
 	}
 	return reply, 1, err
+}
+
+func process(ctx context.Context, c scriptClient, cmd noreplay.Cmd) (any, error) {
+	_ = c.Process(ctx, cmd) // its error is cmd's
+	return cmd.Result()
 }
 
 // parseReply reads this package's {allowed, remaining, retry_after_ms} reply.

@@ -65,9 +65,9 @@ func (u UserScript) Info() Info {
 		RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow}
 }
 
-// New builds the limiter on any client that runs scripts: a Scripted with
-// ARGV from the template and the reply read as described on UserScript.
-func (u UserScript) New(client redis.Scripter, p Policy, opts ...Option) (Limiter, error) {
+// New builds the limiter on client: a Scripted with ARGV from the template
+// and the reply read as described on UserScript.
+func (u UserScript) New(client redis.UniversalClient, p Policy, opts ...Option) (Limiter, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}

@@ -132,12 +132,7 @@ func TestCompareOnCluster(t *testing.T) {
 		t.Skip("-short: a long test")
 	}
 	t.Parallel()
-	redistest.Client(t, srv)
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Stop()
+	cl := redistest.Cluster(t, srv)
 	cfg := config(t, cl.Addrs()[0])
 	cfg.Redis = &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, MaxRetries: -1}
 	cfg.AccuracyClients = 5

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/batch"
+	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // RedisOptions adapts base for a limiter: pool connections at most, the
@@ -67,7 +68,7 @@ func OpenDecider(cfg RedisConfig) (*algorithms.Decider, func()) {
 			plain.Close()
 		}
 	}
-	return algorithms.NewDecider(client, algorithms.DecideClock(cfg.Clock)), closeClient
+	return algorithms.NewDecider(client, algorithms.DecideClock(cfg.Clock), algorithms.DecideOnCluster(redisrun.IsCluster(cfg.Options))), closeClient
 }
 
 // LoadScript loads d's script into Redis (every master of a Cluster) so

@@ -42,7 +42,8 @@ func newRedisTrips() redisTrips {
 // from then on, one round trip per node a pipeline goes to.
 func (m *Metrics) CountRedis(client redis.UniversalClient) {
 	h := tripHook{&m.trips}
-	if c, ok := client.(*redis.ClusterClient); ok {
+	// A Cluster's client sends through a client per node: count on each.
+	if c, ok := client.(interface{ OnNewNode(func(*redis.Client)) }); ok {
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(h) })
 		return
 	}

@@ -453,7 +453,7 @@ func TestExplainOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
-	cl := startCluster(t)
+	cl := redistest.Cluster(t, srv)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 	defer cc.Close()
 	for _, name := range []string{"naive", "lua"} {

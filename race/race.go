@@ -21,6 +21,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/randid"
+	"github.com/ratelab/ratelab/internal/redisrun"
 )
 
 // Run races every limiter in cfg and returns the report. It stops at the
@@ -61,7 +62,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			WatchRetries:      cfg.WatchRetries,
 		},
 	}
-	opts := []algorithms.Option{algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries)}
+	opts := []algorithms.Option{algorithms.WithClock(cfg.Clock), algorithms.WithWatchRetries(cfg.WatchRetries),
+		algorithms.WithCluster(redisrun.IsCluster(cfg.Redis))}
 	if cfg.Now != nil {
 		opts = append(opts, algorithms.WithNow(cfg.Now))
 	}

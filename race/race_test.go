@@ -340,25 +340,13 @@ func TestTrialsOutlastingTheWindow(t *testing.T) {
 	}
 }
 
-// startCluster starts a three-master Redis Cluster, stopped when t ends.
-func startCluster(t *testing.T) *redisrun.Cluster {
-	t.Helper()
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
-	return cl
-}
-
 // TestRaceOnCluster: every limiter keeps its invariants on a three-master
 // Redis Cluster, with no CROSSSLOT error (errors would fail the run).
 func TestRaceOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a long test")
 	}
-	cl := startCluster(t)
+	cl := redistest.Cluster(t, srv)
 	cfg := config(t, cl.Addrs()[0], algorithms.Names()...)
 	cfg.Redis = redisOptions(cl.Addrs()...)
 	cfg.Redis.IsClusterMode = true

@@ -151,7 +151,7 @@ func sentOf(cmd redis.Cmder) sent {
 		s.reply = strconv.FormatBool(c.Val())
 	case *redis.FloatCmd:
 		s.reply = strconv.FormatFloat(c.Val(), 'g', -1, 64)
-	case *redis.Cmd:
+	case interface{ Val() any }: // a *redis.Cmd, or a script call that embeds one
 		s.reply = replyText(c.Val())
 	case *redis.SliceCmd:
 		s.reply = replyText(c.Val())

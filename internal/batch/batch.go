@@ -27,18 +27,18 @@
 // When some commands of a pipeline get NOSCRIPT, the batcher loads each of
 // their scripts once and sends again only those commands.
 //
-// The client must not retry (MaxRetries -1): go-redis retries a whole
-// pipeline after a network error, which would replay calls that may have
-// been counted.
+// Every EVALSHA goes out marked never to be sent again once it may have run
+// (internal/noreplay), whatever the client's MaxRetries and MaxRedirects:
+// go-redis would otherwise send a pipeline again after a network error, and
+// a Cluster client, when the first command of a node's pipeline got a
+// retryable error (TRYAGAIN, CLUSTERDOWN, LOADING…), the whole of that
+// node's pipeline, the calls that ran and were counted included. Such a
+// call gets its error: it may have been counted, once.
 //
 // On a Cluster (a *redis.ClusterClient), go-redis splits each pipeline by
 // slot and sends one pipeline to each node concurrently; a call that meets
-// MOVED or ASK (its slot moved) was not run, and the client sends it again
-// to the node named, up to MaxRedirects times. MaxRetries does not govern
-// this: the same budget also resends a node's part of a pipeline after a
-// network error on it, which may replay calls that ran. MaxRedirects -1
-// rules that out, at the cost of failing the calls that meet MOVED until the
-// client has reloaded the slots (at once: a MOVED reply makes it reload).
+// MOVED or ASK (its slot moved) was not run, and the client sends it on to
+// the node named, up to MaxRedirects times.
 package batch
 
 import (
@@ -51,6 +51,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratelab/ratelab/internal/noreplay"
 )
 
 // ErrClosed is the error of a call made after Close, or still waiting when
@@ -438,14 +440,15 @@ func (b *Batcher) context(calls []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []*redis.Cmd {
+func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []noreplay.Cmd {
 	if b.opts.OnBatch != nil {
 		b.opts.OnBatch(len(calls), retry)
 	}
 	pipe := b.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]noreplay.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		cmds[i] = noreplay.EvalSha(ctx, c.sha, c.keys, c.args...)
+		_ = pipe.Process(ctx, cmds[i]) // queues it: no error
 	}
 	// Exec's error is its first command's; each command keeps its own.
 	_, _ = pipe.Exec(ctx)

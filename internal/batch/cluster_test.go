@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -28,7 +29,7 @@ type nodeTrips struct {
 	mu        sync.Mutex
 	pipelines map[string]int
 	commands  map[string]int
-	moved     int // replies that were MOVED
+	moved     int // replies to EVALSHAs, in pipelines or alone, that were MOVED
 }
 
 func (n *nodeTrips) hook(addr string) redis.Hook { return nodeHook{n, addr} }
@@ -38,8 +39,16 @@ type nodeHook struct {
 	addr string
 }
 
-func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.n.mu.Lock()
+		defer h.n.mu.Unlock()
+		h.n.count(cmd)
+		return err
+	}
+}
 func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -47,12 +56,8 @@ func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		defer h.n.mu.Unlock()
 		evalsha := 0
 		for _, c := range cmds {
-			if c.Name() != "evalsha" {
-				continue // a new connection's HELLO and CLIENT SETINFO come as a pipeline too
-			}
-			evalsha++
-			if e := c.Err(); e != nil && strings.HasPrefix(e.Error(), "MOVED") {
-				h.n.moved++
+			if h.n.count(c) {
+				evalsha++
 			}
 		}
 		if evalsha > 0 {
@@ -61,6 +66,19 @@ func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		}
 		return err
 	}
+}
+
+// count counts a MOVED reply to cmd, and reports whether cmd is an
+// EVALSHA: a new connection's HELLO and CLIENT SETINFO come as a pipeline
+// too. n.mu is held.
+func (n *nodeTrips) count(cmd redis.Cmder) bool {
+	if cmd.Name() != "evalsha" {
+		return false
+	}
+	if e := cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "MOVED") {
+		n.moved++
+	}
+	return true
 }
 
 func (n *nodeTrips) snapshot() (pipelines, commands map[string]int, moved int) {
@@ -137,12 +155,7 @@ func burst(t *testing.T, b *Batcher, keys []string, calls int) map[string]int64 
 // to another node behind the client's back (MOVED: the client follows it;
 // the call runs once, on the new owner, with the key's count intact).
 func TestCluster(t *testing.T) {
-	redistest.Client(t, srv) // skips without redis-server, fails under CI
-	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl := redistest.Cluster(t, srv)
 	ctx := context.Background()
 	trips := &nodeTrips{pipelines: map[string]int{}, commands: map[string]int{}}
 	c := clusterClient(t, cl, trips)
@@ -258,59 +271,135 @@ func distinct(m map[string]string) map[string]bool {
 }
 
 // moveSlot moves key's slot, and the keys in it, from the master at from to
-// the one at to, telling every master, as redis-cli --cluster reshard does.
+// the one at to, and waits until every master agrees.
 func moveSlot(t *testing.T, cl *redisrun.Cluster, key, from, to string) {
 	t.Helper()
-	ctx := context.Background()
-	clients := map[string]*redis.Client{}
-	ids := map[string]string{}
-	for _, addr := range cl.Addrs() {
-		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
-		defer c.Close()
-		id, err := c.Do(ctx, "cluster", "myid").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients[addr], ids[addr] = c, id
-	}
-	slot, err := clients[from].ClusterKeySlot(ctx, key).Result()
+	m, err := startMove(cl, key, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	must := func(err error) {
-		t.Helper()
+	defer m.close()
+	if err := m.finish(); err != nil {
+		t.Fatal(err)
+	}
+	m.wait(t, key)
+}
+
+// slotMove moves one slot from one master to another step by step, as
+// redis-cli --cluster reshard does: startMove marks it importing and
+// migrating, migrate moves some of its keys, finish the rest and gives the
+// slot to its new owner. Its calls return errors, so that a hook may make
+// them.
+type slotMove struct {
+	cl       *redisrun.Cluster
+	clients  map[string]*redis.Client
+	ids      map[string]string
+	slot     int64
+	from, to string
+}
+
+// moveTimeout bounds each step of a slotMove.
+const moveTimeout = 10 * time.Second
+
+// startMove marks key's slot importing on to and migrating on from: from
+// still serves the keys it holds, and sends the client to to for the others.
+func startMove(cl *redisrun.Cluster, key, from, to string) (*slotMove, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	defer cancel()
+	m := &slotMove{cl: cl, clients: map[string]*redis.Client{}, ids: map[string]string{}, from: from, to: to}
+	for _, addr := range cl.Addrs() {
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
+		m.clients[addr] = c
+		id, err := c.Do(ctx, "cluster", "myid").Text()
 		if err != nil {
-			t.Fatal(err)
+			m.close()
+			return nil, err
+		}
+		m.ids[addr] = id
+	}
+	var err error
+	if m.slot, err = m.clients[from].ClusterKeySlot(ctx, key).Result(); err != nil {
+		m.close()
+		return nil, err
+	}
+	err = errors.Join(m.clients[to].Do(ctx, "cluster", "setslot", m.slot, "importing", m.ids[from]).Err(),
+		m.clients[from].Do(ctx, "cluster", "setslot", m.slot, "migrating", m.ids[to]).Err())
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *slotMove) close() {
+	for _, c := range m.clients {
+		c.Close()
+	}
+}
+
+// migrate moves keys, of the slot, to its new owner.
+func (m *slotMove) migrate(keys ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	defer cancel()
+	host, port, err := net.SplitHostPort(m.to)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.clients[m.from].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
+			return fmt.Errorf("migrate %s: %w", k, err)
 		}
 	}
-	must(clients[to].Do(ctx, "cluster", "setslot", slot, "importing", ids[from]).Err())
-	must(clients[from].Do(ctx, "cluster", "setslot", slot, "migrating", ids[to]).Err())
-	inSlot, err := clients[from].ClusterGetKeysInSlot(ctx, int(slot), 1000).Result()
-	must(err)
-	host, port, err := net.SplitHostPort(to)
-	must(err)
-	for _, k := range inSlot {
-		must(clients[from].Migrate(ctx, host, port, k, 0, 5*time.Second).Err())
+	return nil
+}
+
+// finish migrates the keys left in the slot and gives it to its new owner,
+// telling every master: from then on the old owner answers MOVED.
+func (m *slotMove) finish() error {
+	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	defer cancel()
+	left, err := m.clients[m.from].ClusterGetKeysInSlot(ctx, int(m.slot), 1000).Result()
+	if err != nil {
+		return err
+	}
+	if err := m.migrate(left...); err != nil {
+		return err
 	}
 	// The destination first: it takes the slot with a new config epoch, so
 	// that no gossip of the source's older claim can take it back.
-	must(clients[to].Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err())
-	must(clients[from].Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err())
-	for _, addr := range cl.Addrs() {
-		if addr != to && addr != from {
-			must(clients[addr].Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err())
+	for _, addr := range append([]string{m.to, m.from}, m.others()...) {
+		if err := m.clients[addr].Do(ctx, "cluster", "setslot", m.slot, "node", m.ids[m.to]).Err(); err != nil {
+			return fmt.Errorf("setslot on %s: %w", addr, err)
 		}
 	}
-	// Every node agrees: the destination serves the key, the others send
-	// the client to it.
-	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
-		for _, addr := range cl.Addrs() {
-			err := clients[addr].Exists(ctx, key).Err()
+	return nil
+}
+
+// others are the masters neither giving nor taking the slot.
+func (m *slotMove) others() []string {
+	var addrs []string
+	for _, addr := range m.cl.Addrs() {
+		if addr != m.to && addr != m.from {
+			addrs = append(addrs, addr)
+		}
+	}
+	return addrs
+}
+
+// wait waits until every master agrees that key is on the slot's new
+// owner: it serves the key, the others send the client to it.
+func (m *slotMove) wait(t *testing.T, key string) {
+	t.Helper()
+	testwait.Eventually(t, moveTimeout, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+		defer cancel()
+		for addr, c := range m.clients {
+			err := c.Exists(ctx, key).Err()
 			switch {
-			case addr == to && err != nil:
+			case addr == m.to && err != nil:
 				return false, fmt.Sprintf("the new owner %s answers %v", addr, err)
-			case addr != to && (err == nil || !strings.HasSuffix(err.Error(), " "+to)):
-				return false, fmt.Sprintf("%s answers %v, want MOVED to %s", addr, err, to)
+			case addr != m.to && (err == nil || !strings.HasSuffix(err.Error(), " "+m.to)):
+				return false, fmt.Sprintf("%s answers %v, want MOVED to %s", addr, err, m.to)
 			}
 		}
 		return true, ""

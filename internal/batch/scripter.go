@@ -31,6 +31,13 @@ func (s *scripter) remember(src string) {
 // EvalSha runs sha through the Batcher.
 func (s *scripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sha, len(keys)}, append(stringsToAny(keys), args...)...)...)
+	_ = s.run(ctx, cmd, sha, keys, args)
+	return cmd
+}
+
+// run runs sha through the Batcher and sets cmd's reply: its value, or its
+// error, which it returns. The Batcher loads a known script on NOSCRIPT.
+func (s *scripter) run(ctx context.Context, cmd valueCmd, sha string, keys []string, args []any) error {
 	var script *redis.Script
 	if v, ok := s.known.Load(sha); ok {
 		script = v.(*redis.Script)
@@ -38,10 +45,40 @@ func (s *scripter) EvalSha(ctx context.Context, sha string, keys []string, args 
 	val, err := s.b.run(ctx, sha, script, keys, args)
 	if err != nil {
 		cmd.SetErr(err)
-		return cmd
+		return err
 	}
 	cmd.SetVal(val)
-	return cmd
+	return nil
+}
+
+// valueCmd is a command whose reply is any value: a *redis.Cmd, or a
+// command that embeds one (internal/noreplay's).
+type valueCmd interface {
+	SetVal(any)
+	SetErr(error)
+}
+
+// scriptCall reads cmd as EVALSHA or EVAL: its name, its script (a SHA1 or
+// a source), keys and arguments, as go-redis and internal/noreplay build
+// them. ok is false for any other command, and for one whose number of
+// keys is not an int followed by as many string keys.
+func scriptCall(cmd redis.Cmder) (name, script string, keys []string, args []any, ok bool) {
+	name, a := cmd.Name(), cmd.Args()
+	if name != "evalsha" && name != "eval" || len(a) < 3 {
+		return "", "", nil, nil, false
+	}
+	script, isString := a[1].(string)
+	n, isInt := a[2].(int)
+	if !isString || !isInt || n < 0 || len(a) < 3+n {
+		return "", "", nil, nil, false
+	}
+	keys = make([]string, n)
+	for i := range keys {
+		if keys[i], ok = a[3+i].(string); !ok {
+			return "", "", nil, nil, false
+		}
+	}
+	return name, script, keys, a[3+n:], true
 }
 
 // Eval runs src on the client, and makes it known to the Batcher.
@@ -83,9 +120,10 @@ func stringsToAny(ss []string) []any {
 
 // Wrap returns client with its script commands replaced by the
 // Scripter's: EVALSHA through the Batcher, EVAL and SCRIPT LOAD straight
-// to client but remembered. Every other command goes straight to client.
-// client must be the one the Batcher sends to. The limiters of package
-// algorithms take it as they take any UniversalClient.
+// to client but remembered; so too an EVALSHA or EVAL sent with Process, as
+// the limiters of package algorithms send theirs. Every other command goes
+// straight to client. client must be the one the Batcher sends to. The
+// limiters of package algorithms take it as they take any UniversalClient.
 func (b *Batcher) Wrap(client redis.UniversalClient) redis.UniversalClient {
 	return &wrapped{UniversalClient: client, s: &scripter{b: b, client: client}}
 }
@@ -93,6 +131,22 @@ func (b *Batcher) Wrap(client redis.UniversalClient) redis.UniversalClient {
 type wrapped struct {
 	redis.UniversalClient
 	s *scripter
+}
+
+// Process runs an EVALSHA through the Batcher, as EvalSha does, and
+// remembers the script of an EVAL; it sends every other command, and an
+// EVALSHA whose reply it cannot set, straight to the client.
+func (w *wrapped) Process(ctx context.Context, cmd redis.Cmder) error {
+	name, script, keys, args, ok := scriptCall(cmd)
+	if ok && name == "evalsha" {
+		if vc, settable := cmd.(valueCmd); settable {
+			return w.s.run(ctx, vc, script, keys, args)
+		}
+	}
+	if ok && name == "eval" {
+		w.s.remember(script)
+	}
+	return w.UniversalClient.Process(ctx, cmd)
 }
 
 // EvalSha runs sha through the Batcher.

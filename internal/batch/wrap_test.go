@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/noreplay"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
 
@@ -57,6 +58,75 @@ func TestWrappedLimitersAdmitTheLimit(t *testing.T) {
 			}
 			if _, first, _ := rec.snapshot(); first == 0 {
 				t.Error("no call went through the batcher")
+			}
+		})
+	}
+}
+
+// TestWrapProcess: through a wrapped client's Process, an EVALSHA goes
+// through the Batcher, whichever command carries it, and is answered to
+// its caller; an EVAL goes straight to the client and makes its script
+// known, so that the Batcher loads it after the server lost it; any other
+// command goes straight to the client.
+func TestWrapProcess(t *testing.T) {
+	c := redistest.Client(t, srv)
+	var rec recorder
+	b := newBatcher(t, c, Options{Max: 8, OnBatch: rec.onBatch})
+	w := b.Wrap(redis.UniversalClient(c))
+	key := redistest.Prefix(t) + "n"
+	src := `redis.call('INCR', KEYS[1]) return ARGV[1] .. '!'` // unknown to the Batcher until it is EVALed
+	sha := redis.NewScript(src).Hash()
+	for _, tc := range []struct {
+		name string
+		// cmd sends the command and returns its reply.
+		cmd func(ctx context.Context) (any, error)
+		// prepare runs on the server before cmd.
+		prepare          func(ctx context.Context) error
+		want             any
+		batched, retries int
+	}{
+		{"evalsha sent once", func(ctx context.Context) (any, error) {
+			cmd := noreplay.EvalSha(ctx, echo.Hash(), []string{key}, "once")
+			err := w.Process(ctx, cmd)
+			return cmd.Val(), err
+		}, func(ctx context.Context) error { return echo.Load(ctx, c).Err() }, "once", 1, 0},
+		{"go-redis's evalsha", func(ctx context.Context) (any, error) {
+			cmd := redis.NewCmd(ctx, "evalsha", echo.Hash(), 1, key, "plain")
+			err := w.Process(ctx, cmd)
+			return cmd.Val(), err
+		}, nil, "plain", 1, 0},
+		{"eval", func(ctx context.Context) (any, error) {
+			cmd := noreplay.Eval(ctx, src, []string{key}, "eval")
+			err := w.Process(ctx, cmd)
+			return cmd.Val(), err
+		}, nil, "eval!", 0, 0},
+		{"evalsha of a script flushed since its eval", func(ctx context.Context) (any, error) {
+			cmd := noreplay.EvalSha(ctx, sha, []string{key}, "again")
+			err := w.Process(ctx, cmd)
+			return cmd.Val(), err
+		}, func(ctx context.Context) error { return c.ScriptFlush(ctx).Err() }, "again!", 1, 1},
+		{"another command", func(ctx context.Context) (any, error) {
+			cmd := redis.NewStringCmd(ctx, "get", key)
+			err := w.Process(ctx, cmd)
+			return cmd.Val(), err
+		}, nil, "4", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if tc.prepare != nil {
+				if err := tc.prepare(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, first0, retries0 := rec.snapshot()
+			got, err := tc.cmd(ctx)
+			if err != nil || got != tc.want {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+			if _, first, retries := rec.snapshot(); first-first0 != tc.batched || retries-retries0 != tc.retries {
+				t.Errorf("%d calls through the Batcher, %d sent again after NOSCRIPT; want %d and %d",
+					first-first0, retries-retries0, tc.batched, tc.retries)
 			}
 		})
 	}

@@ -265,3 +265,35 @@ func TestBadURLHidesPassword(t *testing.T) {
 		t.Fatalf("%v; want the reason without the password", err)
 	}
 }
+
+// TestIsCluster: a Redis Cluster is named by IsClusterMode or by several
+// addresses, never with a sentinel's MasterName; without one, go-redis
+// builds a ClusterClient for exactly those options.
+func TestIsCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    *redis.UniversalOptions
+		want bool
+	}{
+		{"nil", nil, false},
+		{"one address", &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}}, false},
+		{"one address in cluster mode", &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, IsClusterMode: true}, true},
+		{"several addresses", &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}, true},
+		{"sentinels", &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, MasterName: "m"}, false},
+		{"sentinels in cluster mode", &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, MasterName: "m", IsClusterMode: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := redisrun.IsCluster(tc.o); got != tc.want {
+				t.Fatalf("IsCluster is %t, want %t", got, tc.want)
+			}
+			if tc.o == nil || tc.o.MasterName != "" {
+				return
+			}
+			c := redis.NewUniversalClient(tc.o)
+			defer c.Close()
+			if _, built := c.(*redis.ClusterClient); built != tc.want {
+				t.Fatalf("go-redis builds a %T, which IsCluster (%t) does not say", c, tc.want)
+			}
+		})
+	}
+}

@@ -316,7 +316,7 @@ func Open(ctx context.Context, c TargetConfig) (*Target, error) {
 			addr = o.MasterName + "@" + addr
 		}
 		return &Target{Options: o, Info: Info{Mode: string(External), Version: version, Addr: addr,
-			Cluster: o.IsClusterMode}}, nil
+			Cluster: IsCluster(o)}}, nil
 	}
 	if c.ClusterLocal {
 		cl, err := StartCluster(ctx, 3, Options{})
@@ -341,6 +341,16 @@ func Open(ctx context.Context, c TargetConfig) (*Target, error) {
 	}
 	return &Target{Options: localOptions([]string{srv.Addr}, false), stop: srv.Stop,
 		Info: Info{Mode: string(srv.Mode), Version: srv.Version, Addr: srv.Addr}}, nil
+}
+
+// IsCluster reports whether a client built from o by
+// redis.NewUniversalClient reaches a Redis Cluster, where the keys of one
+// command must share a slot: o sets IsClusterMode or lists several
+// addresses, and names no MasterName (a primary found through
+// redis-sentinel, whatever else is set, is one server). A nil o is no
+// Cluster.
+func IsCluster(o *redis.UniversalOptions) bool {
+	return o != nil && o.MasterName == "" && (o.IsClusterMode || len(o.Addrs) > 1)
 }
 
 func localOptions(addrs []string, cluster bool) *redis.UniversalOptions {

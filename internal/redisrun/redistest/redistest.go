@@ -88,6 +88,22 @@ func Client(t testing.TB, srv *redisrun.Server) *redis.Client {
 	return c
 }
 
+// Cluster starts a private Redis Cluster of 3 masters, stopped when the
+// test ends. The test is skipped when srv, the package's server, is nil
+// (no redis-server outside CI).
+func Cluster(t testing.TB, srv *redisrun.Server) *redisrun.Cluster {
+	t.Helper()
+	if srv == nil {
+		t.Skip("no redis-server on PATH")
+	}
+	cl, err := redisrun.StartCluster(context.Background(), 3, redisrun.Options{})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(cl.Stop)
+	return cl
+}
+
 // Prefix returns a key prefix unique to this test, so tests sharing the
 // package's server never see each other's keys.
 func Prefix(t testing.TB) string {
