@@ -36,6 +36,8 @@ var allowed = map[string][]string{
 	"internal/testwait":           {},
 	"internal/batch":              {},
 	"internal/pemfile":            {},
+	"internal/reload":             {},
+	"internal/reload/reloadtest":  {},
 	"internal/envoyref":           {"internal/testwait"},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
