@@ -41,7 +41,7 @@ import (
 // one go, in well under a millisecond; an editor's or a copy's writes
 // follow each other within a few. 50 ms catches a writer that pauses up to
 // that long between two writes, and delays a reload by about twice that
-// (after the last event, then between two reads): nothing beside the
+// (after the first event, then between two reads): nothing beside the
 // kubelet's minute or so before a ConfigMap's update reaches the volume.
 const DefaultSettle = 50 * time.Millisecond
 
@@ -309,8 +309,8 @@ func (w *Watcher) reload(ctx context.Context, cause Cause) error {
 }
 
 // Watch reloads whenever anything changes in the directory watched (Path,
-// or a file's directory), once no event has come for Settle, and on
-// SIGHUP, until ctx is done. It reloads once when the watch is in place,
+// or a file's directory), Settle after the change, and on SIGHUP, until
+// ctx is done. It reloads once when the watch is in place,
 // so that a change since the first read is not missed. It fails only when
 // the watch cannot be set up.
 func (w *Watcher) Watch(ctx context.Context) error {
@@ -331,9 +331,16 @@ func (w *Watcher) Watch(ctx context.Context) error {
 	defer signal.Stop(hup)
 
 	_ = w.reload(ctx, Start)
-	quiet := time.NewTimer(w.cfg.settle())
-	quiet.Stop()
-	defer quiet.Stop()
+	// A reload comes Settle after the first event of a burst: the events of
+	// one save or one swap come together. It is not put off by each later
+	// event, or a file written all the time beside Path (a log) would put
+	// it off for ever; the events that come during a reload start another.
+	var due <-chan time.Time
+	reloadSoon := func() {
+		if due == nil {
+			due = time.After(w.cfg.settle())
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -345,15 +352,16 @@ func (w *Watcher) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			quiet.Reset(w.cfg.settle())
+			reloadSoon()
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return nil
 			}
 			// Events may have been lost (an overflow): read again.
 			w.cfg.log("watching %s: %v", dir, err)
-			quiet.Reset(w.cfg.settle())
-		case <-quiet.C:
+			reloadSoon()
+		case <-due:
+			due = nil
 			_ = w.reload(ctx, Change)
 		}
 	}

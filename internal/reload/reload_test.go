@@ -401,3 +401,43 @@ func TestWatchEnds(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before)
 }
+
+// TestBusyDirectory: a file beside the one watched that is written all the
+// time (a log) does not put the reload off for ever: a change is handed
+// over.
+func TestBusyDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	write(t, file, "v1")
+	rec := &recorder{}
+	watch(t, Config{Path: file}, rec, nil)
+	log, err := os.Create(filepath.Join(dir, "edge.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := log.WriteString("a line\n"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-done
+		log.Close()
+	}()
+	write(t, file, "v2")
+	rec.handedOver(t, `config.yaml="v1"`, `config.yaml="v2"`)
+}
