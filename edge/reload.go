@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/ratelab/ratelab/internal/reload"
 	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -27,7 +22,7 @@ type Loaded struct {
 }
 
 // Rules holds the rules a gateway serves. A request reads them once
-// (Current) and is decided wholly by what it read; Reload swaps them at
+// (Current) and is decided wholly by what it read; a reload swaps them at
 // once, so that no request is decided by half of each.
 type Rules struct {
 	file    string
@@ -35,9 +30,10 @@ type Rules struct {
 	log     io.Writer
 	metrics *limiter.Metrics
 	cur     atomic.Pointer[Loaded]
-	mu      sync.Mutex // one reload at a time
+	mu      sync.Mutex // metrics, attached once the gateway has them
 	check   func(*rules.Set) error
 	apply   func(*rules.Set) error
+	watcher *reload.Watcher // nil: the rules never reload
 }
 
 // RulesConfig configures Rules.
@@ -62,22 +58,32 @@ type RulesConfig struct {
 func NewRules(set *rules.Set, cfg RulesConfig) *Rules {
 	r := &Rules{file: cfg.File, opts: cfg.Options, log: cfg.Log, metrics: cfg.Metrics, check: cfg.Check, apply: cfg.Apply}
 	r.store(set)
+	if cfg.File != "" {
+		r.watcher = reload.New(reload.Config{Path: cfg.File, Load: r.load, Report: r.report, Log: r.line})
+	}
 	return r
 }
 
-// LoadRules parses and checks file for the gateway; its errors are
-// *rules.Error naming line and field.
+// LoadRules reads file once it holds still (reload.Read), then parses and
+// checks it for the gateway; its errors are *rules.Error naming line and
+// field.
 func LoadRules(file string, opts ...rules.Option) (*rules.Set, error) {
-	src, err := os.ReadFile(file)
+	s, err := reload.Read(context.Background(), reload.Config{Path: file})
 	if err != nil {
 		return nil, err
 	}
-	return rules.Parse(file, src, opts...)
+	return parseRules(s.Files, opts)
+}
+
+// parseRules parses the one file of a rules file's snapshot.
+func parseRules(files []reload.File, opts []rules.Option) (*rules.Set, error) {
+	return rules.Parse(files[0].Name, files[0].Data, opts...)
 }
 
 // Current returns the rules serving now.
 func (r *Rules) Current() *Loaded { return r.cur.Load() }
 
+// store serves set; the caller holds r.mu, or has not shared r yet.
 func (r *Rules) store(set *rules.Set) {
 	l := &Loaded{Set: set, At: time.Now()}
 	r.cur.Store(l)
@@ -95,39 +101,52 @@ func (r *Rules) setMetrics(m *limiter.Metrics) {
 	m.RulesLoaded(l.Set.Version, l.At)
 }
 
-// Reload reads the file again. A file that does not parse, or that Check
-// refuses, is refused: the error is logged and returned, and the rules
-// serving stay. A file with the version serving changes nothing.
+// Reload reads the file again, once it holds still. A file that does not
+// parse, or that Check or Apply refuses, is refused: the error is logged
+// and returned, and the rules serving stay. A file with the version
+// serving changes nothing.
 func (r *Rules) Reload() error {
-	if r.file == "" {
+	if r.watcher == nil {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	set, err := LoadRules(r.file, r.opts...)
+	return r.watcher.Reload(context.Background())
+}
+
+// load serves the rules of files, the reload's snapshot of the file.
+func (r *Rules) load(files []reload.File, _ reload.Cause) error {
+	set, err := parseRules(files, r.opts)
 	if err == nil && r.check != nil {
 		err = r.check(set)
 	}
-	old := r.cur.Load()
-	if err == nil && set.Version != old.Set.Version && r.apply != nil {
-		err = r.apply(set)
-	}
 	if err != nil {
-		if r.metrics != nil {
-			r.metrics.CountReload("refused")
-		}
-		r.line("rules %s refused, version %s keeps serving: %v", r.file, old.Set.Version, err)
 		return err
 	}
+	old := r.cur.Load()
 	if set.Version == old.Set.Version {
-		return nil
+		return reload.ErrUnchanged
 	}
+	if r.apply != nil {
+		if err := r.apply(set); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
 	r.store(set)
-	if r.metrics != nil {
-		r.metrics.CountReload("applied")
-	}
+	r.mu.Unlock()
 	r.line("rules %s reloaded: version %s (was %s), %d limits", r.file, set.Version, old.Set.Version, len(set.Limits()))
 	return nil
+}
+
+// report counts a reload by its result, and logs a refusal.
+func (r *Rules) report(o reload.Outcome) {
+	r.mu.Lock()
+	if r.metrics != nil {
+		r.metrics.CountReload(string(o.Result))
+	}
+	r.mu.Unlock()
+	if o.Result == reload.Refused {
+		r.line("rules %s refused, version %s keeps serving: %v", r.file, r.cur.Load().Set.Version, o.Err)
+	}
 }
 
 func (r *Rules) line(format string, a ...any) {
@@ -136,68 +155,12 @@ func (r *Rules) line(format string, a ...any) {
 	}
 }
 
-// settle is how long Watch waits after the last event on the file before
-// it reloads: an editor's save is often several events.
-const settle = 50 * time.Millisecond
-
-// Watch reloads the rules on SIGHUP and whenever the file changes, until
-// ctx is done. It watches the file's directory, not the file: editors and
-// tools that save by writing a new file and renaming it over the old one
-// replace the file a watch on it would follow.
+// Watch reloads the rules whenever anything changes in the file's
+// directory (an editor's rename over the file, a ConfigMap's swap of its
+// ..data link) and on SIGHUP, until ctx is done (reload.Watcher).
 func (r *Rules) Watch(ctx context.Context) error {
-	if r.file == "" {
+	if r.watcher == nil {
 		return nil
 	}
-	name := filepath.Clean(r.file)
-	return WatchDir(ctx, filepath.Dir(r.file), func(path string) bool { return filepath.Clean(path) == name },
-		func(hup bool) {
-			if hup {
-				r.line("SIGHUP: reloading %s", r.file)
-			}
-			_ = r.Reload()
-		}, r.line)
-}
-
-// WatchDir calls reload on SIGHUP (hup true) and once the files of dir
-// that match have settled after a write, a new file, a rename or a
-// removal, until ctx is done; line receives what goes wrong watching. It
-// is the reload of the gateway's rules file and of the rate limit
-// service's directory.
-func WatchDir(ctx context.Context, dir string, match func(path string) bool, reload func(hup bool), line func(format string, a ...any)) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", dir, err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watch %s: %w", dir, err)
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-hup:
-			reload(true)
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if match(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
-				timer.Reset(settle)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			line("watching %s: %v", dir, err)
-		case <-timer.C:
-			reload(false)
-		}
-	}
+	return r.watcher.Watch(ctx)
 }

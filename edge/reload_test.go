@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/reload/reloadtest"
 	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -191,8 +192,7 @@ func TestRulesReloadUnderLoad(t *testing.T) {
 }
 
 // TestRulesReloadOnSIGHUP: a change the directory's watch cannot see (the
-// file is a link to one elsewhere, as Kubernetes mounts a ConfigMap) is
-// read on SIGHUP.
+// file is a link to one in another directory) is read on SIGHUP.
 func TestRulesReloadOnSIGHUP(t *testing.T) {
 	redistest.Client(t, srv)
 	domain := redistest.Prefix(t)
@@ -240,4 +240,27 @@ func healthText(t *testing.T, g *edge.Gateway) string {
 	t.Helper()
 	_, text := body(t, "http://"+g.AdminAddr()+"/healthz", nil)
 	return text
+}
+
+// TestRulesReloadConfigMap: a rules file in a ConfigMap volume, updated as
+// the kubelet updates it (no event names the file: a new ..data link is
+// renamed over the old), serves the new limit within 5 s.
+func TestRulesReloadConfigMap(t *testing.T) {
+	t.Parallel()
+	redistest.Client(t, srv)
+	domain := redistest.Prefix(t)
+	cm := reloadtest.NewConfigMap(t, t.TempDir(), map[string]string{"rules.yaml": perConsumer(domain, 2)})
+	g, _ := startRules(t, rulesSetup{file: filepath.Join(cm.Dir, "rules.yaml")})
+	policy := func() string {
+		resp, _ := get(t, "http://"+g.Addr()+"/", map[string]string{"X-Consumer-Id": "a"})
+		return resp.Header.Get("RateLimit-Policy")
+	}
+	if p := policy(); p != `"per-consumer";q=2;w=60` {
+		t.Fatalf("RateLimit-Policy %s, want the first version's", p)
+	}
+	cm.Update(map[string]string{"rules.yaml": perConsumer(domain, 50)})
+	testwait.Eventually(t, 5*time.Second, func() (bool, string) {
+		p := policy()
+		return p == `"per-consumer";q=50;w=60`, "RateLimit-Policy " + p + ", want the new version's"
+	})
 }

@@ -3,6 +3,7 @@ package edge_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -30,6 +31,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/reload/reloadtest"
 	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/limiter"
 )
@@ -434,6 +436,50 @@ func TestRLSReload(t *testing.T) {
 	if got := limit(); got != 7 {
 		t.Errorf("after the bad file the limit is %d, want 7 still", got)
 	}
+}
+
+// TestRLSSkippedFiles: the files of the directory that are not read (not
+// YAML) are logged, once; the hidden ones are not.
+func TestRLSSkippedFiles(t *testing.T) {
+	d := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	s := startRLS(t, map[string]string{"d.yaml": d, "README.md": "r", ".d.yaml.swp": "h"}, edge.RLSConfig{})
+	want := "ratelab rls: config " + s.dir + ": skipped README.md: only *.yaml and *.yml files are read\n"
+	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(s.log.String(), want), "no line " + want + "in the log:\n" + s.log.String()
+	})
+	if n := strings.Count(s.log.String(), "skipped"); n != 1 {
+		t.Errorf("%d lines of skipped files, want 1:\n%s", n, s.log.String())
+	}
+}
+
+// TestRLSReloadConfigMap: ratelab rls serving a directory that is a
+// ConfigMap volume, updated as the kubelet updates it (no event names a
+// file: a new ..data link is renamed over the old), serves the new limit
+// within 5 s.
+func TestRLSReloadConfigMap(t *testing.T) {
+	domain := redistest.Prefix(t)
+	version := func(n int) map[string]string {
+		return map[string]string{"config.yaml": fmt.Sprintf("domain: %s\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", domain, n)}
+	}
+	cm := reloadtest.NewConfigMap(t, t.TempDir(), version(2))
+	client := serveRLS(t, cm.Dir, edge.RLSOptions{Timeout: 5 * time.Second, Pool: 8, Batch: 1, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis})
+	limit := func() uint32 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlpb.RateLimitDescriptor{addend(desc("user", "r"), 0)}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if got := limit(); got != 2 {
+		t.Fatalf("limit %d, want the first version's 2", got)
+	}
+	cm.Update(version(50))
+	testwait.Eventually(t, 5*time.Second, func() (bool, string) {
+		got := limit()
+		return got == 50, fmt.Sprintf("limit %d, want the new version's 50", got)
+	})
 }
 
 // TestRLSRedisFails: when Redis does not answer, a call is answered by the

@@ -23,6 +23,7 @@ import (
 // rulesSetup is a gateway deciding by a rules file.
 type rulesSetup struct {
 	src       string // the rules file's text
+	file      string // the rules file, already written (src unused); empty: one of its own
 	redis     string // the Redis address; the test package's server when empty
 	onError   limiter.OnError
 	nodes     int // with onError local: the nodes sharing each limit
@@ -34,13 +35,16 @@ type rulesSetup struct {
 }
 
 // startRules serves a gateway with the built-in upstream deciding by the
-// rules in s.src, written to a file of its own; it returns the gateway and
-// the file's path.
+// rules in s.src, written to a file of its own (or in s.file); it returns
+// the gateway and the file's path.
 func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(file, []byte(s.src), 0o644); err != nil {
-		t.Fatal(err)
+	file := s.file
+	if file == "" {
+		file = filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(file, []byte(s.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	set, err := edge.LoadRules(file, rules.ForGateway())
 	if err != nil {

@@ -85,7 +85,7 @@ func newRuleGauges() ruleGauges {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelab_edge_rules_reloads_total",
-			Help: "Reloads of the rules file by result: applied, or refused (it did not validate; the old rules kept serving).",
+			Help: "Reloads of the rules file by result: applied, refused (it did not validate, or could not be read whole; the old rules kept serving), or unchanged (the rules serving already).",
 		}, []string{"result"}),
 	}
 }
@@ -109,10 +109,10 @@ func (m *Metrics) RulesLoaded(version string, at time.Time) {
 	m.rules.reloaded.Set(float64(at.UnixNano()) / 1e9)
 }
 
-// CountReload counts one reload with result "applied" or "refused".
+// CountReload counts one reload with result "applied", "refused" or "unchanged".
 func (m *Metrics) CountReload(result string) { m.rules.reloads.WithLabelValues(result).Inc() }
 
-// RulesReloads returns the count of reloads with result "applied" or "refused".
+// RulesReloads returns the count of reloads with result "applied", "refused" or "unchanged".
 func (m *Metrics) RulesReloads(result string) int64 {
 	return counterValue(m.rules.reloads.WithLabelValues(result))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/reload/reloadtest"
 )
 
 // TestKubernetesJob: deploy/kubernetes/bench-job.yaml runs every shard at
@@ -164,5 +168,202 @@ func TestKubernetesJob(t *testing.T) {
 	patterns, _ := parse(merge.Spec.Template.Spec.Containers[0].Args)
 	if !slices.ContainsFunc(patterns, func(p string) bool { ok, _ := filepath.Match(p, out); return ok }) {
 		t.Errorf("the merge reads %q, not the shard's %s", patterns, out)
+	}
+}
+
+// TestKubernetesRLS: deploy/kubernetes/rls.yaml serves ratelab rls on
+// ratelab's image, its configuration a ConfigMap mounted whole as the
+// --config directory (a subPath mount is never updated), which is one
+// ratelab rls loads once laid out as the kubelet lays it out. The command
+// line is one ratelab rls parses; the ports its flags name are the
+// container's, probed on /healthcheck and reached by the Service by name.
+func TestKubernetesRLS(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../deploy/kubernetes/rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type port struct {
+		Name          string
+		ContainerPort int    `yaml:"containerPort"`
+		Port          int    // a Service's
+		TargetPort    string `yaml:"targetPort"`
+	}
+	type probe struct {
+		HTTPGet struct {
+			Path string
+			Port string
+		} `yaml:"httpGet"`
+	}
+	type container struct {
+		Image          string
+		Command, Args  []string
+		Ports          []port
+		ReadinessProbe probe `yaml:"readinessProbe"`
+		LivenessProbe  probe `yaml:"livenessProbe"`
+		VolumeMounts   []struct {
+			Name      string
+			MountPath string `yaml:"mountPath"`
+			SubPath   string `yaml:"subPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
+	}
+	type volume struct {
+		Name      string
+		ConfigMap struct{ Name string } `yaml:"configMap"`
+	}
+	type doc struct {
+		Kind     string
+		Metadata struct {
+			Name   string
+			Labels map[string]string
+		}
+		Data map[string]string
+		Spec struct {
+			Selector struct { // a Deployment's; a Service's is the map itself
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			}
+			Ports    []port
+			Template struct {
+				Metadata struct{ Labels map[string]string }
+				Spec     struct {
+					SecurityContext struct {
+						RunAsNonRoot bool `yaml:"runAsNonRoot"`
+					} `yaml:"securityContext"`
+					Containers []container
+					Volumes    []volume
+				}
+			}
+		}
+	}
+	docs := map[string]doc{}
+	var serviceSelector map[string]string
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var node yaml.Node
+		if err := dec.Decode(&node); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var d doc
+		if err := node.Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind == "Service" {
+			var s struct {
+				Spec struct{ Selector map[string]string }
+			}
+			if err := node.Decode(&s); err != nil {
+				t.Fatal(err)
+			}
+			serviceSelector = s.Spec.Selector
+		}
+		if d.Metadata.Labels["app.kubernetes.io/component"] != "rls" {
+			t.Errorf("%s %s: labels %v, want component rls", d.Kind, d.Metadata.Name, d.Metadata.Labels)
+		}
+		docs[d.Kind] = d
+	}
+	cm, deploy, svc := docs["ConfigMap"], docs["Deployment"], docs["Service"]
+	if cm.Kind == "" || deploy.Kind == "" || svc.Kind == "" {
+		t.Fatalf("want a ConfigMap, a Deployment and a Service; got %v", slices.Sorted(maps.Keys(docs)))
+	}
+
+	// The ConfigMap, laid out as the kubelet lays it out, is a
+	// configuration ratelab rls loads.
+	dir := reloadtest.NewConfigMap(t, t.TempDir(), cm.Data).Dir
+	domains, err := edge.LoadDomains(dir)
+	if err != nil {
+		t.Fatalf("the ConfigMap's files: %v", err)
+	}
+	if len(domains.Sets) != len(cm.Data) {
+		t.Errorf("%d domains of %d files", len(domains.Sets), len(cm.Data))
+	}
+
+	pod := deploy.Spec.Template
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	if c.Image != "REGISTRY/ratelab:VERSION" || len(c.Command) != 0 {
+		t.Errorf("runs %q %q: want ratelab's image, REGISTRY/ratelab:VERSION as bench-job.yaml names it, and its entrypoint", c.Image, c.Command)
+	}
+	if !pod.Spec.SecurityContext.RunAsNonRoot {
+		t.Error("the pod may run as root")
+	}
+	root := newRootCmd(newIOStreams(io.Discard, io.Discard, noRedisURL))
+	cmd, rest, err := root.Find(c.Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd.Name() != "rls" {
+		t.Fatalf("runs ratelab %s, want rls", cmd.Name())
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatalf("%s: %v", strings.Join(c.Args, " "), err)
+	}
+	if args := cmd.Flags().Args(); len(args) != 0 {
+		t.Errorf("arguments %q: ratelab rls takes none", args)
+	}
+	flag := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	if !strings.HasPrefix(flag("redis"), "redis://") {
+		t.Errorf("--redis %q: want the Redis to share", flag("redis"))
+	}
+
+	// --config is the ConfigMap's volume, mounted whole.
+	var mounted bool
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != flag("config") {
+			continue
+		}
+		mounted = true
+		if m.SubPath != "" || !m.ReadOnly {
+			t.Errorf("%s is mounted with subPath %q, read-only %v: want the whole volume (subPath is never updated), read-only", m.MountPath, m.SubPath, m.ReadOnly)
+		}
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v volume) bool { return v.Name == m.Name })
+		if i < 0 || pod.Spec.Volumes[i].ConfigMap.Name != cm.Metadata.Name {
+			t.Errorf("--config %s is volume %s, not one of ConfigMap %q", m.MountPath, m.Name, cm.Metadata.Name)
+		}
+	}
+	if !mounted {
+		t.Errorf("nothing is mounted at --config %s", flag("config"))
+	}
+
+	// --grpc and --http listen on the container's ports of those names,
+	// the probes ask /healthcheck on http, and the Service reaches each port
+	// by its name.
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for _, name := range []string{"grpc", "http"} {
+		_, listen, _ := strings.Cut(flag(name), ":")
+		if n, err := strconv.Atoi(listen); err != nil || n != ports[name] {
+			t.Errorf("--%s %s; the container's port %s is %d", name, flag(name), name, ports[name])
+		}
+	}
+	for what, p := range map[string]probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p.HTTPGet.Path != "/healthcheck" || p.HTTPGet.Port != "http" {
+			t.Errorf("the %s probe asks %s on %q, want /healthcheck on http", what, p.HTTPGet.Path, p.HTTPGet.Port)
+		}
+	}
+	want := map[string]int{"grpc": 8081, "http": 8080}
+	if len(svc.Spec.Ports) != len(want) {
+		t.Errorf("the Service has %d ports, want grpc and http", len(svc.Spec.Ports))
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Port != want[p.Name] || p.TargetPort != p.Name || ports[p.Name] == 0 {
+			t.Errorf("the Service's port %s: %d to %q; want %d to the container's port %s", p.Name, p.Port, p.TargetPort, want[p.Name], p.Name)
+		}
+	}
+	for what, labels := range map[string]map[string]string{"the Service": serviceSelector, "the Deployment": deploy.Spec.Selector.MatchLabels} {
+		if len(labels) == 0 {
+			t.Errorf("%s selects every pod", what)
+		}
+		for k, v := range labels {
+			if pod.Metadata.Labels[k] != v {
+				t.Errorf("%s selects %s=%s, which the pods are not labelled", what, k, v)
+			}
+		}
 	}
 }

@@ -38,6 +38,8 @@ var allowed = map[string][]string{
 	"internal/batch":              {"internal/noreplay"},
 	"internal/noreplay":           {},
 	"internal/pemfile":            {},
+	"internal/reload":             {},
+	"internal/reload/reloadtest":  {},
 	"internal/envoyref":           {"internal/testwait"},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
