@@ -164,7 +164,7 @@ func ruledGateway(t *testing.T, client redis.UniversalClient, limit string, cfg 
 		t.Fatal(err)
 	}
 	cfg.Decider = algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockRedis))
-	return edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Config: cfg},
+	return edge.Middleware(edge.Config{Rules: limiter.FixedRules(set), KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Config: cfg},
 		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 }
 

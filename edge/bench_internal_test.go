@@ -32,7 +32,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return Middleware(Config{Rules: NewRules(set, RulesConfig{}), KeyBy: KeyBy{Header: "X-Consumer-Id"},
+		return Middleware(Config{Rules: limiter.FixedRules(set), KeyBy: KeyBy{Header: "X-Consumer-Id"},
 			Config: limiter.Config{Decider: admitAll{}}}, ok)
 	}
 	one, three := middleware("100/1m"), middleware("10/1s", "100/1m", "1000/1h")

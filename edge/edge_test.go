@@ -103,7 +103,7 @@ func startGateway(t *testing.T, addr string, s setup) (*edge.Gateway, redis.Univ
 	}
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), Clock: s.clock, KeyBy: s.keyBy, Shadow: s.shadow,
+		Limit: edge.Config{Rules: limiter.FixedRules(set), Clock: s.clock, KeyBy: s.keyBy, Shadow: s.shadow,
 			Config: limiter.Config{Decider: algorithms.NewDecider(limited, opts...), OnError: s.onError, Timeout: s.timeout,
 				DenyCache: s.denyCache, BreakerFailures: s.breaker, Local: local, Log: s.log}},
 	})
@@ -179,13 +179,13 @@ func forwarded(t *testing.T, adminAddr string) edge.Forwarded {
 
 // oneRule is the rules of one limit on each X-Consumer-Id (else the
 // client's address), in a domain of the test's own.
-func oneRule(t *testing.T, limit string) *edge.Rules {
+func oneRule(t *testing.T, limit string) *limiter.Rules {
 	t.Helper()
 	set, err := rules.Shorthand{Limits: []string{limit}, KeyBy: "header:X-Consumer-Id", Domain: redistest.Prefix(t)}.Set()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return edge.NewRules(set, edge.RulesConfig{})
+	return limiter.FixedRules(set)
 }
 
 // deciderFunc decides by a function, without Redis.
@@ -207,7 +207,7 @@ func keyBySpec(k edge.KeyBy) string {
 // rules: the counter of its one limit.
 func ruleMembers(t *testing.T, c redis.UniversalClient, g *edge.Gateway, consumer string) int64 {
 	t.Helper()
-	hits := g.Rules().Current().Set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})
+	hits := g.Rules().Current().Set().Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})
 	if len(hits) != 1 {
 		t.Fatalf("%s meets %d limits, want 1", consumer, len(hits))
 	}
@@ -428,7 +428,7 @@ func TestIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}), KeyBy: k,
+		h := edge.Middleware(edge.Config{Rules: limiter.FixedRules(set), KeyBy: k,
 			Config: limiter.Config{Decider: algorithms.NewDecider(c), Timeout: 5 * time.Second}}, ok)
 		defer h.Close()
 		r := httptest.NewRequest(http.MethodGet, "/", nil)

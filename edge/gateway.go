@@ -125,9 +125,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 				return
 			}
 			g.limiter.core.ReportHealth(w)
-			if rs := g.limiter.cfg.Rules; rs.file != "" {
+			if rs := g.limiter.cfg.Rules; rs.Source() != "" {
 				cur := rs.Current()
-				fmt.Fprintf(w, "rules: version %s, %s, loaded %s\n", cur.Set.Version, cur.Set.File, cur.At.UTC().Format(time.RFC3339Nano))
+				fmt.Fprintf(w, "rules: version %s, %s, loaded %s\n", cur.Version, cur.Source, cur.At.UTC().Format(time.RFC3339Nano))
 			}
 		})
 		g.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -150,7 +150,7 @@ func (g *Gateway) AdminAddr() string {
 func (g *Gateway) Metrics() *limiter.Metrics { return g.metrics }
 
 // Rules are the rules the gateway serves; nil with Off.
-func (g *Gateway) Rules() *Rules { return g.cfg.Limit.Rules }
+func (g *Gateway) Rules() *limiter.Rules { return g.cfg.Limit.Rules }
 
 // Builtin is the built-in upstream; nil when proxying.
 func (g *Gateway) Builtin() *Builtin { return g.builtin }
@@ -166,7 +166,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		if g.cfg.Off {
 			fmt.Fprintln(g.cfg.Log, "ratelab edge: --limit off: no limiter, every request goes to the upstream")
 		} else {
-			set := l.Rules.Current().Set
+			set := l.Rules.Current().Set()
 			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
 				rulesText(set), clockOwner(l.Clock), l.Timeout, onErrorText(l), breakerText(l.BreakerFailures),
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],

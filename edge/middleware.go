@@ -29,9 +29,10 @@ type Config struct {
 	// metrics and the log. Every answer decided without Redis carries no
 	// RateLimit fields: clients and load generators can tell them apart.
 	limiter.Config
-	// Rules decide every request by the limits it meets in them, all in one
-	// decision. A reload applies from the next request.
-	Rules *Rules
+	// Rules decide every request by the limits it meets in them (the one
+	// set they serve), all in one decision. A reload applies from the next
+	// request.
+	Rules *limiter.Rules
 	// KeyBy says where a request's client address comes from (the peer,
 	// or X-Forwarded-For from trusted proxies), for the rules'
 	// remote_address; and who a request is from for the built-in upstream.
@@ -69,7 +70,7 @@ func Middleware(cfg Config, next http.Handler) *Handler {
 	}
 	cfg.Bounds = cfg.Bounds.WithDefaults()
 	core := limiter.New(cfg.Config)
-	cfg.Rules.setMetrics(core.Metrics())
+	cfg.Rules.SetMetrics(core.Metrics())
 	return &Handler{cfg: cfg, next: next, core: core}
 }
 
@@ -107,7 +108,7 @@ func (h *Handler) plan(set *rules.Set, req rules.Request) limiter.Plan {
 // version decides the whole request, whatever a reload does meanwhile),
 // then answers it or hands it to the upstream.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	set := h.cfg.Rules.Current().Set
+	set := h.cfg.Rules.Current().Set()
 	req := h.request(r)
 	if a, ok := set.Oversized(req, h.cfg.Bounds.Length); ok {
 		h.core.Metrics().Invalid(limiter.InvalidLength)

@@ -253,7 +253,7 @@ func TestEnginesShareOneClock(t *testing.T) {
 	for _, clock := range []algorithms.Clock{algorithms.ClockRedis, algorithms.ClockCaller} {
 		t.Run(clock.String(), func(t *testing.T) {
 			g, _ := startGateway(t, srv.Addr, setup{limit: p.Limit, window: p.Window, clock: clock, now: ahead})
-			set := g.Rules().Current().Set
+			set := g.Rules().Current().Set()
 			text, err := edge.RenderRules(set)
 			if err != nil {
 				t.Fatal(err)

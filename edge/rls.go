@@ -32,8 +32,9 @@ type RLSConfig struct {
 	// (a call over a limit Redis refused is answered OVER_LIMIT from memory,
 	// with the duration_until_reset Redis gave), the metrics and the log.
 	limiter.Config
-	// Domains is the configuration served, reloaded from its directory.
-	Domains *DomainsReloader
+	// Rules are the configuration served, by domain, reloaded from its
+	// directory (RLSOptions.RulesConfig).
+	Rules *limiter.Rules
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy fields
 	// to response_headers_to_add (envoyproxy/ratelimit's
 	// LIMIT_RESPONSE_HEADERS_ENABLED).
@@ -65,7 +66,9 @@ func NewRLS(cfg RLSConfig) *RLS {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RLS{cfg: cfg, core: limiter.New(cfg.Config)}
+	core := limiter.New(cfg.Config)
+	cfg.Rules.SetMetrics(core.Metrics())
+	return &RLS{cfg: cfg, core: core}
 }
 
 // Close stops the service's background work.
@@ -218,7 +221,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 		s.core.Metrics().Invalid(r.Reason)
 		return nil, badRequest("%s", r.Err)
 	}
-	c := s.plan(req, s.cfg.Domains.Current().Sets[req.GetDomain()]) // one configuration decides the call
+	c := s.plan(req, s.cfg.Rules.Current().Sets[req.GetDomain()]) // one configuration decides the call
 	a := s.core.Decide(ctx, c.plan)
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
 	for i := range resp.Statuses {

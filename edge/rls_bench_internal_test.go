@@ -22,11 +22,11 @@ func BenchmarkRLS(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(src), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	d, err := LoadDomains(dir)
+	served, err := limiter.LoadRules(context.Background(), RLSOptions{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := NewRLS(RLSConfig{Domains: NewDomainsReloader(d, nil),
+	svc := NewRLS(RLSConfig{Rules: served,
 		Config: limiter.Config{Decider: admitAll{}, Timeout: time.Second, OnError: limiter.FailOpen, DenyCache: true}})
 	defer svc.Close()
 	req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{

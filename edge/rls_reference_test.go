@@ -72,11 +72,11 @@ func TestRLSSameAnswersAsReference(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	domains, err := edge.LoadDomains(dir)
+	served, err := limiter.LoadRules(context.Background(), edge.RLSOptions{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := edge.NewRLS(edge.RLSConfig{Domains: edge.NewDomainsReloader(domains, nil), Config: limiter.Config{Timeout: 5 * time.Second,
+	svc := edge.NewRLS(edge.RLSConfig{Rules: served, Config: limiter.Config{Timeout: 5 * time.Second,
 		OnError: limiter.FailOpen, Decider: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockRedis))}})
 	t.Cleanup(svc.Close)
 

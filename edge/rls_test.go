@@ -99,13 +99,13 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 			t.Fatal(err)
 		}
 	}
-	domains, err := edge.LoadDomains(dir)
+	log := &lockedBuffer{}
+	served, err := limiter.LoadRules(context.Background(), edge.RLSOptions{ConfigDir: dir, Log: log}.RulesConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &lockedBuffer{}
 	client := redistest.Client(t, srv)
-	cfg.Domains = edge.NewDomainsReloader(domains, log)
+	cfg.Rules = served
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return rlsFixed }
 	}
@@ -636,4 +636,61 @@ func TestRLSReplacedUnlimited(t *testing.T) {
 	s := startRLS(t, map[string]string{"u.yaml": file}, edge.RLSConfig{})
 	checkResp(t, s.call(t, "u", 0, desc("internal", "x"), desc("user", "a")), false,
 		st{remaining: math.MaxUint32}, st{limit: 9, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 8})
+}
+
+// TestRLSRunning: what an operator of the rate limit service sees. The
+// health check answers at /healthz and at envoyproxy/ratelimit's
+// /healthcheck; /metrics gives the configuration's version, when it was
+// loaded and the reloads by result, and counts each limit's decisions by
+// domain, limit and outcome. After two reloads the version and the time
+// are the new configuration's (they were not kept up at all before).
+func TestRLSRunning(t *testing.T) {
+	version := func(n string) string {
+		return "domain: " + testDomain + "m\ndescriptors:\n  - key: user\n    rate_limit: {name: per-user, unit: minute, requests_per_unit: " + n + "}\n"
+	}
+	s := startRLS(t, map[string]string{"m.yaml": version("5")}, edge.RLSConfig{})
+	for _, path := range []string{"/healthz", "/healthcheck"} {
+		resp, err := http.Get("http://" + s.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+			t.Errorf("%s: %d %q, want 200 ok", path, resp.StatusCode, body)
+		}
+	}
+	s.call(t, "m", 0, desc("user", "a"))
+	loaded := func() (string, float64) {
+		families := scrape(t, s.http)
+		var v string
+		for _, m := range families["ratelab_edge_rules_info"].GetMetric() {
+			v = m.GetLabel()[0].GetValue()
+		}
+		return v, families["ratelab_edge_rules_loaded_timestamp_seconds"].GetMetric()[0].GetGauge().GetValue()
+	}
+	first, at := loaded()
+	if first == "" || at <= 0 {
+		t.Fatalf("version %q loaded at %v, want the configuration's", first, at)
+	}
+	if n := s.metrics.LimitDecisions(s.domain("m"), "per-user", limiter.LimitAllowed); n != 1 {
+		t.Fatalf("per-user allowed %d times, want 1", n)
+	}
+	file := filepath.Join(s.dir, "m.yaml")
+	for i, n := range []string{"6", "7"} {
+		src := strings.ReplaceAll(version(n), testDomain, s.domain(""))
+		testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+			if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return s.metrics.RulesReloads("applied") == int64(i+1), "not reloaded:\n" + s.log.String()
+		})
+	}
+	last, lastAt := loaded()
+	if last == first || lastAt < at {
+		t.Fatalf("after two reloads: version %q loaded at %v; first %q at %v", last, lastAt, first, at)
+	}
+	if !strings.Contains(s.log.String(), "ratelab rls: config "+s.dir+" reloaded") {
+		t.Errorf("the reloads are not logged:\n%s", s.log.String())
+	}
 }

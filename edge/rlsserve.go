@@ -28,6 +28,7 @@ import (
 	"github.com/ratelab/ratelab/internal/pemfile"
 	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // RLSOptions are the settings of ratelab rls.
@@ -53,8 +54,12 @@ type RLSOptions struct {
 	// /metrics, such as ":8080"; none when empty.
 	HTTP string
 	// ConfigDir is the directory of envoyproxy/ratelimit YAML files, one
-	// domain each.
+	// domain each, unless MergeDomains.
 	ConfigDir string
+	// MergeDomains merges the files of one domain into one configuration of
+	// it, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (rules.MergeDomains);
+	// else a domain in two files is refused.
+	MergeDomains bool
 	// Timeout bounds one decision in Redis.
 	Timeout time.Duration
 	// Pool is the most Redis connections.
@@ -115,6 +120,18 @@ func (o RLSOptions) Validate() error {
 	return nil
 }
 
+// RulesConfig is how the service reads its configuration directory: the
+// *.yaml and *.yml files, as envoyproxy/ratelimit's (rules.ForService),
+// a limit with no algorithm a fixed window aligned to its unit, as the
+// reference's.
+func (o RLSOptions) RulesConfig() limiter.RulesConfig {
+	opts := []rules.Option{rules.ForService(), rules.WithDefaultAlgorithm("fixed-window")}
+	if o.MergeDomains {
+		opts = append(opts, rules.MergeDomains())
+	}
+	return limiter.RulesConfig{Path: o.ConfigDir, Dir: true, Options: opts, Log: o.Log, Name: "ratelab rls"}
+}
+
 // GRPCTLS reads the TLS configuration of the gRPC service from its files:
 // nil when it is plaintext. Errors are *field.Error naming the file.
 func (o RLSOptions) GRPCTLS() (*tls.Config, error) {
@@ -144,7 +161,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	domains, err := LoadDomains(o.ConfigDir)
+	served, err := limiter.LoadRules(ctx, o.RulesConfig())
 	if err != nil {
 		return err
 	}
@@ -157,8 +174,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	decider, closeClient := limiter.OpenDecider(limiter.RedisConfig{Options: r, Timeout: o.Timeout, Pool: o.Pool, Batch: o.Batch,
 		Clock: o.Clock, Metrics: metrics})
 	defer closeClient()
-	reloader := NewDomainsReloader(domains, o.Log)
-	svc := NewRLS(RLSConfig{Domains: reloader, ResponseHeaders: o.ResponseHeaders, Bounds: o.Bounds,
+	svc := NewRLS(RLSConfig{Rules: served, ResponseHeaders: o.ResponseHeaders, Bounds: o.Bounds,
 		Config: limiter.Config{Decider: decider, Timeout: o.Timeout, OnError: o.OnError, BreakerFailures: o.BreakerFailures,
 			DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log}})
 	defer svc.Close()
@@ -173,7 +189,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 // Serve serves the service on o's addresses (GRPC, HTTP; Log, Ready)
 // until ctx is done, and reloads its configuration meanwhile.
 func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
-	reloader, metrics := svc.cfg.Domains, svc.Metrics()
+	served, metrics := svc.cfg.Rules, svc.Metrics()
 	if o.TLS == nil {
 		var err error
 		if o.TLS, err = o.GRPCTLS(); err != nil {
@@ -212,9 +228,9 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	if o.Log != nil {
-		d := reloader.Current()
+		d := served.Current()
 		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%s); Redis %s, clock %s, timeout %s, on error %s\n",
-			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Dir, d.Version, plural.Count(len(d.Sets), "domain"), o.redisAddr,
+			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Source, d.Version, plural.Count(len(d.Sets), "domain"), o.redisAddr,
 			clockOwner(o.Clock), o.Timeout, o.OnError)
 		for _, domain := range slices.Sorted(maps.Keys(d.Sets)) {
 			fmt.Fprintf(o.Log, "ratelab rls: domain %s: %s\n", domain, limitsText(d.Sets[domain]))
@@ -224,7 +240,7 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return reloader.Watch(gctx) })
+	g.Go(func() error { return served.Watch(gctx) })
 	g.Go(func() error {
 		if err := gs.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)

@@ -46,7 +46,14 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 			t.Fatal(err)
 		}
 	}
-	set, err := edge.LoadRules(file, rules.ForGateway())
+	var log *syncBuffer
+	if s.log != nil {
+		log = s.log
+	} else {
+		log = &syncBuffer{}
+	}
+	served, err := limiter.LoadRules(context.Background(), limiter.RulesConfig{Path: file, Options: []rules.Option{rules.ForGateway()},
+		Log: log, Name: "ratelab edge"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,15 +76,9 @@ func startRules(t *testing.T, s rulesSetup) (*edge.Gateway, string) {
 			local.Close()
 		}
 	}
-	var log *syncBuffer
-	if s.log != nil {
-		log = s.log
-	} else {
-		log = &syncBuffer{}
-	}
 	g, err := edge.NewGateway(edge.GatewayConfig{
 		Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: "builtin",
-		Limit: edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{File: file, Options: []rules.Option{rules.ForGateway()}, Log: log}),
+		Limit: edge.Config{Rules: served,
 			KeyBy: edge.KeyBy{Header: "X-Consumer-Id"}, Shadow: s.shadow,
 			Config: limiter.Config{Decider: algorithms.NewDecider(c), OnError: s.onError, Local: local,
 				Timeout: timeout, DenyCache: s.denyCache, BreakerFailures: s.breaker, Log: log}},

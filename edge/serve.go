@@ -140,11 +140,11 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 	case o.RulesFile != "" && len(o.Limits) > 0:
 		return o, nil, field.Errorf("RulesFile", "and {Limits} are two ways to give the limits: give one")
 	case o.RulesFile != "":
-		set, err := LoadRules(o.RulesFile, o.ruleOptions()...)
+		served, _, err := limiter.ReadRules(context.Background(), o.rulesConfig())
 		if err != nil {
 			return o, nil, field.Errorf("RulesFile", ": %v", err)
 		}
-		return o, set, nil
+		return o, served.Set(), nil
 	case len(o.Limits) == 0:
 		if err := o.Policy.Validate(); err != nil {
 			return o, nil, err
@@ -170,13 +170,14 @@ func rulesField(o Options) string {
 	return "Limits"
 }
 
-// ruleOptions are Parse's options for a rules file of o.
-func (o Options) ruleOptions() []rules.Option {
+// rulesConfig is where o's rules file is read from, and how it is checked.
+func (o Options) rulesConfig() limiter.RulesConfig {
 	opts := []rules.Option{rules.ForGateway()}
 	if o.Algorithm != "" {
 		opts = append(opts, rules.WithDefaultAlgorithm(o.Algorithm))
 	}
-	return opts
+	return limiter.RulesConfig{Path: o.RulesFile, Options: opts, Log: o.Log, Name: "ratelab edge",
+		Check: func(s *limiter.Served) error { return o.checkRules(s.Set()) }}
 }
 
 // checkRules refuses a set that o cannot serve: with --on-redis-error
@@ -250,7 +251,7 @@ func (o Options) config() (GatewayConfig, error) {
 		if err := o.checkRules(set); err != nil {
 			return cfg, err
 		}
-		cfg.Limit.Rules = NewRules(set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Check: o.checkRules, Log: o.Log})
+		cfg.Limit.Rules = limiter.FixedRules(set)
 	}
 	return cfg, nil
 }
@@ -275,6 +276,11 @@ func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr strin
 		return serveOpenResty(ctx, o, cfg, r, addr)
 	}
 	if !o.Off {
+		if o.RulesFile != "" {
+			if cfg.Limit.Rules, err = limiter.LoadRules(ctx, o.rulesConfig()); err != nil {
+				return err
+			}
+		}
 		cfg.Limit.Metrics = limiter.NewMetrics()
 		d, closeClient := limiter.OpenDecider(limiter.RedisConfig{Options: r, Timeout: o.Timeout, Pool: o.Pool, Batch: o.Batch,
 			Clock: o.Clock, Metrics: cfg.Limit.Metrics})
@@ -317,7 +323,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	rs := cfg.Limit.Rules
 	if rs != nil {
-		if nc.Rules, err = RenderRules(rs.Current().Set); err != nil {
+		if nc.Rules, err = RenderRules(rs.Current().Set()); err != nil {
 			return err
 		}
 	}
@@ -341,7 +347,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	// before StartNginx sees it accept.
 	if o.Log != nil && rs != nil {
 		fmt.Fprintf(o.Log, "ratelab edge: %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
-			rulesText(rs.Current().Set), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+			rulesText(rs.Current().Set()), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
 	}
 	n, err := StartNginx(ctx, nc)
 	switch {
@@ -358,21 +364,25 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	if rs != nil && o.RulesFile != "" {
 		// A new version is rendered and nginx reloaded: its new workers
 		// decide by it, the old ones finish their requests.
-		watched := NewRules(rs.Current().Set, RulesConfig{File: o.RulesFile, Options: o.ruleOptions(), Log: o.Log,
-			Check: func(set *rules.Set) error {
-				if err := o.checkRules(set); err != nil {
-					return err
-				}
-				_, err := RenderRules(set)
+		rc := o.rulesConfig()
+		rc.Check = func(s *limiter.Served) error {
+			if err := o.checkRules(s.Set()); err != nil {
 				return err
-			},
-			Apply: func(set *rules.Set) error {
-				text, err := RenderRules(set)
-				if err != nil {
-					return err
-				}
-				return n.ReloadRules(text)
-			}})
+			}
+			_, err := RenderRules(s.Set())
+			return err
+		}
+		rc.Apply = func(s *limiter.Served) error {
+			text, err := RenderRules(s.Set())
+			if err != nil {
+				return err
+			}
+			return n.ReloadRules(text)
+		}
+		watched, err := limiter.LoadRules(ctx, rc)
+		if err != nil {
+			return err
+		}
 		wctx, stop := context.WithCancel(ctx)
 		watching := make(chan struct{})
 		go func() {

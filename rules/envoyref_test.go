@@ -1,46 +1,15 @@
 package rules
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/envoyref"
 )
-
-// envoyRatelimit is the module of envoyproxy/ratelimit whose configuration
-// tests (test/config: its fixtures and config_test.go) this file holds
-// ratelab to, at the version docs/envoy.md names.
-const envoyRatelimit = "github.com/envoyproxy/ratelimit@v1.4.1-0.20260122083618-3fb702589d36"
-
-// envoyFixtures is the directory of envoyRatelimit's test/config, which
-// the go command downloads into the module cache (or finds there). Without
-// it the test is skipped, and under CI it fails.
-func envoyFixtures(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "mod", "download", "-json", envoyRatelimit).Output()
-	var mod struct{ Dir, Error string }
-	if jerr := json.Unmarshal(out, &mod); err == nil && (jerr != nil || mod.Dir == "") {
-		err = fmt.Errorf("no module directory in %q", out)
-	}
-	if err != nil {
-		why := mod.Error
-		if ee, ok := err.(*exec.ExitError); ok && why == "" {
-			why = strings.TrimSpace(string(ee.Stderr))
-		}
-		msg := fmt.Sprintf("envoyproxy/ratelimit's fixtures: go mod download %s: %v: %s", envoyRatelimit, err, why)
-		if redistest.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return filepath.Join(mod.Dir, "test", "config")
-}
 
 // parseFixtures reads fixtures of dir together, as config_test.go loads
 // them, for the rate limit service; several of one domain merged when
@@ -68,7 +37,7 @@ func parseFixtures(t *testing.T, dir string, names []string, merge bool) (*Confi
 // refusals), each refusal naming file, line and field; what ratelab accepts
 // without doing it as written is in a warning.
 func TestEnvoyFixturesAccepted(t *testing.T) {
-	dir := envoyFixtures(t)
+	dir := envoyref.Fixtures(t)
 	for _, tc := range []struct {
 		test     string   // the test of config_test.go that loads the files
 		files    []string // loaded together, in order
@@ -172,7 +141,7 @@ type refLookup struct {
 // patterns of the cache key (ShareThresholdKeyPattern) are the hits'
 // entries, and sharing one is sharing a counter.
 func TestEnvoyFixturesLookups(t *testing.T) {
-	dir := envoyFixtures(t)
+	dir := envoyref.Fixtures(t)
 	const td = "test-domain"
 	sec, min, hour, day := "second", "minute", "hour", "day"
 	for _, tc := range []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/reports"
 )
 
@@ -24,6 +25,7 @@ type benchRLSOptions struct {
 	hitsAddend   int64
 	expectLimit  string
 	expectConfig string
+	mergeDomains bool
 }
 
 // benchRLSNames are the flags that set bench.RLSConfig's fields; the
@@ -90,6 +92,7 @@ docs/envoy.md says more.`,
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.StringVar(&opts.expectConfig, "expect-config", "", "audit the service by its own configuration DIR (envoyproxy/ratelimit's files): "+
 		"each descriptor held to the limits it meets there (not with --expect-limit)")
+	f.BoolVar(&opts.mergeDomains, "merge-domains", false, "read --expect-config as ratelab rls --merge-domains reads it: the files of one domain merged")
 	opts.loadFlags.bind(cmd, loadFields{Rate: &opts.Rate, Connections: &opts.Connections, Duration: &opts.Duration, Requests: &opts.Requests,
 		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
 		NoProbes: &opts.NoProbes}, loadHelp{Request: "call", Connection: "gRPC channels, each with one call in flight at a time",
@@ -175,7 +178,7 @@ func rlsExpect(cfg *bench.RLSConfig, opts benchRLSOptions) error {
 		cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm = ls[0].Limit, ls[0].Window, ls[0].Algorithm
 	}
 	if opts.expectConfig != "" {
-		d, err := edge.LoadDomains(opts.expectConfig)
+		d, _, err := limiter.ReadRules(context.Background(), edge.RLSOptions{ConfigDir: opts.expectConfig, MergeDomains: opts.mergeDomains}.RulesConfig())
 		if err != nil {
 			return usagef("--expect-config: %w", err)
 		}

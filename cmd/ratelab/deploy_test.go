@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/reload/reloadtest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // TestKubernetesJob: deploy/kubernetes/bench-job.yaml runs every shard at
@@ -272,7 +274,7 @@ func TestKubernetesRLS(t *testing.T) {
 	// The ConfigMap, laid out as the kubelet lays it out, is a
 	// configuration ratelab rls loads.
 	dir := reloadtest.NewConfigMap(t, t.TempDir(), cm.Data).Dir
-	domains, err := edge.LoadDomains(dir)
+	domains, _, err := limiter.ReadRules(context.Background(), edge.RLSOptions{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		t.Fatalf("the ConfigMap's files: %v", err)
 	}

@@ -72,6 +72,8 @@ mapped to these flags.`,
 	f.StringVar(&opts.TLSClientCAFile, "grpc-tls-client-ca", "", "PEM file of the CAs that sign the clients' certificates: "+
 		"require and verify one from every gRPC client, mutual TLS (GRPC_CLIENT_TLS_CACERT)")
 	f.StringVar(&opts.ConfigDir, "config", "", "directory of envoyproxy/ratelimit YAML files, one domain each (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config)")
+	f.BoolVar(&opts.MergeDomains, "merge-domains", false, "merge the files of one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); "+
+		"without it a domain in two files is refused")
 	f.BoolVar(&opts.ResponseHeaders, "response-headers", false, "add the draft-10 RateLimit and RateLimit-Policy fields to response_headers_to_add "+
 		"(envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.BoolVar(&opts.DenyCache, "deny-cache", true, "answer a call over a limit known to refuse it from memory, without Redis, until that limit admits again")
@@ -111,7 +113,7 @@ func rlsConfig(io *ioStreams, opts rlsOptions) (edge.RLSOptions, redisrun.Target
 	if o.TLS, err = o.GRPCTLS(); err != nil {
 		return o, redisrun.TargetConfig{}, flagError(err, rlsNames)
 	}
-	if _, err := edge.LoadDomains(o.ConfigDir); err != nil {
+	if _, _, err := limiter.ReadRules(context.Background(), o.RulesConfig()); err != nil {
 		return o, redisrun.TargetConfig{}, usagef("--config: %w", err)
 	}
 	target, err := opts.redis.config(io)

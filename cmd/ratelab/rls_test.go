@@ -48,8 +48,8 @@ func TestRLSRefused(t *testing.T) {
 	}{
 		{nil, "--config must name a directory"},
 		{[]string{"--config", bad}, `a.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not a unit`},
-		{[]string{"--config", twice}, `domain "a" is also the domain of`},
-		{[]string{"--config", empty}, "no .yaml file"},
+		{[]string{"--config", twice}, `b.yaml:1: domain: "a" is also the domain of`},
+		{[]string{"--config", empty}, "no .yaml or .yml file"},
 		{[]string{"--config", filepath.Join(good, "none")}, "--config: config directory"},
 		{[]string{"--config", good, "--on-redis-error", "local"}, `--on-redis-error "local" is not open or closed`},
 		{[]string{"--config", good, "--redis-timeout", "0s"}, "--redis-timeout must be positive"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/plural"
+	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -36,18 +40,31 @@ path, host, headers, query and address, each carrying one or more limits (docs/r
 rules check and rules explain read one as the gateway would, and start nothing: check a change
 before the gateway reloads it.`,
 	}
+	var checkOpts rulesCheckOptions
 	check := &cobra.Command{
-		Use:   "check FILE",
-		Short: "Validate a rules file and say in words what each limit does",
+		Use:   "check FILE|DIR",
+		Short: "Validate a rules file, or a rate limit service's config directory, and say in words what each limit does",
 		Long: `rules check reads FILE as the gateway would and prints its domain, its version (a hash of the
 file) and each limit in words. It says which limits take a second Redis call on a Redis Cluster:
-those under another hash tag, such as a global cap. A mistake is named by line and field, exit 2.`,
-		Example: `  ratelab rules check rules.yaml`,
-		Args:    oneFile("rules check"),
+those under another hash tag, such as a global cap. A mistake is named by line and field, exit 2.
+
+Given a directory, or a file with --service, it reads it as ratelab rls reads its --config:
+envoyproxy/ratelimit's files, any descriptor key, each domain in words; --merge-domains as rls's.
+A limit that names no algorithm is a fixed window aligned to its unit there (as
+envoyproxy/ratelimit's), and the sliding log in the gateway: check says which. What the files hold
+that is accepted without taking effect is listed as warnings, and files of a directory that are
+not read are named.`,
+		Example: `  ratelab rules check rules.yaml
+  ratelab rules check /etc/ratelimit/config
+  ratelab rules check --service config/ratelimit.yaml --merge-domains`,
+		Args: oneFile("rules check"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return runRulesCheck(io.out, args[0])
+			checkOpts.path = args[0]
+			return runRulesCheck(io.out, checkOpts)
 		},
 	}
+	check.Flags().BoolVar(&checkOpts.service, "service", false, "read the file as one file of ratelab rls's --config directory (a directory always is)")
+	check.Flags().BoolVar(&checkOpts.merge, "merge-domains", false, "merge the files of one domain, as ratelab rls --merge-domains")
 	var opts rulesExplainOptions
 	explain := &cobra.Command{
 		Use:   "explain FILE",
@@ -94,16 +111,61 @@ func readRules(path string) (*rules.Set, error) {
 	return set, nil
 }
 
-func runRulesCheck(w io.Writer, path string) error {
-	set, err := readRules(path)
+// rulesCheckOptions are the flags of ratelab rules check.
+type rulesCheckOptions struct {
+	path           string
+	service, merge bool
+}
+
+func runRulesCheck(w io.Writer, opts rulesCheckOptions) error {
+	info, err := os.Stat(opts.path)
 	if err != nil {
+		return usagef("%w", err)
+	}
+	if !info.IsDir() && !opts.service {
+		if opts.merge {
+			return usagef("--merge-domains is for a rate limit service's files: give a directory, or --service")
+		}
+		set, err := readRules(opts.path)
+		if err != nil {
+			return err
+		}
+		if err := set.Describe(w); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "A limit that names no algorithm is the sliding log, as the gateway reads it (ratelab rls reads it as a fixed window).\n")
+		_, err = io.WriteString(w, clusterCalls(set))
 		return err
 	}
-	if err := set.Describe(w); err != nil {
-		return err
+	cfg := edge.RLSOptions{ConfigDir: opts.path, MergeDomains: opts.merge}.RulesConfig()
+	cfg.Dir = info.IsDir()
+	served, skipped, err := limiter.ReadRules(context.Background(), cfg)
+	if err != nil {
+		return &usageError{err}
 	}
-	_, err = io.WriteString(w, clusterCalls(set))
-	return err
+	what := "file"
+	if cfg.Dir {
+		what = "directory"
+	}
+	fmt.Fprintf(w, "%s %s, as ratelab rls reads it: version %s, %s.\n"+
+		"A limit that names no algorithm is a fixed window aligned to its unit, as envoyproxy/ratelimit's (the gateway reads it as the sliding log).\n",
+		what, opts.path, served.Version, plural.Count(len(served.Sets), "domain"))
+	for _, domain := range slices.Sorted(maps.Keys(served.Sets)) {
+		set := served.Sets[domain]
+		if err := set.Describe(w); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, clusterCalls(set)); err != nil {
+			return err
+		}
+	}
+	for _, warning := range served.Warnings {
+		fmt.Fprintf(w, "warning: %v\n", warning)
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "not read (only *.yaml and *.yml files are): %s\n", strings.Join(skipped, ", "))
+	}
+	return nil
 }
 
 // clusterCalls says how a request's limits are decided on a Redis Cluster:

@@ -170,12 +170,13 @@ func (s sequentialDecider) Decide(ctx context.Context, checks []algorithms.Check
 // in front of a handler that answers 200.
 func serveSequential(t *testing.T, file string, reverse bool) string {
 	t.Helper()
-	set, err := edge.LoadRules(file, rules.ForGateway())
+	served, _, err := limiter.ReadRules(context.Background(), limiter.RulesConfig{Path: file, Options: []rules.Option{rules.ForGateway()}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := served.Set()
 	client := redistest.Client(t, srv)
-	h := edge.Middleware(edge.Config{Rules: edge.NewRules(set, edge.RulesConfig{}),
+	h := edge.Middleware(edge.Config{Rules: limiter.FixedRules(set),
 		Config: limiter.Config{Decider: sequentialDecider{algorithms.NewDecider(client), reverse}, Timeout: 5 * time.Second, OnError: limiter.FailClosed}},
 		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	s := httptest.NewServer(h)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelab/ratelab/internal/envoyref"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -252,4 +253,112 @@ func shellWords(t *testing.T, s string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// TestRulesCheckService: a directory, or a file with --service, is read
+// as ratelab rls reads its --config: any descriptor key, a limit with no
+// algorithm a fixed window, each domain in words, the warnings listed and
+// the files not read named; a gateway's file says its default is the
+// sliding log.
+func TestRulesCheckService(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"a.yaml": "domain: a\ndescriptors:\n  - key: api_key\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+		"b.yml":  "domain: b\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500, algorithm: gcra}\n",
+		"README": "not a config",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := ratelab(t, "rules", "check", dir)
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"as ratelab rls reads it", ", 2 domains.\n", "is a fixed window aligned to its unit",
+		"domain a, version ", "per value of api_key, at most 5 per 1m (fixed-window)",
+		"domain b, version ", "requests with database = users: one shared counter, at most 500 per 1s (gcra)",
+		"warning: " + filepath.Join(dir, "a.yaml") + ":4: descriptors[0].value_to_metric: ",
+		"not read (only *.yaml and *.yml files are): README",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if _, out, _ := ratelab(t, "rules", "check", "--service", filepath.Join(dir, "a.yaml")); !strings.Contains(out, "(fixed-window)") {
+		t.Errorf("--service a.yaml:\n%s", out)
+	}
+	gateway := writeRules(t, "g.yaml", "domain: g\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	if _, out, _ := ratelab(t, "rules", "check", gateway); !strings.Contains(out, "(sliding-log)") || !strings.Contains(out, "is the sliding log, as the gateway reads it") {
+		t.Errorf("the gateway's file:\n%s", out)
+	}
+	if code, _, errOut := ratelab(t, "rules", "check", "--merge-domains", gateway); code != exitUsage || !strings.Contains(errOut, "--merge-domains is for") {
+		t.Errorf("--merge-domains with a gateway's file: exit %d, %s", code, errOut)
+	}
+}
+
+// TestRulesCheckEnvoyFixtures: envoyproxy/ratelimit's own config fixtures,
+// each in a directory of its own, and the pairs its tests load together,
+// are accepted or refused by ratelab rls's reading of --config (through
+// rules check) as the reference accepts or refuses them, domain merge
+// included with --merge-domains.
+func TestRulesCheckEnvoyFixtures(t *testing.T) {
+	fixtures := envoyref.Fixtures(t)
+	for _, tc := range []struct {
+		files  []string
+		merge  bool
+		accept bool
+	}{
+		{[]string{"basic_config.yaml"}, false, true},
+		{[]string{"shadowmode_config.yaml"}, false, true},
+		{[]string{"wildcard.yaml"}, false, true},
+		{[]string{"share_threshold.yaml"}, false, true},
+		{[]string{"duplicate_domain.yaml"}, false, true},
+		{[]string{"merge_domain_key1.yaml"}, false, true},
+		{[]string{"merge_domain_key2.yaml"}, false, true},
+		{[]string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"}, true, true},
+		{[]string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"}, false, false},
+		{[]string{"basic_config.yaml", "duplicate_domain.yaml"}, false, false},
+		{[]string{"bad_limit_unit.yaml"}, false, false},
+		{[]string{"bad_yaml.yaml"}, false, false},
+		{[]string{"duplicate_key.yaml"}, false, false},
+		{[]string{"empty_domain.yaml"}, false, false},
+		{[]string{"empty_key.yaml"}, false, false},
+		{[]string{"misspelled_key.yaml"}, false, false},
+		{[]string{"misspelled_key2.yaml"}, false, false},
+		{[]string{"non_map_list.yaml"}, false, false},
+		{[]string{"non_string_key.yaml"}, false, false},
+		{[]string{"replaces_empty.yaml"}, false, false},
+		{[]string{"replaces_self.yaml"}, false, false},
+		{[]string{"unlimited_with_unit.yaml"}, false, false},
+	} {
+		name := strings.Join(tc.files, "+")
+		if tc.merge {
+			name += " merged"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.files {
+				src, err := os.ReadFile(filepath.Join(fixtures, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), src, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := []string{"rules", "check", dir}
+			if tc.merge {
+				args = append(args, "--merge-domains")
+			}
+			code, _, errOut := ratelab(t, args...)
+			switch {
+			case tc.accept && code != exitOK:
+				t.Fatalf("refused, exit %d: %s", code, errOut)
+			case !tc.accept && (code != exitUsage || !strings.Contains(errOut, ".yaml:")):
+				t.Fatalf("exit %d, %q: want 2 naming a file and its line", code, errOut)
+			}
+		})
+	}
 }

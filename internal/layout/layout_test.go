@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"internal/pemfile":            {},
 	"internal/reload":             {},
 	"internal/reload/reloadtest":  {},
-	"internal/envoyref":           {"internal/testwait"},
+	"internal/envoyref":           {"internal/testwait", "internal/redisrun/redistest"},
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},
