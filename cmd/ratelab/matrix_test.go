@@ -101,6 +101,14 @@ func TestMatrix(t *testing.T) {
 		name string
 		args []string
 	}{{"batch 1", []string{"--redis-batch", "1"}}, {"default batch", nil}}
+	t.Run("cluster at the default batch/edge", func(t *testing.T) {
+		t.Parallel()
+		clusterAtDefaultBatch(t, redises[1].args, "edge")
+	})
+	t.Run("cluster at the default batch/rls", func(t *testing.T) {
+		t.Parallel()
+		clusterAtDefaultBatch(t, redises[1].args, "rls")
+	})
 	_, _, nginxErr := edge.FindNginx()
 	for _, r := range redises {
 		for _, b := range batches {
@@ -156,13 +164,30 @@ func matrixRLS(t *testing.T, shape matrixShape, target []string) {
 	file, domain := writeMatrixFile(t, "config.yaml", shape.service)
 	dir := filepath.Dir(file)
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	log := serveRLS(t, append([]string{"--config", dir, "--grpc", grpcAddr, "--http", httpAddr}, target...))
+	args := []string{"bench", "rls", grpcAddr, "--domain", domain, "--expect-config", dir}
+	for _, d := range shape.descriptors {
+		args = append(args, "--descriptor", d)
+	}
+	code, stdout, stderr := ratelab(t, append(args, matrixLoad...)...)
+	matrixHeld(t, code, stdout, stderr, log.String())
+}
+
+// serveRLS runs ratelab rls in this process with args (which give --http)
+// and --redis-timeout 5s until the test ends, once its /healthz answers;
+// it returns its log.
+func serveRLS(t *testing.T, args []string) *syncWriter {
+	t.Helper()
+	httpAddr := ""
+	for i, a := range args {
+		if a == "--http" && i+1 < len(args) {
+			httpAddr = args[i+1]
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var log syncWriter
-	go func() {
-		done <- run(ctx, append([]string{"rls", "--config", dir, "--grpc", grpcAddr, "--http", httpAddr, "--redis-timeout", "5s"}, target...),
-			io.Discard, &log)
-	}()
+	log := &syncWriter{}
+	go func() { done <- run(ctx, append([]string{"rls", "--redis-timeout", "5s"}, args...), io.Discard, log) }()
 	stop := sync.OnceValue(func() int { cancel(); return <-done })
 	t.Cleanup(func() {
 		if code := stop(); code != exitOK {
@@ -176,12 +201,7 @@ func matrixRLS(t *testing.T, shape matrixShape, target []string) {
 		}
 		return err == nil && resp.StatusCode == http.StatusOK, fmt.Sprintf("rls not serving: %v\n%s", err, log.String())
 	})
-	args := []string{"bench", "rls", grpcAddr, "--domain", domain, "--expect-config", dir}
-	for _, d := range shape.descriptors {
-		args = append(args, "--descriptor", d)
-	}
-	code, stdout, stderr := ratelab(t, append(args, matrixLoad...)...)
-	matrixHeld(t, code, stdout, stderr, log.String())
+	return log
 }
 
 // matrixHeld fails the test unless the audit held every limit, with
@@ -213,5 +233,51 @@ func matrixRefused(t *testing.T, shape matrixShape, target []string, want string
 		"--listen", freeAddr(t), "--admin", ""}, target...)...)
 	if code != exitUsage || !strings.Contains(stderr, want) {
 		t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, want)
+	}
+}
+
+// clusterAtDefaultBatch: on a 3-master Cluster at the default --redis-batch,
+// a rules file of 10 a minute per consumer and a global cap of 1000 a
+// minute (two hash tags, two script calls a request): 30 consumers' first
+// requests are all admitted, and one consumer's 11th is refused; through
+// ratelab edge --rules, or ratelab rls over /json.
+func clusterAtDefaultBatch(t *testing.T, cluster []string, engine string) {
+	const consumerKey = "header:X-Consumer-Id"
+	src := "domain: DOMAIN\ndescriptors:\n  - key: KEY\n    rate_limit: {name: per-consumer, unit: minute, requests_per_unit: 10}\n" +
+		"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 1000}\n"
+	var ask func(consumer string) int
+	if engine == "edge" {
+		file, _ := writeMatrixFile(t, "rules.yaml", strings.ReplaceAll(src, "KEY", consumerKey))
+		e := serveEdge(t, append([]string{"--rules", file}, cluster...)...)
+		ask = func(consumer string) int { return e.getAs(t, consumer).StatusCode }
+	} else {
+		file, domain := writeMatrixFile(t, "config.yaml", strings.ReplaceAll(src, "KEY", "user"))
+		httpAddr := freeAddr(t)
+		serveRLS(t, append([]string{"--config", filepath.Dir(file), "--grpc", freeAddr(t), "--http", httpAddr}, cluster...))
+		ask = func(consumer string) int {
+			body := `{"domain":"` + domain + `","descriptors":[{"entries":[{"key":"user","value":"` + consumer + `"}]},` +
+				`{"entries":[{"key":"generic_key","value":"global"}]}]}`
+			resp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+	}
+	for i := range 30 {
+		if code := ask(fmt.Sprintf("consumer-%d", i)); code != http.StatusOK {
+			t.Fatalf("consumer-%d's first request: %d, want 200", i, code)
+		}
+	}
+	for i := 2; i <= 11; i++ {
+		want := http.StatusOK
+		if i == 11 {
+			want = http.StatusTooManyRequests
+		}
+		if code := ask("consumer-0"); code != want {
+			t.Fatalf("consumer-0's request %d: %d, want %d", i, code, want)
+		}
 	}
 }
