@@ -168,8 +168,7 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 	}
 	out := Outcome{Allowed: true, Checks: make([]Decision, len(checks))}
 	for i, c := range checks {
-		// Skipped until a call decides it.
-		out.Checks[i] = Decision{Limit: c.Policy.Limit, Skipped: true}
+		out.Checks[i].Limit = c.Policy.Limit
 	}
 	if len(checks) == 0 {
 		return out, nil
