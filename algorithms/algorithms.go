@@ -125,6 +125,14 @@ func ParseClock(s string) (Clock, error) {
 	return 0, fmt.Errorf("unknown clock %q (want caller or redis)", s)
 }
 
+// Owner names whose clock decides, for a log line: "Redis" or "this host".
+func (c Clock) Owner() string {
+	if c == ClockRedis {
+		return "Redis"
+	}
+	return "this host"
+}
+
 // String returns "caller" or "redis".
 func (c Clock) String() string {
 	if c == ClockRedis {

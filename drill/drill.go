@@ -1,7 +1,7 @@
 // Package drill measures what a rate limiter does when its Redis fails. It
 // starts real Redis servers (and redis-sentinel for a failover), serves
 // ratelab's limiter in front of them with either engine (edge.Serve), or as
-// Envoy's rate limit service (edge.ServeRLS), sends consumers near and over
+// Envoy's rate limit service (rls.Serve), sends consumers near and over
 // their limit through it with the bench engine (or a gRPC client of the
 // service),
 // injects one fault at a time (a hung or restarted Redis, latency or reset
@@ -96,7 +96,7 @@ type Config struct {
 	// Timeout bounds one decision in Redis; 200ms by default.
 	Timeout time.Duration
 	// Batch is the most decisions the go engine and the rls service send to
-	// Redis in one round trip (edge.Options.Batch, edge.RLSOptions.Batch);
+	// Redis in one round trip (edge.Options.Batch, rls.Options.Batch);
 	// DefaultBatch by default, as both default to, and 1 for one call per
 	// decision. The openresty engine always sends one.
 	Batch int

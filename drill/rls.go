@@ -19,8 +19,8 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // rlsDomain is the domain of the rate limit service's configuration in a
@@ -38,7 +38,7 @@ func rlsConfig(cfg Config) string {
 		strconv.FormatInt(cfg.Policy.Limit, 10) + ", algorithm: " + cfg.Algorithm + "}\n"
 }
 
-// rlsService serves ratelab rls (edge.ServeRLS) with r's mode and cfg's
+// rlsService serves ratelab rls (rls.Serve) with r's mode and cfg's
 // batch in front of s, on a free loopback port, until ctx is done; it returns its gRPC
 // address once it listens, with a function that stops it and reports how
 // it ended.
@@ -52,7 +52,7 @@ func rlsService(ctx context.Context, cfg Config, r run, s *stage) (string, func(
 		return "", nil, err
 	}
 	ready := make(chan string, 1)
-	o := edge.RLSOptions{GRPC: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 64, OnError: limiter.OnError(r.mode),
+	o := rls.Options{GRPC: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 64, OnError: limiter.OnError(r.mode),
 		BreakerFailures: max(cfg.BreakerFailures, 0), DenyCache: true, Clock: algorithms.ClockRedis, Batch: cfg.Batch,
 		Ready: func(grpcAddr, _ string) { ready <- grpcAddr }}
 	if err := o.Validate(); err != nil {
@@ -61,7 +61,7 @@ func rlsService(ctx context.Context, cfg Config, r run, s *stage) (string, func(
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- edge.ServeRLS(sctx, o, s.reach, s.addr) }()
+	go func() { done <- rls.Serve(sctx, o, s.reach, s.addr) }()
 	stop := func() error {
 		cancel()
 		err := <-done

@@ -11,12 +11,10 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/rules"
@@ -168,7 +166,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		} else {
 			set := l.Rules.Current().Set()
 			fmt.Fprintf(g.cfg.Log, "ratelab edge: %s; %s's clock; Redis timeout %s; on a Redis error: fail %s%s%s%s\n",
-				rulesText(set), clockOwner(l.Clock), l.Timeout, onErrorText(l), breakerText(l.BreakerFailures),
+				rulesText(set), l.Clock.Owner(), l.Timeout, onErrorText(l), breakerText(l.BreakerFailures),
 				map[bool]string{true: "; shadow mode: nothing is blocked"}[l.Shadow],
 				map[bool]string{true: "; deny cache on"}[l.DenyCache])
 		}
@@ -228,14 +226,6 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// clockOwner names whose clock decides: "Redis" or "this host".
-func clockOwner(c algorithms.Clock) string {
-	if c == algorithms.ClockRedis {
-		return "Redis"
-	}
-	return "this host"
-}
-
 // rulesText says what decides: the rules file, or the --limit shorthand,
 // with every limit and its algorithm.
 func rulesText(set *rules.Set) string {
@@ -245,23 +235,9 @@ func rulesText(set *rules.Set) string {
 		if by.Kind == rules.KindHeader {
 			trust = " (trusted as sent: put the gateway behind what authenticates it)"
 		}
-		return fmt.Sprintf("%s, by %s%s", limitsText(set), by.Words(), trust)
+		return fmt.Sprintf("%s, by %s%s", set.Summary(), by.Words(), trust)
 	}
-	return fmt.Sprintf("rules %s (domain %s, version %s): %s", set.File, set.Domain, set.Version, limitsText(set))
-}
-
-// limitsText names the limits of set: "2 limits: per-1s 5 per 1s (sliding-log), per-10s 12 per 10s (gcra)".
-func limitsText(set *rules.Set) string {
-	var parts []string
-	for _, l := range set.Limits() {
-		switch {
-		case l.Unlimited:
-			parts = append(parts, l.ID+" unlimited")
-		default:
-			parts = append(parts, fmt.Sprintf("%s %d per %s (%s)", l.ID, l.Policy.Limit, l.Policy.Window, l.Algorithm))
-		}
-	}
-	return plural.Count(len(parts), "limit") + ": " + strings.Join(parts, ", ")
+	return fmt.Sprintf("rules %s (domain %s, version %s): %s", set.File, set.Domain, set.Version, set.Summary())
 }
 
 // onErrorText says what the gateway does while Redis fails.

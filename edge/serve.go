@@ -347,7 +347,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	// before StartNginx sees it accept.
 	if o.Log != nil && rs != nil {
 		fmt.Fprintf(o.Log, "ratelab edge: %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
-			rulesText(rs.Current().Set()), clockOwner(o.Clock), addr, o.Timeout, o.OnError)
+			rulesText(rs.Current().Set()), o.Clock.Owner(), addr, o.Timeout, o.OnError)
 	}
 	n, err := StartNginx(ctx, nc)
 	switch {

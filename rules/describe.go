@@ -121,3 +121,17 @@ func plural(n int) string {
 	}
 	return "s"
 }
+
+// Summary names the set's limits on one line: "2 limits: per-1s 5 per 1s
+// (sliding-log), global unlimited".
+func (s *Set) Summary() string {
+	parts := make([]string, len(s.limits))
+	for i, l := range s.limits {
+		if l.Unlimited {
+			parts[i] = l.ID + " unlimited"
+			continue
+		}
+		parts[i] = fmt.Sprintf("%s %d per %s (%s)", l.ID, l.Policy.Limit, l.Policy.Window, l.Algorithm)
+	}
+	return fmt.Sprintf("%d limit%s: %s", len(parts), plural(len(parts)), strings.Join(parts, ", "))
+}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/bench"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/reports"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // benchRLSOptions are the flags of ratelab bench rls; bench.RLSConfig and
@@ -178,7 +178,7 @@ func rlsExpect(cfg *bench.RLSConfig, opts benchRLSOptions) error {
 		cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm = ls[0].Limit, ls[0].Window, ls[0].Algorithm
 	}
 	if opts.expectConfig != "" {
-		d, _, err := limiter.ReadRules(context.Background(), edge.RLSOptions{ConfigDir: opts.expectConfig, MergeDomains: opts.mergeDomains}.RulesConfig())
+		d, _, err := limiter.ReadRules(context.Background(), rls.Options{ConfigDir: opts.expectConfig, MergeDomains: opts.mergeDomains}.RulesConfig())
 		if err != nil {
 			return usagef("--expect-config: %w", err)
 		}

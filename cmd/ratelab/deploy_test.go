@@ -17,9 +17,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/reload/reloadtest"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // TestKubernetesJob: deploy/kubernetes/bench-job.yaml runs every shard at
@@ -274,7 +274,7 @@ func TestKubernetesRLS(t *testing.T) {
 	// The ConfigMap, laid out as the kubelet lays it out, is a
 	// configuration ratelab rls loads.
 	dir := reloadtest.NewConfigMap(t, t.TempDir(), cm.Data).Dir
-	domains, _, err := limiter.ReadRules(context.Background(), edge.RLSOptions{ConfigDir: dir}.RulesConfig())
+	domains, _, err := limiter.ReadRules(context.Background(), rls.Options{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		t.Fatalf("the ConfigMap's files: %v", err)
 	}

@@ -7,20 +7,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // rlsOptions are the flags of ratelab rls.
 type rlsOptions struct {
-	edge.RLSOptions
+	rls.Options
 	onError string
 	clock   string
 	redis   redisFlags
 }
 
-// rlsNames are the flags that set edge.RLSOptions' fields.
+// rlsNames are the flags that set rls.Options' fields.
 var rlsNames = flagNames{"GRPC": "--grpc", "HTTP": "--http", "ConfigDir": "--config", "Timeout": "--redis-timeout",
 	"Pool": "--redis-pool", "Batch": "--redis-batch", "OnError": "--on-redis-error", "BreakerFailures": "--breaker-failures",
 	"TLSCertFile": "--grpc-tls-cert", "TLSKeyFile": "--grpc-tls-key", "TLSClientCAFile": "--grpc-tls-client-ca",
@@ -98,8 +98,8 @@ mapped to these flags.`,
 
 // rlsConfig checks every flag and reads the configuration: nothing
 // listens, starts or is sent before it succeeds.
-func rlsConfig(io *ioStreams, opts rlsOptions) (edge.RLSOptions, redisrun.TargetConfig, error) {
-	o := opts.RLSOptions
+func rlsConfig(io *ioStreams, opts rlsOptions) (rls.Options, redisrun.TargetConfig, error) {
+	o := opts.Options
 	o.Log = io.err
 	o.OnError = limiter.OnError(opts.onError)
 	clock, err := algorithms.ParseClock(opts.clock)
@@ -139,5 +139,5 @@ func runRLS(ctx context.Context, io *ioStreams, opts rlsOptions) error {
 	if t.Mode != string(redisrun.External) {
 		io.notef("rls limits in a private Redis: its counts are lost when ratelab stops; pass --redis to share them")
 	}
-	return edge.ServeRLS(ctx, o, t.Options, t.Addr)
+	return rls.Serve(ctx, o, t.Options, t.Addr)
 }

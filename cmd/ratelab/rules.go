@@ -15,10 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -137,7 +137,7 @@ func runRulesCheck(w io.Writer, opts rulesCheckOptions) error {
 		_, err = io.WriteString(w, clusterCalls(set))
 		return err
 	}
-	cfg := edge.RLSOptions{ConfigDir: opts.path, MergeDomains: opts.merge}.RulesConfig()
+	cfg := rls.Options{ConfigDir: opts.path, MergeDomains: opts.merge}.RulesConfig()
 	cfg.Dir = info.IsDir()
 	served, skipped, err := limiter.ReadRules(context.Background(), cfg)
 	if err != nil {

@@ -1,4 +1,4 @@
-package edge_test
+package rls_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // countingDecider counts the decisions that reach Redis.
@@ -37,7 +37,7 @@ func TestRLSDenyCacheSkipsRedis(t *testing.T) {
 		"  - key: org\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
 	counter := &countingDecider{d: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockCaller),
 		algorithms.DecideNow(func() time.Time { return rlsFixed }))}
-	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{DenyCache: true, Decider: counter}})
+	s := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{Config: limiter.Config{DenyCache: true, Decider: counter}})
 	const minute = pb.RateLimitResponse_RateLimit_MINUTE
 	user := st{limit: 3, unit: minute}
 	over := st{over: true, limit: 3, unit: minute}
@@ -112,8 +112,8 @@ func TestRLSDenyCacheAgreesWithRedis(t *testing.T) {
 			var clock atomic.Int64
 			clock.Store(start.UnixNano())
 			now := func() time.Time { return time.Unix(0, clock.Load()) }
-			cached := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{DenyCache: true, Now: now}})
-			fresh := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{Now: now}})
+			cached := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{Config: limiter.Config{DenyCache: true, Now: now}})
+			fresh := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{Config: limiter.Config{Now: now}})
 			admitted := 0
 			const steps = 400
 			for k := range steps {

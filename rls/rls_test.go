@@ -1,4 +1,4 @@
-package edge_test
+package rls_test
 
 import (
 	"bytes"
@@ -29,11 +29,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/reload/reloadtest"
 	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // rlsFixed is the caller's time the service's tests decide at: the middle
@@ -89,7 +89,7 @@ func envoyReadme(t *testing.T, name string) string {
 // startRLS serves files (name → content) from a directory of their own
 // on the test Redis, deciding at cfg.Now (rlsFixed when nil), and dials it
 // over gRPC.
-func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsServer {
+func startRLS(t *testing.T, files map[string]string, cfg rls.Config) *rlsServer {
 	t.Helper()
 	dir := t.TempDir()
 	prefix := redistest.Prefix(t)
@@ -100,7 +100,7 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 		}
 	}
 	log := &lockedBuffer{}
-	served, err := limiter.LoadRules(context.Background(), edge.RLSOptions{ConfigDir: dir, Log: log}.RulesConfig())
+	served, err := limiter.LoadRules(context.Background(), rls.Options{ConfigDir: dir, Log: log}.RulesConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +119,9 @@ func startRLS(t *testing.T, files map[string]string, cfg edge.RLSConfig) *rlsSer
 		cfg.OnError = limiter.FailOpen
 	}
 	cfg.Metrics, cfg.Log = limiter.NewMetrics(), log
-	svc := edge.NewRLS(cfg)
+	svc := rls.New(cfg)
 	ready := make(chan [2]string, 1)
-	o := edge.RLSOptions{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 8, OnError: cfg.OnError,
+	o := rls.Options{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", ConfigDir: dir, Timeout: cfg.Timeout, Pool: 8, OnError: cfg.OnError,
 		Log: log, Ready: func(g, h string) { ready <- [2]string{g, h} }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -217,14 +217,14 @@ func TestRLSReadmeExamples(t *testing.T) {
 	)
 	unlimited := st{remaining: math.MaxUint32}
 	t.Run("1: descriptors", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-1.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-1.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "mongo_cps", 500, desc("database", "users")), false, st{limit: 500})
 		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "users")), true, st{over: true, limit: 500})
 		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "default")), false, st{limit: 500, remaining: 499})
 		checkResp(t, s.call(t, "mongo_cps", 0, desc("database", "orders")), false, st{})
 	})
 	t.Run("2: nested", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-2.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-2.yaml")}, rls.Config{})
 		mk := func(n string) *rlpb.RateLimitDescriptor { return desc("message_type", "marketing", "to_number", n) }
 		checkResp(t, s.call(t, "messaging", 5, mk("2061111111")), false, st{limit: 5, unit: day})
 		checkResp(t, s.call(t, "messaging", 0, mk("2061111111")), true, st{over: true, limit: 5, unit: day})
@@ -234,7 +234,7 @@ func TestRLSReadmeExamples(t *testing.T) {
 		checkResp(t, s.call(t, "messaging", 0, desc("message_type", "marketing")), false, st{})
 	})
 	t.Run("3: blocked address, requests_per_unit 0", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-3.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-3.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.5")), true, st{over: true, unit: pb.RateLimitResponse_RateLimit_SECOND})
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 10, desc("remote_address", "50.0.0.1")), false, st{limit: 10})
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.1")), true, st{over: true, limit: 10})
@@ -242,18 +242,18 @@ func TestRLSReadmeExamples(t *testing.T) {
 		checkResp(t, s.call(t, "edge_proxy_per_ip", 0, addend(desc("remote_address", "50.0.0.5"), 0)), true, st{over: true, unit: pb.RateLimitResponse_RateLimit_SECOND})
 	})
 	t.Run("4: depth", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"a.yaml": envoyReadme(t, "readme-example-4a.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"a.yaml": envoyReadme(t, "readme-example-4a.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "example4", 0, desc("key", "value", "subkey", "subvalue")), false, st{})
-		s = startRLS(t, map[string]string{"b.yaml": envoyReadme(t, "readme-example-4b.yaml")}, edge.RLSConfig{})
+		s = startRLS(t, map[string]string{"b.yaml": envoyReadme(t, "readme-example-4b.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "example4", 0, desc("key", "value", "subkey", "subvalue")), false, st{limit: 300, remaining: 299})
 	})
 	t.Run("5: unlimited", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-5.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-5.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "internal", 1000, desc("ldap", "x")), false, unlimited)
 		checkResp(t, s.call(t, "internal", 0, desc("azure", "x")), false, st{limit: 100, unit: minute, remaining: 99})
 	})
 	t.Run("6: shadow mode", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-6.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-6.yaml")}, rls.Config{})
 		a := func() *rlpb.RateLimitDescriptor { return desc("service", "auth", "user", "user-a") }
 		b := func() *rlpb.RateLimitDescriptor { return desc("service", "auth", "user", "user-b") }
 		checkResp(t, s.call(t, "example6", 10, a()), false, st{limit: 10})
@@ -263,7 +263,7 @@ func TestRLSReadmeExamples(t *testing.T) {
 		checkResp(t, s.call(t, "example6", 0, b()), true, st{over: true, limit: 20})
 	})
 	t.Run("7: replaces", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-7.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-7.yaml")}, rls.Config{})
 		one := func() *rlpb.RateLimitDescriptor { return desc("key_1", "value_1", "user", "bkthomps") }
 		two := func() *rlpb.RateLimitDescriptor { return desc("key_2", "value_2", "user", "bkthomps") }
 		checkResp(t, s.call(t, "example7", 5, one()), false, st{limit: 5})
@@ -272,12 +272,12 @@ func TestRLSReadmeExamples(t *testing.T) {
 		checkResp(t, s.call(t, "example7", 0, one()), true, st{over: true, limit: 5})
 	})
 	t.Run("8: key and key+value", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-8.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-8.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "example8", 0, desc("key1", "value1")), false, st{limit: 20, unit: minute, remaining: 19})
 		checkResp(t, s.call(t, "example8", 0, desc("key1", "other")), false, st{limit: 10, unit: minute, remaining: 9})
 	})
 	t.Run("9: wildcards", func(t *testing.T) {
-		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-9.yaml")}, edge.RLSConfig{})
+		s := startRLS(t, map[string]string{"c.yaml": envoyReadme(t, "readme-example-9.yaml")}, rls.Config{})
 		checkResp(t, s.call(t, "example9", 0, desc("key1", "value_1")), false, st{limit: 20, unit: minute, remaining: 19})
 		checkResp(t, s.call(t, "example9", 0, desc("key1", "value_2")), false, st{limit: 20, unit: minute, remaining: 19})
 		checkResp(t, s.call(t, "example9", 0, desc("key1", "other")), false, st{})
@@ -293,7 +293,7 @@ func TestRLSCall(t *testing.T) {
 		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n" +
 		"  - key: org\n    rate_limit: {unit: hour, requests_per_unit: 10}\n" +
 		"  - key: slow\n    rate_limit: {window: 30s, requests_per_unit: 2, algorithm: sliding-log}\n"
-	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true})
+	s := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{ResponseHeaders: true})
 	const (
 		minute = pb.RateLimitResponse_RateLimit_MINUTE
 		hour   = pb.RateLimitResponse_RateLimit_HOUR
@@ -337,7 +337,7 @@ func TestRLSCall(t *testing.T) {
 // from /json (400), never an admission.
 func TestRLSBadRequests(t *testing.T) {
 	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
-	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{})
 	good := []*rlpb.RateLimitDescriptor{desc("user", "u")}
 	for _, tc := range []struct {
 		name string
@@ -378,7 +378,7 @@ func TestRLSBadRequests(t *testing.T) {
 // over the limit), and grpc.health.v1 says the service is serving.
 func TestRLSJSONAndHealth(t *testing.T) {
 	file := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
-	s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{})
 	body := `{"domain":"` + s.domain("d") + `","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`
 	var codes []int
 	var last string
@@ -413,7 +413,7 @@ func TestRLSReload(t *testing.T) {
 	version := func(n string) string {
 		return "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: " + n + "}\n"
 	}
-	s := startRLS(t, map[string]string{"d.yaml": version("5")}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"d.yaml": version("5")}, rls.Config{})
 	limit := func() uint32 {
 		return s.call(t, "d", 0, addend(desc("user", "r"), 0)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
@@ -442,7 +442,7 @@ func TestRLSReload(t *testing.T) {
 // YAML) are logged, once; the hidden ones are not.
 func TestRLSSkippedFiles(t *testing.T) {
 	d := "domain: " + testDomain + "d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
-	s := startRLS(t, map[string]string{"d.yaml": d, "README.md": "r", ".d.yaml.swp": "h"}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"d.yaml": d, "README.md": "r", ".d.yaml.swp": "h"}, rls.Config{})
 	want := "ratelab rls: config " + s.dir + ": skipped README.md: only *.yaml and *.yml files are read\n"
 	testwait.Eventually(t, 10*time.Second, func() (bool, string) {
 		return strings.Contains(s.log.String(), want), "no line " + want + "in the log:\n" + s.log.String()
@@ -462,7 +462,7 @@ func TestRLSReloadConfigMap(t *testing.T) {
 		return map[string]string{"config.yaml": fmt.Sprintf("domain: %s\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", domain, n)}
 	}
 	cm := reloadtest.NewConfigMap(t, t.TempDir(), version(2))
-	client := serveRLS(t, cm.Dir, edge.RLSOptions{Timeout: 5 * time.Second, Pool: 8, Batch: 1, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis})
+	client := serveRLS(t, cm.Dir, rls.Options{Timeout: 5 * time.Second, Pool: 8, Batch: 1, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis})
 	limit := func() uint32 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -503,7 +503,7 @@ func TestRLSRedisFails(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
 			t.Cleanup(func() { client.Close() })
-			s := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{Config: limiter.Config{OnError: tc.mode, Decider: algorithms.NewDecider(client)}})
+			s := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{Config: limiter.Config{OnError: tc.mode, Decider: algorithms.NewDecider(client)}})
 			resp := s.call(t, "d", 0, desc("user", "u"))
 			if got := resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT; got != tc.over {
 				t.Errorf("overall %v, want over limit %v", resp.GetOverallCode(), tc.over)
@@ -528,7 +528,7 @@ func TestRLSHostileCalls(t *testing.T) {
 	file := "domain: " + testDomain + "h\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
 	counter := &countingDecider{d: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockCaller),
 		algorithms.DecideNow(func() time.Time { return rlsFixed }))}
-	s := startRLS(t, map[string]string{"h.yaml": file}, edge.RLSConfig{Config: limiter.Config{Decider: counter, BreakerFailures: 2,
+	s := startRLS(t, map[string]string{"h.yaml": file}, rls.Config{Config: limiter.Config{Decider: counter, BreakerFailures: 2,
 		OnError: limiter.FailOpen}})
 	yearly := desc("user", "mallory")
 	yearly.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 300000, Unit: typev3.RateLimitUnit_YEAR}
@@ -590,16 +590,16 @@ func TestRLSHostileCalls(t *testing.T) {
 	}
 }
 
-// TestRLSConfigCost: a limit's cost in the configuration is what each hit
+// TestConfigCost: a limit's cost in the configuration is what each hit
 // takes of it: cost 0 checks without consuming, cost 5 takes 5 a hit; a
 // call whose hits would take more than the limit is over it and takes
 // nothing.
-func TestRLSConfigCost(t *testing.T) {
+func TestConfigCost(t *testing.T) {
 	t.Parallel()
 	file := "domain: " + testDomain + "c\ndescriptors:\n" +
 		"  - key: free\n    rate_limit: {unit: minute, requests_per_unit: 3, cost: 0}\n" +
 		"  - key: dear\n    rate_limit: {unit: minute, requests_per_unit: 12, cost: 5}\n"
-	s := startRLS(t, map[string]string{"c.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"c.yaml": file}, rls.Config{})
 	for range 5 {
 		checkResp(t, s.call(t, "c", 0, desc("free", "a")), false, st{limit: 3, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 3})
 	}
@@ -617,7 +617,7 @@ func TestRLSConfigCost(t *testing.T) {
 func TestRLSUnknownDomain(t *testing.T) {
 	t.Parallel()
 	file := "domain: " + testDomain + "k\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
-	s := startRLS(t, map[string]string{"k.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"k.yaml": file}, rls.Config{})
 	own := desc("user", "a")
 	own.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
 	for range 3 {
@@ -633,7 +633,7 @@ func TestRLSReplacedUnlimited(t *testing.T) {
 	file := "domain: " + testDomain + "u\ndescriptors:\n" +
 		"  - key: internal\n    rate_limit: {name: internal, unlimited: true}\n" +
 		"  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 9, replaces: [{name: internal}]}\n"
-	s := startRLS(t, map[string]string{"u.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"u.yaml": file}, rls.Config{})
 	checkResp(t, s.call(t, "u", 0, desc("internal", "x"), desc("user", "a")), false,
 		st{remaining: math.MaxUint32}, st{limit: 9, unit: pb.RateLimitResponse_RateLimit_MINUTE, remaining: 8})
 }
@@ -648,7 +648,7 @@ func TestRLSRunning(t *testing.T) {
 	version := func(n string) string {
 		return "domain: " + testDomain + "m\ndescriptors:\n  - key: user\n    rate_limit: {name: per-user, unit: minute, requests_per_unit: " + n + "}\n"
 	}
-	s := startRLS(t, map[string]string{"m.yaml": version("5")}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"m.yaml": version("5")}, rls.Config{})
 	for _, path := range []string{"/healthz", "/healthcheck"} {
 		resp, err := http.Get("http://" + s.http + path)
 		if err != nil {

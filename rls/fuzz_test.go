@@ -1,4 +1,4 @@
-package edge
+package rls
 
 import (
 	"context"
@@ -100,7 +100,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(fuzzConfig), 0o644); err != nil {
 		f.Fatal(err)
 	}
-	served, err := limiter.LoadRules(context.Background(), RLSOptions{ConfigDir: dir}.RulesConfig())
+	served, err := limiter.LoadRules(context.Background(), Options{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		if proto.Unmarshal(b, req) != nil {
 			return
 		}
-		svc := NewRLS(RLSConfig{Rules: served,
+		svc := New(Config{Rules: served,
 			Config: limiter.Config{Decider: strictDecider{t}, Timeout: time.Second, OnError: limiter.FailClosed, DenyCache: true}})
 		defer svc.Close()
 		resp, err := svc.ShouldRateLimit(context.Background(), req)

@@ -1,4 +1,4 @@
-package edge_test
+package rls_test
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/envoyref"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // startReference runs envoyproxy/ratelimit on the test Redis with the files
@@ -72,11 +72,11 @@ func TestRLSSameAnswersAsReference(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	served, err := limiter.LoadRules(context.Background(), edge.RLSOptions{ConfigDir: dir}.RulesConfig())
+	served, err := limiter.LoadRules(context.Background(), rls.Options{ConfigDir: dir}.RulesConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := edge.NewRLS(edge.RLSConfig{Rules: served, Config: limiter.Config{Timeout: 5 * time.Second,
+	svc := rls.New(rls.Config{Rules: served, Config: limiter.Config{Timeout: 5 * time.Second,
 		OnError: limiter.FailOpen, Decider: algorithms.NewDecider(redistest.Client(t, srv), algorithms.DecideClock(algorithms.ClockRedis))}})
 	t.Cleanup(svc.Close)
 

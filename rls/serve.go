@@ -1,6 +1,7 @@
-package edge
+package rls
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -31,8 +32,8 @@ import (
 	"github.com/ratelab/ratelab/rules"
 )
 
-// RLSOptions are the settings of ratelab rls.
-type RLSOptions struct {
+// Options are the settings of ratelab rls.
+type Options struct {
 	// GRPC is the address of the gRPC service (RateLimitService and
 	// grpc.health.v1), such as ":8081".
 	GRPC string
@@ -78,7 +79,7 @@ type RLSOptions struct {
 	// DenyCache answers a call over a limit known to refuse it from memory
 	// (limiter.Config.DenyCache).
 	DenyCache bool
-	// Bounds are what one call may carry (RLSConfig.Bounds).
+	// Bounds are what one call may carry (Config.Bounds).
 	Bounds limiter.Bounds
 	// Clock is where the limiter takes the time from.
 	Clock algorithms.Clock
@@ -91,7 +92,7 @@ type RLSOptions struct {
 }
 
 // Validate checks the options; errors are *field.Error.
-func (o RLSOptions) Validate() error {
+func (o Options) Validate() error {
 	switch {
 	case o.GRPC == "":
 		return field.Errorf("GRPC", "must not be empty")
@@ -124,7 +125,7 @@ func (o RLSOptions) Validate() error {
 // *.yaml and *.yml files, as envoyproxy/ratelimit's (rules.ForService),
 // a limit with no algorithm a fixed window aligned to its unit, as the
 // reference's.
-func (o RLSOptions) RulesConfig() limiter.RulesConfig {
+func (o Options) RulesConfig() limiter.RulesConfig {
 	opts := []rules.Option{rules.ForService(), rules.WithDefaultAlgorithm("fixed-window")}
 	if o.MergeDomains {
 		opts = append(opts, rules.MergeDomains())
@@ -134,7 +135,7 @@ func (o RLSOptions) RulesConfig() limiter.RulesConfig {
 
 // GRPCTLS reads the TLS configuration of the gRPC service from its files:
 // nil when it is plaintext. Errors are *field.Error naming the file.
-func (o RLSOptions) GRPCTLS() (*tls.Config, error) {
+func (o Options) GRPCTLS() (*tls.Config, error) {
 	if o.TLSCertFile == "" {
 		return nil, nil
 	}
@@ -153,11 +154,11 @@ func (o RLSOptions) GRPCTLS() (*tls.Config, error) {
 	return c, nil
 }
 
-// ServeRLS serves the rate limit service until ctx is done, on the Redis
+// Serve serves the rate limit service until ctx is done, on the Redis
 // of r (addr names it in the log). The configuration is read before
 // anything listens: a file that does not parse is an error naming its line
 // and field.
-func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr string) error {
+func Serve(ctx context.Context, o Options, r *redis.UniversalOptions, addr string) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 	decider, closeClient := limiter.OpenDecider(limiter.RedisConfig{Options: r, Timeout: o.Timeout, Pool: o.Pool, Batch: o.Batch,
 		Clock: o.Clock, Metrics: metrics})
 	defer closeClient()
-	svc := NewRLS(RLSConfig{Rules: served, ResponseHeaders: o.ResponseHeaders, Bounds: o.Bounds,
+	svc := New(Config{Rules: served, ResponseHeaders: o.ResponseHeaders, Bounds: o.Bounds,
 		Config: limiter.Config{Decider: decider, Timeout: o.Timeout, OnError: o.OnError, BreakerFailures: o.BreakerFailures,
 			DenyCache: o.DenyCache, Metrics: metrics, Log: o.Log}})
 	defer svc.Close()
@@ -188,7 +189,7 @@ func ServeRLS(ctx context.Context, o RLSOptions, r *redis.UniversalOptions, addr
 
 // Serve serves the service on o's addresses (GRPC, HTTP; Log, Ready)
 // until ctx is done, and reloads its configuration meanwhile.
-func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
+func (svc *Service) Serve(ctx context.Context, o Options) error {
 	served, metrics := svc.cfg.Rules, svc.Metrics()
 	if o.TLS == nil {
 		var err error
@@ -230,10 +231,10 @@ func (svc *RLS) Serve(ctx context.Context, o RLSOptions) error {
 	if o.Log != nil {
 		d := served.Current()
 		fmt.Fprintf(o.Log, "ratelab rls: gRPC%s on %s, /json on %s; config %s version %s (%s); Redis %s, clock %s, timeout %s, on error %s\n",
-			grpcSecurity(o.TLS), gl.Addr(), orNone(listenerAddr(hl)), d.Source, d.Version, plural.Count(len(d.Sets), "domain"), o.redisAddr,
-			clockOwner(o.Clock), o.Timeout, o.OnError)
+			grpcSecurity(o.TLS), gl.Addr(), cmp.Or(listenerAddr(hl), "none"), d.Source, d.Version, plural.Count(len(d.Sets), "domain"), o.redisAddr,
+			o.Clock.Owner(), o.Timeout, o.OnError)
 		for _, domain := range slices.Sorted(maps.Keys(d.Sets)) {
-			fmt.Fprintf(o.Log, "ratelab rls: domain %s: %s\n", domain, limitsText(d.Sets[domain]))
+			fmt.Fprintf(o.Log, "ratelab rls: domain %s: %s\n", domain, d.Sets[domain].Summary())
 		}
 	}
 	if o.Ready != nil {
@@ -301,7 +302,7 @@ const maxJSONBody = 1 << 20
 // in protobuf's JSON, POSTed; the RateLimitResponse in JSON, with 429 when
 // over the limit and 400 for a request that does not decode or is
 // malformed.
-func JSONHandler(svc *RLS) http.Handler {
+func JSONHandler(svc *Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		if err != nil {

@@ -1,4 +1,4 @@
-package edge_test
+package rls_test
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // docBlock returns the fenced yaml block of docs/envoy.md whose first line
@@ -143,7 +143,7 @@ func TestEnvoyDocConfig(t *testing.T) {
 	}
 
 	file := strings.Replace(docBlock(t, "edge_proxy.yaml"), "domain: edge_proxy", "domain: "+testDomain+"edge_proxy", 1)
-	s := startRLS(t, map[string]string{"edge_proxy.yaml": file}, edge.RLSConfig{})
+	s := startRLS(t, map[string]string{"edge_proxy.yaml": file}, rls.Config{})
 	const (
 		second = pb.RateLimitResponse_RateLimit_SECOND
 		minute = pb.RateLimitResponse_RateLimit_MINUTE

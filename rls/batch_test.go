@@ -1,4 +1,4 @@
-package edge_test
+package rls_test
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/batch"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/limiter"
+	"github.com/ratelab/ratelab/rls"
 )
 
 // TestRLSBatchSequence: the same sequence of calls, sent to a service whose
@@ -34,9 +34,9 @@ func TestRLSBatchSequence(t *testing.T) {
 	b := batch.New(plain, batch.Options{Max: 16, Flushers: 2, Timeout: 5 * time.Second})
 	t.Cleanup(func() { b.Close() })
 	now := func() time.Time { return rlsFixed }
-	batched := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true,
+	batched := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{ResponseHeaders: true,
 		Config: limiter.Config{Decider: algorithms.NewDecider(b.Wrap(plain), algorithms.DecideClock(algorithms.ClockCaller), algorithms.DecideNow(now))}})
-	alone := startRLS(t, map[string]string{"d.yaml": file}, edge.RLSConfig{ResponseHeaders: true})
+	alone := startRLS(t, map[string]string{"d.yaml": file}, rls.Config{ResponseHeaders: true})
 	calls := []struct {
 		hits  uint32
 		descs func() []*rlpb.RateLimitDescriptor
@@ -58,16 +58,16 @@ func TestRLSBatchSequence(t *testing.T) {
 	}
 }
 
-// serveRLS serves ServeRLS itself, as ratelab rls does, on the test Redis
+// serveRLS serves rls.Serve itself, as ratelab rls does, on the test Redis
 // with the configuration dir, and dials it over gRPC.
-func serveRLS(t *testing.T, dir string, o edge.RLSOptions) pb.RateLimitServiceClient {
+func serveRLS(t *testing.T, dir string, o rls.Options) pb.RateLimitServiceClient {
 	t.Helper()
 	ready := make(chan string, 1)
 	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, _ string) { ready <- g }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- edge.ServeRLS(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr)
+		done <- rls.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr)
 	}()
 	var addr string
 	select {
@@ -107,7 +107,7 @@ func TestRLSBatchBurst(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(file), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				client := serveRLS(t, dir, edge.RLSOptions{Timeout: 5 * time.Second, Pool: 32, Batch: n,
+				client := serveRLS(t, dir, rls.Options{Timeout: 5 * time.Second, Pool: 32, Batch: n,
 					OnError: limiter.FailClosed, Clock: algorithms.ClockRedis})
 				var wg sync.WaitGroup
 				var mu sync.Mutex

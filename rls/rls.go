@@ -1,4 +1,11 @@
-package edge
+// Package rls is Envoy's global rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) on ratelab's limiter core:
+// ShouldRateLimit over gRPC and envoyproxy/ratelimit's /json over HTTP, on
+// envoyproxy/ratelimit's configuration files. It is a front door of package
+// limiter: a call is checked against its Bounds, its descriptors are looked
+// up in the configuration serving (rules.Set.LookupCall) into a Plan, the
+// core decides it, and the Answer becomes the descriptors' statuses.
+package rls
 
 import (
 	"context"
@@ -24,8 +31,8 @@ import (
 	"github.com/ratelab/ratelab/rules"
 )
 
-// RLSConfig configures the rate limit service.
-type RLSConfig struct {
+// Config configures the rate limit service.
+type Config struct {
 	// Config is the decision's: the Decider (every limit of one call in one
 	// Redis round trip), the Redis timeout, the fail mode (FailOpen: OK, no
 	// limits; FailClosed: OVER_LIMIT), the circuit breaker, the deny cache
@@ -33,7 +40,7 @@ type RLSConfig struct {
 	// with the duration_until_reset Redis gave), the metrics and the log.
 	limiter.Config
 	// Rules are the configuration served, by domain, reloaded from its
-	// directory (RLSOptions.RulesConfig).
+	// directory (Options.RulesConfig).
 	Rules *limiter.Rules
 	// ResponseHeaders adds the draft-10 RateLimit and RateLimit-Policy fields
 	// to response_headers_to_add (envoyproxy/ratelimit's
@@ -45,20 +52,20 @@ type RLSConfig struct {
 	Bounds limiter.Bounds
 }
 
-// RLS is Envoy's global rate limit service
+// Service is Envoy's global rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) on ratelab's limiter: every
 // descriptor of one call is looked up as envoyproxy/ratelimit looks it up,
 // and all their limits are decided together by the limiter core.
-type RLS struct {
+type Service struct {
 	pb.UnimplementedRateLimitServiceServer
-	cfg  RLSConfig
+	cfg  Config
 	core *limiter.Limiter
 }
 
-var _ pb.RateLimitServiceServer = (*RLS)(nil)
+var _ pb.RateLimitServiceServer = (*Service)(nil)
 
-// NewRLS returns the service; Close stops its background probe.
-func NewRLS(cfg RLSConfig) *RLS {
+// New returns the service; Close stops its background probe.
+func New(cfg Config) *Service {
 	if cfg.Name == "" {
 		cfg.Name = "ratelab rls"
 	}
@@ -68,14 +75,14 @@ func NewRLS(cfg RLSConfig) *RLS {
 	}
 	core := limiter.New(cfg.Config)
 	cfg.Rules.SetMetrics(core.Metrics())
-	return &RLS{cfg: cfg, core: core}
+	return &Service{cfg: cfg, core: core}
 }
 
 // Close stops the service's background work.
-func (s *RLS) Close() { s.core.Close() }
+func (s *Service) Close() { s.core.Close() }
 
 // Metrics are the service's counters.
-func (s *RLS) Metrics() *limiter.Metrics { return s.core.Metrics() }
+func (s *Service) Metrics() *limiter.Metrics { return s.core.Metrics() }
 
 // badRequest is a malformed call: InvalidArgument, nothing decided.
 func badRequest(format string, a ...any) error {
@@ -88,7 +95,7 @@ const maxWindow = 365 * 24 * time.Hour
 
 // check refuses a call the service does not decide: malformed, or over the
 // bounds. It runs before anything else, and before Redis.
-func (s *RLS) check(req *pb.RateLimitRequest) *limiter.Refusal {
+func (s *Service) check(req *pb.RateLimitRequest) *limiter.Refusal {
 	b := s.cfg.Bounds
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
@@ -216,7 +223,7 @@ type called struct {
 }
 
 // ShouldRateLimit decides a call: OVER_LIMIT when any descriptor is.
-func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	if r := s.check(req); r != nil {
 		s.core.Metrics().Invalid(r.Reason)
 		return nil, badRequest("%s", r.Err)
@@ -252,7 +259,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*p
 // the configuration does not have, not even a descriptor's own limit: as
 // envoyproxy/ratelimit, an unknown domain is not limited). Replaces applies
 // across the call's descriptors, as in envoyproxy/ratelimit.
-func (s *RLS) plan(req *pb.RateLimitRequest, set *rules.Set) called {
+func (s *Service) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 	descs := req.GetDescriptors()
 	c := called{plan: limiter.Plan{Domain: req.GetDomain()}, unlimit: make([]bool, len(descs))}
 	if set == nil {
@@ -292,7 +299,7 @@ func (s *RLS) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 // override adds descriptor i's own limit (its limit field), which
 // envoyproxy/ratelimit applies instead of the configuration's: a fixed
 // window of the unit, counted per domain and entries.
-func (s *RLS) override(c *called, domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.RateLimitDescriptor_RateLimitOverride, hits int64) {
+func (s *Service) override(c *called, domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.RateLimitDescriptor_RateLimitOverride, hits int64) {
 	p, _ := overridePolicy(o) // checked
 	h := sha1.New()
 	fmt.Fprintf(h, "%d:%s", len(domain), domain)
@@ -313,7 +320,7 @@ func (s *RLS) override(c *called, domain string, i int, d *rlpb.RateLimitDescrip
 // remaining, else one that was not decided (on a Cluster, after another
 // limit refused the call: it says only the limit, with nothing remaining
 // known).
-func (s *RLS) statuses(resp *pb.RateLimitResponse, c called, a limiter.Answer) {
+func (s *Service) statuses(resp *pb.RateLimitResponse, c called, a limiter.Answer) {
 	now := s.cfg.Now()
 	rank := make([]int, len(resp.Statuses)) // 0 none yet, 1 not decided, 2 decided OK, 3 OVER_LIMIT
 	for i, lim := range c.plan.Limits {
