@@ -59,15 +59,20 @@ func TestRLSBatchSequence(t *testing.T) {
 }
 
 // serveRLS serves rls.Serve itself, as ratelab rls does, on the test Redis
-// with the configuration dir, and dials it over gRPC.
-func serveRLS(t *testing.T, dir string, o rls.Options) pb.RateLimitServiceClient {
+// (or the Redis of r, when given) with the configuration dir, and dials it
+// over gRPC.
+func serveRLS(t *testing.T, dir string, o rls.Options, r ...*redis.UniversalOptions) pb.RateLimitServiceClient {
 	t.Helper()
+	target := &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}
+	if len(r) > 0 {
+		target = r[0]
+	}
 	ready := make(chan string, 1)
 	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, _ string) { ready <- g }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- rls.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}, Protocol: 2}, srv.Addr)
+		done <- rls.Serve(ctx, o, target, target.Addrs[0])
 	}()
 	var addr string
 	select {
@@ -138,5 +143,44 @@ func TestRLSBatchBurst(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRLSClusterNotAskedIsNotDenied: on a Redis Cluster at the default
+// batch, a call whose descriptors meet a consumer's limit and a global cap
+// (two hash tags, two script calls) and which the consumer's limit refuses
+// never puts the global cap to Redis: the cap's descriptor answers OK, not
+// OVER_LIMIT with nothing remaining as it did, and is counted not decided.
+func TestRLSClusterNotAskedIsNotDenied(t *testing.T) {
+	t.Parallel()
+	cl := redistest.Cluster(t, srv)
+	prefix := redistest.Prefix(t)
+	dir := t.TempDir()
+	file := "domain: " + prefix + "\ndescriptors:\n  - key: user\n    rate_limit: {name: per-user, unit: minute, requests_per_unit: 1}\n" +
+		"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 1000}\n"
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	client := serveRLS(t, dir, rls.Options{Timeout: 5 * time.Second, Pool: 8, Batch: 16, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis},
+		&redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2})
+	call := func() *pb.RateLimitResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: prefix,
+			Descriptors: []*rlpb.RateLimitDescriptor{desc("user", "alice"), desc("generic_key", "global")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := call(); resp.GetOverallCode() != pb.RateLimitResponse_OK {
+		t.Fatalf("first call: %v", resp)
+	}
+	resp := call()
+	st := resp.GetStatuses()
+	if resp.GetOverallCode() != pb.RateLimitResponse_OVER_LIMIT || st[0].GetCode() != pb.RateLimitResponse_OVER_LIMIT ||
+		st[1].GetCode() != pb.RateLimitResponse_OK || st[1].GetCurrentLimit().GetRequestsPerUnit() != 1000 {
+		t.Fatalf("second call: %v; want OVER_LIMIT by per-user, the global cap not asked and OK", resp)
 	}
 }
