@@ -127,6 +127,17 @@ func TestRLSServes(t *testing.T) {
 	if code := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
+	// The start-up lines say what serves, each limit with its algorithm (a
+	// fixed window when the file names none, unlike the gateway's default),
+	// under rls's own name.
+	for _, want := range []string{"(1 domain);", "ratelab rls: domain " + domain + ": 1 limit: user 1 per 1h0m0s (fixed-window)\n"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stderr.String(), "ratelab edge") {
+		t.Errorf("the log speaks as ratelab edge:\n%s", stderr.String())
+	}
 }
 
 // tlsJunk writes a file that holds no PEM, and returns its path and one
