@@ -295,8 +295,13 @@ type checks struct {
 }
 
 func planChecks(p Plan) checks {
-	cs := checks{at: make([]int, len(p.Limits)), over: make([]bool, len(p.Limits))}
-	byKey := map[string]int{}
+	cs := checks{at: make([]int, len(p.Limits)), over: make([]bool, len(p.Limits)), list: make([]algorithms.Check, 0, len(p.Limits))}
+	// A request meets a few limits: a linear search finds a shared counter
+	// sooner than a map is built; a call of many descriptors gets one.
+	var byKey map[string]int
+	if len(p.Limits) > 8 {
+		byKey = make(map[string]int, len(p.Limits))
+	}
 	for i, lim := range p.Limits {
 		cs.at[i] = -1
 		switch {
@@ -307,12 +312,14 @@ func planChecks(p Plan) checks {
 			cs.overAny = cs.overAny || !lim.Check.Shadow
 			continue
 		}
-		if j, ok := byKey[lim.Check.Key]; ok {
+		if j, ok := cs.find(byKey, lim.Check.Key); ok {
 			cs.list[j].Cost += lim.Check.Cost
 			cs.at[i] = j
 			continue
 		}
-		byKey[lim.Check.Key] = len(cs.list)
+		if byKey != nil {
+			byKey[lim.Check.Key] = len(cs.list)
+		}
 		cs.at[i] = len(cs.list)
 		cs.list = append(cs.list, lim.Check)
 	}
@@ -336,6 +343,20 @@ func planChecks(p Plan) checks {
 		}
 	}
 	return cs
+}
+
+// find is the check of key: in byKey when there is one, else by searching.
+func (cs checks) find(byKey map[string]int, key string) (int, bool) {
+	if byKey != nil {
+		j, ok := byKey[key]
+		return j, ok
+	}
+	for j, c := range cs.list {
+		if c.Key == key {
+			return j, true
+		}
+	}
+	return 0, false
 }
 
 // Decide decides p: see the package comment. It never returns without an
