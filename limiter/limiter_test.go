@@ -333,3 +333,25 @@ func TestFailModeCountsEachLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalTakesTheCost: while Redis fails, the local limiter takes what
+// each request takes of a limit (its cost), as Redis would: a limit of 10
+// a minute at 5 a request admits 2 requests, not 10.
+func TestLocalTakesTheCost(t *testing.T) {
+	local, err := limiter.NewLocalLimiter(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	l := limiter.New(limiter.Config{Decider: failing(), OnError: limiter.FailLocal, Local: local})
+	defer l.Close()
+	p := limiter.Plan{Limits: []limiter.Limit{{ID: "l", Check: check("cost", 10, time.Minute, 5)}}}
+	var got []string
+	for range 4 {
+		got = append(got, l.Decide(context.Background(), p).Outcome)
+	}
+	want := []string{limiter.OutcomeErrorLocalAllowed, limiter.OutcomeErrorLocalAllowed, limiter.OutcomeErrorLocalDenied, limiter.OutcomeErrorLocalDenied}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+}
