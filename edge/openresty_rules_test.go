@@ -7,9 +7,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -129,4 +131,54 @@ func TestOpenRestyRulesSameAsGo(t *testing.T) {
 	if len(logged) != 2 || logged[0] != 4 || logged[1] != 4 {
 		t.Fatalf("the consumers' per-minute logs hold %v, want 4 each", logged)
 	}
+}
+
+// TestOpenRestyDenyCacheAfterReload: the module's deny cache holds a
+// refusal for the limit's counter and its policy, as the Go gateway's
+// does: once nginx reloads rules that raise the limit, the consumer it
+// refused is admitted at once, not refused from memory until the old
+// refusal's retry-after (here a minute) has passed.
+func TestOpenRestyDenyCacheAfterReload(t *testing.T) {
+	t.Parallel()
+	redistest.Client(t, srv)
+	domain := redistest.Prefix(t)
+	render := func(limit int) string {
+		t.Helper()
+		set, err := rules.Parse("rules.yaml", []byte(fmt.Sprintf(`domain: %s
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limit: {name: per-minute, unit: minute, requests_per_unit: %d}
+`, domain, limit)), rules.ForGateway())
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := edge.RenderRules(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	nc, n := startNginxProcess(t, srv, edge.NginxConfig{Rules: render(1), DenyCache: true}, "builtin")
+	hdr := map[string]string{"X-Consumer-Id": "alice"}
+	for i, want := range []int{200, 429} {
+		if resp, _ := get(t, "http://"+nc.Listen+"/", hdr); resp.StatusCode != want {
+			t.Fatalf("request %d at 1 a minute: %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+	if err := n.ReloadRules(render(5)); err != nil {
+		t.Fatal(err)
+	}
+	// The old workers may answer a while: the first answer of the new
+	// rules (q=5) is the one judged.
+	testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+		resp, _ := get(t, "http://"+nc.Listen+"/", hdr)
+		policy := resp.Header.Get("RateLimit-Policy")
+		if !strings.Contains(policy, "q=5;") {
+			return false, "nginx still answers by the old rules: RateLimit-Policy " + policy
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the first answer at 5 a minute: %d (RateLimit %s), want 200: one of 5 is taken", resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+		return true, ""
+	})
 }

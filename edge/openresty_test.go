@@ -40,6 +40,13 @@ func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.Nginx
 // startNginxUpstream runs nginx with the module in front of upstream.
 func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, upstream string) edge.NginxConfig {
 	t.Helper()
+	c, _ = startNginxProcess(t, r, c, upstream)
+	return c
+}
+
+// startNginxProcess is startNginxUpstream that also returns nginx.
+func startNginxProcess(t *testing.T, r *redisrun.Server, c edge.NginxConfig, upstream string) (edge.NginxConfig, *edge.Nginx) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: no nginx")
 	}
@@ -85,7 +92,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 		n.StopNow()
 	})
 	c.Dir = n.Dir()
-	return c
+	return c, n
 }
 
 // TestOpenRestyBurst: through nginx with the module, 200 concurrent requests

@@ -228,8 +228,10 @@ type Answer struct {
 	Cause string
 	// Local is what the local limiter decided, with the FailLocal outcomes.
 	Local LocalAnswer
-	// Err is what went wrong: Redis's error, the local limiter's, or the
-	// invalid check's; nil when Redis decided.
+	// Err is what went wrong: Redis's error (also for a request refused
+	// without Redis while it failed, being over a limit whatever Redis
+	// holds), the local limiter's, or the invalid check's; nil when Redis
+	// decided.
 	Err error
 }
 
@@ -376,7 +378,7 @@ func (l *Limiter) Decide(ctx context.Context, p Plan) Answer {
 	now := l.cfg.Now().Truncate(time.Millisecond)
 	if l.cached(p, cs, now, &a) {
 		l.cfg.Metrics.denyCacheHit()
-		l.count(p, a)
+		l.count(p, cs, a)
 		return a
 	}
 	var out algorithms.Outcome
@@ -387,15 +389,63 @@ func (l *Limiter) Decide(ctx context.Context, p Plan) Answer {
 				a.Outcome, a.Err = OutcomeCanceled, ctx.Err()
 				return a
 			}
+			if cs.overAny {
+				// Over a limit whatever Redis holds: Redis was only asked
+				// what the others hold, and the request is refused without
+				// it, whatever the fail mode.
+				a.Err = err
+				known(p, cs, &a)
+				a.Outcome = outcome(p, a)
+				l.count(p, cs, a)
+				return a
+			}
 			l.fallback(ctx, cs.list, err, &a)
-			l.cfg.Metrics.decision(a.Outcome)
+			l.count(p, cs, a)
 			return a
 		}
 		l.cacheDenials(cs.list, out, now)
 	}
 	l.results(p, cs, out, &a)
-	l.count(p, a)
+	l.count(p, cs, a)
 	return a
+}
+
+// known fills the Results of a's limits that are decided without Redis and
+// that a does not hold yet: an unlimited limit admits; a limit the request
+// is over whatever Redis holds refuses.
+func known(p Plan, cs checks, a *Answer) {
+	for i, lim := range p.Limits {
+		switch r := &a.Limits[i]; {
+		case r.Decided:
+		case lim.Unlimited:
+			*r = Result{Decided: true, Allowed: true}
+		case cs.over[i]:
+			*r = Result{Decided: true}
+		}
+	}
+}
+
+// outcome is the Outcome of a request whose limits a's Results decided:
+// denied by a decided limit not in shadow mode that refused, else shadow
+// denied by one in shadow mode, else allowed.
+func outcome(p Plan, a Answer) string {
+	denied, shadowDenied := false, false
+	for i, lim := range p.Limits {
+		if r := a.Limits[i]; r.Decided && !r.Allowed {
+			if lim.Check.Shadow {
+				shadowDenied = true
+			} else {
+				denied = true
+			}
+		}
+	}
+	switch {
+	case denied:
+		return OutcomeDenied
+	case shadowDenied:
+		return OutcomeShadowDenied
+	}
+	return OutcomeAllowed
 }
 
 // redis decides checks in Redis, unless the circuit is open.
@@ -465,7 +515,6 @@ func (l *Limiter) fallback(ctx context.Context, checks []algorithms.Check, err e
 // adds the descriptors' hits one after another.
 func (l *Limiter) results(p Plan, cs checks, out algorithms.Outcome, a *Answer) {
 	later := make([]int64, len(cs.list))
-	denied, shadowDenied := false, false
 	for i := len(p.Limits) - 1; i >= 0; i-- {
 		lim, r := p.Limits[i], &a.Limits[i]
 		switch j := cs.at[i]; {
@@ -483,28 +532,17 @@ func (l *Limiter) results(p Plan, cs checks, out algorithms.Outcome, a *Answer) 
 			}
 		}
 		if cs.over[i] {
-			r.Allowed, r.Remaining = false, 0
-		}
-		if r.Decided && !r.Allowed {
-			if lim.Check.Shadow {
-				shadowDenied = true
-			} else {
-				denied = true
-			}
+			// Refused whatever Redis holds, also when a Cluster call
+			// before its own denied and it was never asked.
+			r.Decided, r.Allowed, r.Remaining = true, false, 0
 		}
 	}
-	switch {
-	case denied:
-		a.Outcome = OutcomeDenied
-	case shadowDenied:
-		a.Outcome = OutcomeShadowDenied
-	default:
-		a.Outcome = OutcomeAllowed
-	}
+	a.Outcome = outcome(p, *a)
 }
 
-// count counts a decided answer: the request's outcome, and each limit's.
-func (l *Limiter) count(p Plan, a Answer) {
+// count counts a decided answer: the request's outcome, and each limit's
+// (not decided, for every limit of an answer of the fail mode).
+func (l *Limiter) count(p Plan, cs checks, a Answer) {
 	l.cfg.Metrics.decision(a.Outcome)
 	for i, lim := range p.Limits {
 		r := a.Limits[i]
@@ -513,7 +551,7 @@ func (l *Limiter) count(p Plan, a Answer) {
 		case !r.Decided:
 		case r.Allowed:
 			outcome = LimitAllowed
-		case a.Outcome == OutcomeDenyCache:
+		case a.Outcome == OutcomeDenyCache && !cs.over[i]:
 			outcome = LimitDeniedFromCache
 		case lim.Check.Shadow:
 			outcome = LimitShadowDenied
@@ -534,7 +572,8 @@ func cacheKey(c algorithms.Check) string {
 // shadow mode, is cached as refusing at least what the request takes of it
 // (a take of 0 asks whether one more would be admitted: it is refused
 // exactly when a take of 1 is). The cached limits are decided, refusing
-// until their entries pass; the others are not.
+// until their entries pass, and so are those decided without Redis
+// (known); the others are not.
 func (l *Limiter) cached(p Plan, cs checks, now time.Time, a *Answer) bool {
 	if !l.cfg.DenyCache || len(cs.list) == 0 {
 		return false
@@ -552,6 +591,7 @@ func (l *Limiter) cached(p Plan, cs checks, now time.Time, a *Answer) bool {
 		}
 	}
 	if found {
+		known(p, cs, a)
 		a.Outcome = OutcomeDenyCache
 	}
 	return found

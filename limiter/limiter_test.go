@@ -227,3 +227,131 @@ func TestFailModes(t *testing.T) {
 		t.Fatalf("a caller gone: %+v, want canceled and no Redis error", a)
 	}
 }
+
+// failing is a Decider whose every call fails, as a Redis that is down.
+func failing() *fakeDecider {
+	return &fakeDecider{decide: func([]algorithms.Check) (algorithms.Outcome, error) {
+		return algorithms.Outcome{}, errors.New("ERR something broke")
+	}}
+}
+
+// TestOverWhateverRedisHolds: a request over a limit whatever Redis holds
+// (a limit of 0, or more taken than the limit) is denied by it while Redis
+// fails too, in every fail mode: Redis was asked only what the other limits
+// hold. Alone, a blocked descriptor never reaches Redis and is refused; with
+// another descriptor beside it, failing open let the call through.
+func TestOverWhateverRedisHolds(t *testing.T) {
+	local, err := limiter.NewLocalLimiter(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	for _, tc := range []struct {
+		name   string
+		limits []limiter.Limit
+	}{
+		{"a limit of 0", []limiter.Limit{{ID: "blocked", Blocks: true, Check: check("z", 0, time.Minute, 1)}, {ID: "o", Check: check("o", 9, time.Minute, 1)}}},
+		{"more taken than the limit", []limiter.Limit{{ID: "small", Check: check("s", 5, time.Minute, 6)}, {ID: "o", Check: check("o", 9, time.Minute, 1)}}},
+	} {
+		for _, mode := range []limiter.OnError{limiter.FailOpen, limiter.FailLocal, limiter.FailClosed} {
+			t.Run(tc.name+"/"+string(mode), func(t *testing.T) {
+				m := limiter.NewMetrics()
+				l := limiter.New(limiter.Config{Decider: failing(), OnError: mode, Local: local, Metrics: m})
+				defer l.Close()
+				p := limiter.Plan{Domain: "d", Limits: tc.limits}
+				a := l.Decide(context.Background(), p)
+				if a.Allowed() || !a.Limits[0].Decided || a.Limits[0].Allowed {
+					t.Fatalf("answer %+v: want refused by %s", a, tc.limits[0].ID)
+				}
+				if a.Outcome != limiter.OutcomeDenied {
+					t.Errorf("outcome %s, want %s: the limit refuses whatever Redis holds", a.Outcome, limiter.OutcomeDenied)
+				}
+				if n := m.LimitDecisions("d", tc.limits[0].ID, limiter.LimitDenied); n != 1 {
+					t.Errorf("%s counted denied %d times, want 1", tc.limits[0].ID, n)
+				}
+				if n := m.RedisErrors(limiter.RedisErrorOther); n != 1 {
+					t.Errorf("%d Redis errors counted, want the one", n)
+				}
+			})
+		}
+	}
+}
+
+// TestDenyCacheKeepsWhatIsKnown: a request the deny cache answers is still
+// refused by a limit it is over whatever Redis holds (a limit of 0), and
+// admitted by an unlimited one: the cache changes no limit's answer but
+// the one it holds. (rls: the blocked descriptor's status stays
+// OVER_LIMIT.)
+func TestDenyCacheKeepsWhatIsKnown(t *testing.T) {
+	d := &fakeDecider{decide: func(checks []algorithms.Check) (algorithms.Outcome, error) {
+		return algorithms.Outcome{Checks: []algorithms.Decision{{Limit: checks[0].Policy.Limit, RetryAfter: time.Minute}}}, nil
+	}}
+	now := time.Unix(1_700_000_000, 0)
+	m := limiter.NewMetrics()
+	l := limiter.New(limiter.Config{Decider: d, DenyCache: true, Metrics: m, Now: func() time.Time { return now }})
+	defer l.Close()
+	refused := limiter.Limit{ID: "k", Check: check("k", 5, time.Minute, 1)}
+	if a := l.Decide(context.Background(), limiter.Plan{Domain: "d", Limits: []limiter.Limit{refused}}); a.Outcome != limiter.OutcomeDenied {
+		t.Fatalf("first: %s, want denied by Redis", a.Outcome)
+	}
+	p := limiter.Plan{Domain: "d", Limits: []limiter.Limit{
+		{ID: "blocked", Blocks: true, Check: check("z", 0, time.Minute, 1)},
+		{ID: "vip", Unlimited: true},
+		refused,
+	}}
+	a := l.Decide(context.Background(), p)
+	if a.Outcome != limiter.OutcomeDenyCache || d.calls.Load() != 1 {
+		t.Fatalf("second: %s after %d calls, want %s without Redis", a.Outcome, d.calls.Load(), limiter.OutcomeDenyCache)
+	}
+	if r := a.Limits[0]; !r.Decided || r.Allowed {
+		t.Errorf("the limit of 0: %+v, want decided, refusing", r)
+	}
+	if r := a.Limits[1]; !r.Decided || !r.Allowed {
+		t.Errorf("the unlimited limit: %+v, want decided, admitting", r)
+	}
+	for id, want := range map[string]string{"blocked": limiter.LimitDenied, "vip": limiter.LimitAllowed, "k": limiter.LimitDeniedFromCache} {
+		if n := m.LimitDecisions("d", id, want); n != 1 {
+			t.Errorf("%s counted %s %d times, want 1", id, want, n)
+		}
+	}
+}
+
+// TestFailModeCountsEachLimit: a decision made by the fail mode counts
+// each of its limits not_decided, as the metric's help says: the limits'
+// counts add up to the decisions.
+func TestFailModeCountsEachLimit(t *testing.T) {
+	m := limiter.NewMetrics()
+	l := limiter.New(limiter.Config{Decider: failing(), OnError: limiter.FailOpen, Metrics: m})
+	defer l.Close()
+	p := limiter.Plan{Domain: "d", Limits: []limiter.Limit{{ID: "a", Check: check("a", 5, time.Second, 1)}, {ID: "b", Check: check("b", 9, time.Minute, 1)}}}
+	if a := l.Decide(context.Background(), p); a.Outcome != limiter.OutcomeErrorOpen {
+		t.Fatalf("outcome %s, want %s", a.Outcome, limiter.OutcomeErrorOpen)
+	}
+	for _, id := range []string{"a", "b"} {
+		if n := m.LimitDecisions("d", id, limiter.LimitNotDecided); n != 1 {
+			t.Errorf("%s counted %s %d times, want 1", id, limiter.LimitNotDecided, n)
+		}
+	}
+}
+
+// TestLocalTakesTheCost: while Redis fails, the local limiter takes what
+// each request takes of a limit (its cost), as Redis would: a limit of 10
+// a minute at 5 a request admits 2 requests, not 10.
+func TestLocalTakesTheCost(t *testing.T) {
+	local, err := limiter.NewLocalLimiter(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	l := limiter.New(limiter.Config{Decider: failing(), OnError: limiter.FailLocal, Local: local})
+	defer l.Close()
+	p := limiter.Plan{Limits: []limiter.Limit{{ID: "l", Check: check("cost", 10, time.Minute, 5)}}}
+	var got []string
+	for range 4 {
+		got = append(got, l.Decide(context.Background(), p).Outcome)
+	}
+	want := []string{limiter.OutcomeErrorLocalAllowed, limiter.OutcomeErrorLocalAllowed, limiter.OutcomeErrorLocalDenied, limiter.OutcomeErrorLocalDenied}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+}

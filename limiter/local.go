@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,17 +13,14 @@ import (
 
 // LocalLimiter decides while Redis fails (FailLocal): each limit at this
 // node's share, its limit over the nodes sharing it (rounded down, at
-// least 1), with the limit's own algorithm running the very same script in
-// an embedded in-process Redis, on this host's clock. A fleet of nodes
-// deciding alone so admits at most about the limit between them. It holds
-// one limiter per algorithm and share, built when a limit is first met.
+// least 1), with the limit's own algorithm running the very same script as
+// the decisions in Redis (algorithms.Decider) in an embedded in-process
+// Redis, on this host's clock. A fleet of nodes deciding alone so admits
+// at most about the limit between them.
 type LocalLimiter struct {
-	client redis.UniversalClient
-	nodes  int
-	stop   func()
-
-	mu     sync.Mutex
-	shares map[string]algorithms.Limiter // by algorithm and share
+	decider *algorithms.Decider
+	nodes   int
+	stop    func()
 }
 
 // NewLocalLimiter starts the embedded server for a fleet of nodes. Close
@@ -35,7 +31,7 @@ func NewLocalLimiter(nodes int) (*LocalLimiter, error) {
 		return nil, fmt.Errorf("local limiter: %w", err)
 	}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, MaxRetries: -1})
-	return &LocalLimiter{client: client, nodes: max(nodes, 1), shares: map[string]algorithms.Limiter{},
+	return &LocalLimiter{decider: algorithms.NewDecider(client, algorithms.DecideClock(algorithms.ClockCaller)), nodes: max(nodes, 1),
 		stop: func() { client.Close(); srv.Stop() }}, nil
 }
 
@@ -55,44 +51,36 @@ type LocalAnswer struct {
 	failed bool // the local limiter failed too
 }
 
-// decide decides checks one after the other, each at its share, and stops
-// at the first that denies (shadow ones are not asked): what the limits
-// before it consumed stays consumed, so that alone, while Redis fails, the
-// node may admit less than its share, never more.
+// decide decides checks at their shares, all at once as in Redis: the
+// request takes what it takes of each (its cost) only when every one
+// admits it (shadow ones are not asked). A share below what one request
+// takes is raised to it: as a share is at least 1, each node admits at
+// least one request a window.
 func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (LocalAnswer, error) {
+	shares := make([]algorithms.Check, 0, len(checks))
 	for _, c := range checks {
 		if c.Shadow {
 			continue
 		}
-		p := Share(c.Policy, l.nodes)
-		lim, err := l.limiter(c.Algorithm, p)
-		if err != nil {
-			return LocalAnswer{}, err
-		}
-		d, err := lim.Allow(ctx, c.Key)
-		if err != nil {
-			return LocalAnswer{}, err
-		}
-		if !d.Allowed {
-			return LocalAnswer{RetryAfter: d.RetryAfter, Policy: p}, nil
-		}
+		c.Policy = Share(c.Policy, l.nodes)
+		c.Policy.Limit = max(c.Policy.Limit, c.Cost)
+		shares = append(shares, c)
 	}
-	return LocalAnswer{Allowed: true}, nil
-}
-
-func (l *LocalLimiter) limiter(algorithm string, p algorithms.Policy) (algorithms.Limiter, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := algorithm + " " + p.String()
-	if lim, ok := l.shares[k]; ok {
-		return lim, nil
-	}
-	lim, err := algorithms.New(algorithm, l.client, p, algorithms.WithClock(algorithms.ClockCaller))
+	out, err := l.decider.Decide(ctx, shares)
 	if err != nil {
-		return nil, err
+		return LocalAnswer{}, fmt.Errorf("local limiter: %w", err)
 	}
-	l.shares[k] = lim
-	return lim, nil
+	if out.Allowed {
+		return LocalAnswer{Allowed: true}, nil
+	}
+	// Of the shares that refused, the one that admits again last.
+	a := LocalAnswer{}
+	for i, d := range out.Checks {
+		if !d.Allowed && (a.Policy.Window == 0 || d.RetryAfter > a.RetryAfter) {
+			a.RetryAfter, a.Policy = d.RetryAfter, shares[i].Policy
+		}
+	}
+	return a, nil
 }
 
 // Close stops the embedded server.

@@ -156,7 +156,7 @@ func TestRLSClusterNotAskedIsNotDenied(t *testing.T) {
 	cl := redistest.Cluster(t, srv)
 	prefix := redistest.Prefix(t)
 	dir := t.TempDir()
-	file := "domain: " + prefix + "\ndescriptors:\n  - key: user\n    rate_limit: {name: per-user, unit: minute, requests_per_unit: 1}\n" +
+	file := "domain: " + prefix + "\ndescriptors:\n  - key: user\n    rate_limit: {name: per-user, unit: minute, requests_per_unit: 1, algorithm: sliding-log}\n" +
 		"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 1000}\n"
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(file), 0o644); err != nil {
 		t.Fatal(err)

@@ -694,3 +694,38 @@ func TestRLSRunning(t *testing.T) {
 		t.Errorf("the reloads are not logged:\n%s", s.log.String())
 	}
 }
+
+// TestRLSBlockedIsAlwaysOverLimit: a descriptor of requests_per_unit 0 is
+// OVER_LIMIT whatever Redis says or fails to say: beside another
+// descriptor while Redis does not answer (failing open, the call was OK),
+// and beside a descriptor the deny cache answers (its status was OK).
+func TestRLSBlockedIsAlwaysOverLimit(t *testing.T) {
+	file := "domain: " + testDomain + "b\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n" +
+		"  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+	blocked := st{over: true, limit: 0, unit: pb.RateLimitResponse_RateLimit_MINUTE}
+	t.Run("redis failing open", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		l.Close() // nothing listens there: every call is refused
+		client := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
+		t.Cleanup(func() { client.Close() })
+		s := startRLS(t, map[string]string{"b.yaml": file}, rls.Config{Config: limiter.Config{OnError: limiter.FailOpen, Decider: algorithms.NewDecider(client)}})
+		checkResp(t, s.call(t, "b", 0, desc("blocked", "x")), true, blocked)
+		resp := s.call(t, "b", 0, desc("user", "u"), desc("blocked", "x"))
+		checkResp(t, resp, true, st{limit: 1, unit: pb.RateLimitResponse_RateLimit_MINUTE}, blocked)
+	})
+	t.Run("deny cache", func(t *testing.T) {
+		s := startRLS(t, map[string]string{"b.yaml": file}, rls.Config{Config: limiter.Config{DenyCache: true}})
+		u := st{limit: 1, unit: pb.RateLimitResponse_RateLimit_MINUTE}
+		checkResp(t, s.call(t, "b", 0, desc("user", "u")), false, u)
+		u.over = true
+		checkResp(t, s.call(t, "b", 0, desc("user", "u")), true, u)
+		checkResp(t, s.call(t, "b", 0, desc("user", "u"), desc("blocked", "x")), true, u, blocked)
+		if n := s.metrics.DenyCacheHits(); n != 1 {
+			t.Errorf("%d deny cache hits, want the last call's", n)
+		}
+	})
+}

@@ -240,10 +240,13 @@ func matrixRefused(t *testing.T, shape matrixShape, target []string, want string
 // a rules file of 10 a minute per consumer and a global cap of 1000 a
 // minute (two hash tags, two script calls a request): 30 consumers' first
 // requests are all admitted, and one consumer's 11th is refused; through
-// ratelab edge --rules, or ratelab rls over /json.
+// ratelab edge --rules, or ratelab rls over /json. The consumer's limit is
+// a rolling window in both: rls's default fixed window, aligned to the
+// minute, would admit the 11th whenever a minute began among the 40
+// requests.
 func clusterAtDefaultBatch(t *testing.T, cluster []string, engine string) {
 	const consumerKey = "header:X-Consumer-Id"
-	src := "domain: DOMAIN\ndescriptors:\n  - key: KEY\n    rate_limit: {name: per-consumer, unit: minute, requests_per_unit: 10}\n" +
+	src := "domain: DOMAIN\ndescriptors:\n  - key: KEY\n    rate_limit: {name: per-consumer, unit: minute, requests_per_unit: 10, algorithm: sliding-log}\n" +
 		"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 1000}\n"
 	var ask func(consumer string) int
 	if engine == "edge" {

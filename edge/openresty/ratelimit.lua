@@ -584,6 +584,13 @@ local function too_many_rules(retry_ms, states)
   return problem(429, "Too Many Requests", "rate limit exceeded: " .. table.concat(names, ", "), retry_ms)
 end
 
+-- deny_key names a limit in the deny cache: its counter and its policy, as
+-- the Go gateway's, so that rules reloaded with another limit never meet
+-- the old one's refusals (the shared dict outlives a reload).
+local function deny_key(h)
+  return h.key .. "|" .. h.limit.limit .. "/" .. h.limit.window_ms
+end
+
 local function access_rules()
   local hits = match()
   local checks = {}
@@ -602,7 +609,7 @@ local function access_rules()
     for _, h in ipairs(checks) do
       if not h.limit.shadow then
         local s = { limit = h.limit, ok = true, remaining = 0, retry = 0, reset = 0 }
-        local until_ms = cfg.deny:get(h.key)
+        local until_ms = cfg.deny:get(deny_key(h))
         if until_ms and until_ms > now_ms then
           s.ok, s.retry, cached = false, math.max(math.ceil(until_ms - now_ms), 1), true
         end
@@ -669,7 +676,7 @@ local function access_rules()
     if not s.ok and not h.limit.shadow then
       blocked = true
       if cfg.deny and s.retry > 0 then
-        cfg.deny:set(h.key, t0_ms + s.retry, s.retry / 1000)
+        cfg.deny:set(deny_key(h), t0_ms + s.retry, s.retry / 1000)
       end
     end
     if not h.limit.shadow then
