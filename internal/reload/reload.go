@@ -269,9 +269,9 @@ func New(cfg Config) *Watcher {
 	return &Watcher{cfg: cfg}
 }
 
-// Reload reads Path until it is stable and hands it to Load, unless it is
-// what was handed over last; it returns why the reload was refused, or
-// ctx's error.
+// Reload reads Path until it is stable and hands it to Load, even when it
+// is what was handed over last (Load says whether it is unchanged); it
+// returns why the reload was refused, or ctx's error.
 func (w *Watcher) Reload(ctx context.Context) error {
 	return w.reload(ctx, Demand)
 }
@@ -288,7 +288,11 @@ func (w *Watcher) reload(ctx context.Context, cause Cause) error {
 	switch {
 	case err != nil:
 		o.Result, o.Err = Refused, err
-	case w.handed && sum == w.last:
+	case w.handed && sum == w.last && cause != Signal && cause != Demand:
+		// What was handed over last, applied or refused: an event beside the
+		// files changes nothing. SIGHUP and a reload on demand hand it over
+		// again, so that a version refused for a passing reason (nginx
+		// could not reload) can be tried again without touching the files.
 		o.Result = Unchanged
 	default:
 		w.handed, w.last = true, sum

@@ -441,3 +441,37 @@ func TestBusyDirectory(t *testing.T) {
 	write(t, file, "v2")
 	rec.handedOver(t, `config.yaml="v1"`, `config.yaml="v2"`)
 }
+
+// TestRefusedAgainOnDemand: a snapshot the loader refused for a passing
+// reason (it could not apply it then) is handed over again on demand (and
+// so on SIGHUP), though its bytes have not changed; the same bytes on a
+// mere event are not.
+func TestRefusedAgainOnDemand(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(file, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	failing := true
+	rec.refuse = func([]File) error {
+		if failing {
+			return errors.New("nginx did not reload")
+		}
+		return nil
+	}
+	w := New(Config{Path: file, Load: rec.load, Report: rec.report})
+	if err := w.Reload(context.Background()); err == nil {
+		t.Fatal("the first reload was not refused")
+	}
+	if err := w.reload(context.Background(), Change); err != nil || rec.reported()[1].Result != Unchanged {
+		t.Fatalf("an event with the same bytes: %v, %+v; want unchanged, with no load", err, rec.reported())
+	}
+	failing = false
+	if err := w.Reload(context.Background()); err != nil || rec.reported()[2].Result != Applied {
+		t.Fatalf("on demand again: %v, %+v; want applied", err, rec.reported())
+	}
+	if got := len(rec.loaded()); got != 2 {
+		t.Fatalf("%d loads, want 2: the refused snapshot, and the same again on demand", got)
+	}
+}
