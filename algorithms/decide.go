@@ -154,7 +154,9 @@ func checkKeys(c Check) []string {
 // not in shadow admits, and then every check that admitted is consumed;
 // otherwise nothing is. No checks is an admission without a call. On an
 // error the Outcome is a denial holding what was decided before it; on a
-// Cluster, what earlier calls consumed is given back.
+// Cluster, what earlier calls consumed is given back. A *RefundError says
+// that Redis decided (a denial, which stands) and only the giving back
+// failed.
 func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 	keys := make(map[string]int, len(checks))
 	for i, c := range checks {
@@ -198,7 +200,10 @@ func (d *Decider) Decide(ctx context.Context, checks []Check) (Outcome, error) {
 		if !cl.allowed {
 			out.Allowed = false
 			skip(&out, groups[k+1:])
-			return out, d.giveBack(ctx, &out, groups, done)
+			if err := d.giveBack(ctx, &out, groups, done); err != nil {
+				return out, &RefundError{Err: err}
+			}
+			return out, nil
 		}
 		done = append(done, cl)
 	}
@@ -213,6 +218,20 @@ func skip(out *Outcome, groups [][]int) {
 		}
 	}
 }
+
+// RefundError is Decide's error when Redis decided, and denied, but what
+// the calls before the one that denied consumed could not be given back
+// (on a Cluster): the Outcome is the denial, and stands. The consumption
+// stays in place until its windows pass: limits may admit less for a
+// while, never more.
+type RefundError struct {
+	// Err is why the refund failed.
+	Err error
+}
+
+func (e *RefundError) Error() string { return "decide: denied, and the refund failed: " + e.Err.Error() }
+
+func (e *RefundError) Unwrap() error { return e.Err }
 
 // call is one script call over some of a decision's checks.
 type call struct {

@@ -461,11 +461,20 @@ func (l *Limiter) redis(ctx context.Context, checks []algorithms.Check) (algorit
 	if err == nil && len(out.Checks) != len(checks) {
 		err = fmt.Errorf("decide: %d decisions for %d limits", len(out.Checks), len(checks))
 	}
+	var refund *algorithms.RefundError
 	switch {
 	case err == nil:
 		l.health.answered()
 	case ctx.Err() != nil:
 		// The caller went away: not Redis's failure.
+	case errors.As(err, &refund):
+		// Redis decided: a denial, which stands. Giving back what an earlier
+		// Cluster call consumed failed: Redis's failure, counted as one,
+		// though it admits nothing more.
+		kind := errorKind(refund.Err)
+		l.cfg.Metrics.redisError(kind)
+		l.health.failedWith(kind, err)
+		return out, nil
 	default:
 		kind := errorKind(err)
 		l.cfg.Metrics.redisError(kind)

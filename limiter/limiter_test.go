@@ -355,3 +355,30 @@ func TestLocalTakesTheCost(t *testing.T) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
 }
+
+// TestRefundFailedStillDenies: on a Cluster, when the call that denied
+// stands but giving back what an earlier call consumed fails, the request
+// is denied as Redis decided, never answered by the fail mode (failing
+// open admitted a request Redis had refused); the failure is Redis's,
+// counted for the breaker.
+func TestRefundFailedStillDenies(t *testing.T) {
+	d := &fakeDecider{decide: func(checks []algorithms.Check) (algorithms.Outcome, error) {
+		return algorithms.Outcome{Checks: []algorithms.Decision{
+			{Allowed: true, Limit: 5, Remaining: 4},
+			{Limit: 1000, RetryAfter: time.Second},
+		}}, &algorithms.RefundError{Err: errors.New("ERR node gone")}
+	}}
+	m := limiter.NewMetrics()
+	l := limiter.New(limiter.Config{Decider: d, Metrics: m, OnError: limiter.FailOpen})
+	defer l.Close()
+	a := l.Decide(context.Background(), limiter.Plan{Limits: []limiter.Limit{
+		{ID: "per-consumer", Check: check("c", 5, time.Minute, 1)},
+		{ID: "global", Check: check("g", 1000, time.Minute, 1)},
+	}})
+	if a.Outcome != limiter.OutcomeDenied || a.Allowed() || !a.Limits[1].Decided || a.Limits[1].Allowed {
+		t.Fatalf("answer %+v: want denied by global, as Redis decided", a)
+	}
+	if m.RedisErrors(limiter.RedisErrorOther) != 1 || m.Decisions(limiter.OutcomeErrorOpen) != 0 {
+		t.Fatalf("%d Redis errors, %d failed open; want 1 and 0", m.RedisErrors(limiter.RedisErrorOther), m.Decisions(limiter.OutcomeErrorOpen))
+	}
+}
