@@ -322,6 +322,29 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		nc.Admin = hostPort(o.Admin)
 	}
 	rs := cfg.Limit.Rules
+	var n *Nginx // Apply's nginx, running before any reload
+	if o.RulesFile != "" {
+		// The rules nginx starts with are the version the reloader serves,
+		// read once: a change while nginx starts is a reload.
+		rc := o.rulesConfig()
+		rc.Check = func(s *limiter.Served) error {
+			if err := o.checkRules(s.Set()); err != nil {
+				return err
+			}
+			_, err := RenderRules(s.Set())
+			return err
+		}
+		rc.Apply = func(s *limiter.Served) error {
+			text, err := RenderRules(s.Set())
+			if err != nil {
+				return err
+			}
+			return n.ReloadRules(text)
+		}
+		if rs, err = limiter.LoadRules(ctx, rc); err != nil {
+			return err
+		}
+	}
 	if rs != nil {
 		if nc.Rules, err = RenderRules(rs.Current().Set()); err != nil {
 			return err
@@ -349,7 +372,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		fmt.Fprintf(o.Log, "ratelab edge: %s; %s's clock; Redis %s, timeout %s; on a Redis error: fail %s\n",
 			rulesText(rs.Current().Set()), o.Clock.Owner(), addr, o.Timeout, o.OnError)
 	}
-	n, err := StartNginx(ctx, nc)
+	n, err = StartNginx(ctx, nc)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil // stopped before nginx was ready: StartNginx has stopped it
@@ -361,33 +384,14 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		fmt.Fprintf(o.Log, "ratelab edge: nginx with edge/openresty/ratelimit.lua listening on %s, upstream %s, admin %s (config in %s)\n",
 			nc.Listen, o.Upstream, orNone(nc.Admin), n.Dir())
 	}
-	if rs != nil && o.RulesFile != "" {
+	if o.RulesFile != "" {
 		// A new version is rendered and nginx reloaded: its new workers
 		// decide by it, the old ones finish their requests.
-		rc := o.rulesConfig()
-		rc.Check = func(s *limiter.Served) error {
-			if err := o.checkRules(s.Set()); err != nil {
-				return err
-			}
-			_, err := RenderRules(s.Set())
-			return err
-		}
-		rc.Apply = func(s *limiter.Served) error {
-			text, err := RenderRules(s.Set())
-			if err != nil {
-				return err
-			}
-			return n.ReloadRules(text)
-		}
-		watched, err := limiter.LoadRules(ctx, rc)
-		if err != nil {
-			return err
-		}
 		wctx, stop := context.WithCancel(ctx)
 		watching := make(chan struct{})
 		go func() {
 			defer close(watching)
-			if err := watched.Watch(wctx); err != nil && o.Log != nil {
+			if err := rs.Watch(wctx); err != nil && o.Log != nil {
 				fmt.Fprintf(o.Log, "ratelab edge: rules do not reload when the file changes: %v\n", err)
 			}
 		}()
