@@ -241,7 +241,15 @@ func (svc *Service) Serve(ctx context.Context, o Options) error {
 		o.Ready(gl.Addr().String(), listenerAddr(hl))
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return served.Watch(gctx) })
+	g.Go(func() error {
+		// A watch that cannot be set up (the system's limit of watches, say)
+		// leaves the configuration serving as it is, reloaded on SIGHUP no
+		// more: said, not fatal, as the gateway's.
+		if err := served.Watch(gctx); err != nil && o.Log != nil {
+			fmt.Fprintf(o.Log, "ratelab rls: config %s does not reload when its files change: %v\n", o.ConfigDir, err)
+		}
+		return nil
+	})
 	g.Go(func() error {
 		if err := gs.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)
