@@ -298,7 +298,9 @@ func (s *Service) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 
 // override adds descriptor i's own limit (its limit field), which
 // envoyproxy/ratelimit applies instead of the configuration's: a fixed
-// window of the unit, counted per domain and entries.
+// window of the unit, counted per domain, entries and policy (two
+// descriptors of one call with the same entries and two overrides are two
+// limits, each held on its own counter).
 func (s *Service) override(c *called, domain string, i int, d *rlpb.RateLimitDescriptor, o *rlpb.RateLimitDescriptor_RateLimitOverride, hits int64) {
 	p, _ := overridePolicy(o) // checked
 	h := sha1.New()
@@ -310,7 +312,7 @@ func (s *Service) override(c *called, domain string, i int, d *rlpb.RateLimitDes
 	c.limits = append(c.limits, &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit: pb.RateLimitResponse_RateLimit_Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier()})
 	lim := limiter.Limit{ID: limiter.OverrideID, Group: i, Blocks: p.Limit == 0,
-		Check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(p.Window.Milliseconds(), 10)),
+		Check: algorithms.Check{Key: algorithms.Key(sum[:16], sum+":override:"+strconv.FormatInt(p.Limit, 10)+"/"+strconv.FormatInt(p.Window.Milliseconds(), 10)),
 			Algorithm: "fixed-window", Policy: p, Cost: take(hits, 1, p.Limit)}}
 	c.plan.Limits = append(c.plan.Limits, lim)
 }

@@ -729,3 +729,21 @@ func TestRLSBlockedIsAlwaysOverLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestRLSTwoOverridesOfOneDescriptor: two descriptors of one call with the
+// same entries and their own limits of 100 and 1 a minute are two limits:
+// the second call is over the one of 1 (merged into one counter under the
+// first's policy, it was admitted).
+func TestRLSTwoOverridesOfOneDescriptor(t *testing.T) {
+	t.Parallel()
+	file := "domain: " + testDomain + "o\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 50}\n"
+	s := startRLS(t, map[string]string{"o.yaml": file}, rls.Config{})
+	own := func(n uint32) *rlpb.RateLimitDescriptor {
+		d := desc("user", "a")
+		d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	minute := pb.RateLimitResponse_RateLimit_MINUTE
+	checkResp(t, s.call(t, "o", 0, own(100), own(1)), false, st{limit: 100, unit: minute, remaining: 99}, st{limit: 1, unit: minute, remaining: 0})
+	checkResp(t, s.call(t, "o", 0, own(100), own(1)), true, st{limit: 100, unit: minute, remaining: 99}, st{over: true, limit: 1, unit: minute})
+}
