@@ -171,7 +171,8 @@ type Limit struct {
 	// Unlimited limits are answered without Redis: always admitted.
 	Unlimited bool
 	// Blocks is a limit of requests_per_unit 0 (ForService only): answered
-	// without Redis, over the limit for every request that adds a hit.
+	// without Redis, over the limit for every request (one of hits_addend 0
+	// too, which asks whether one more would be admitted).
 	// Its Policy holds the window and a Limit of 0.
 	Blocks bool
 	// Replaces names the limits this one replaces when a request meets both.
