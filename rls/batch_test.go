@@ -68,7 +68,13 @@ func serveRLS(t *testing.T, dir string, o rls.Options, r ...*redis.UniversalOpti
 		target = r[0]
 	}
 	ready := make(chan string, 1)
-	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, _ string) { ready <- g }
+	also := o.Ready
+	o.GRPC, o.ConfigDir, o.Ready = "127.0.0.1:0", dir, func(g, h string) {
+		if also != nil {
+			also(g, h)
+		}
+		ready <- g
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -161,8 +167,9 @@ func TestRLSClusterNotAskedIsNotDenied(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(file), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	client := serveRLS(t, dir, rls.Options{Timeout: 5 * time.Second, Pool: 8, Batch: 16, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis},
-		&redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2})
+	httpAddr := make(chan string, 1)
+	client := serveRLS(t, dir, rls.Options{Timeout: 5 * time.Second, Pool: 8, Batch: 16, OnError: limiter.FailClosed, Clock: algorithms.ClockRedis,
+		HTTP: "127.0.0.1:0", Ready: func(_, h string) { httpAddr <- h }}, &redis.UniversalOptions{Addrs: cl.Addrs(), Protocol: 2})
 	call := func() *pb.RateLimitResponse {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -182,5 +189,18 @@ func TestRLSClusterNotAskedIsNotDenied(t *testing.T) {
 	if resp.GetOverallCode() != pb.RateLimitResponse_OVER_LIMIT || st[0].GetCode() != pb.RateLimitResponse_OVER_LIMIT ||
 		st[1].GetCode() != pb.RateLimitResponse_OK || st[1].GetCurrentLimit().GetRequestsPerUnit() != 1000 {
 		t.Fatalf("second call: %v; want OVER_LIMIT by per-user, the global cap not asked and OK", resp)
+	}
+	notDecided := map[string]float64{}
+	for _, m := range scrape(t, <-httpAddr)["ratelab_edge_limit_decisions_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["domain"] == prefix && labels["outcome"] == limiter.LimitNotDecided {
+			notDecided[labels["limit"]] = m.GetCounter().GetValue()
+		}
+	}
+	if notDecided["global"] != 1 || notDecided["per-user"] != 0 {
+		t.Fatalf("not decided: %v; want global once", notDecided)
 	}
 }
