@@ -23,12 +23,23 @@ import (
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeAddrs(t, 1)[0]
+}
+
+// freeAddrs is n free loopback addresses, each on its own port: they are
+// held together while found, so none is found twice.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // startNginx runs nginx with the module in front of the built-in upstream.
@@ -71,11 +82,13 @@ func startNginxProcess(t *testing.T, r *redisrun.Server, c edge.NginxConfig, ups
 		c.Workers = 2
 	}
 	// A port found free may be taken before nginx binds it (by another
-	// test's outgoing connection): then try others, twice at most.
+	// test's outgoing connection): then try others, twice at most. The two
+	// are never one port, which nginx would serve both servers on.
 	var n *edge.Nginx
 	var err error
 	for attempt := 1; ; attempt++ {
-		c.Listen, c.Admin = freeAddr(t), freeAddr(t)
+		addrs := freeAddrs(t, 2)
+		c.Listen, c.Admin = addrs[0], addrs[1]
 		n, err = edge.StartNginx(context.Background(), c)
 		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
 			break
