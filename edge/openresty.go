@@ -55,6 +55,10 @@ type NginxConfig struct {
 	// Rules, when set, is the rules table RenderRules wrote: the module then
 	// decides every limit a request meets with decide.lua, and Policy is unused.
 	Rules string
+	// ShowRules has /healthz name the rules' version, file and load time,
+	// as the Go engine's does for rules read from a file (--rules); the
+	// rules of a lone --limit are not shown.
+	ShowRules bool
 	// Workers is the number of nginx worker processes; 1 by default.
 	Workers int
 	// Dir holds the rendered files, the pid and the error log.

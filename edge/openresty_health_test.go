@@ -1,7 +1,9 @@
 package edge_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelab/ratelab/edge"
+	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -40,7 +45,7 @@ func TestOpenRestyHealthz(t *testing.T) {
 	text, v1 := render(file, 5)
 	started := time.Now()
 	// One worker: the one that fails is the one that answers again.
-	nc := startNginx(t, r, edge.NginxConfig{Rules: text, OnError: "open", Timeout: 500 * time.Millisecond, Workers: 1})
+	nc := startNginx(t, r, edge.NginxConfig{Rules: text, ShowRules: true, OnError: "open", Timeout: 500 * time.Millisecond, Workers: 1})
 	healthz := "http://" + nc.Admin + "/healthz"
 	okLine := regexp.MustCompile(`^ok\nrules: version (\w+), (.+), loaded (\S+)\n$`)
 	loaded := func(version string) time.Time {
@@ -103,4 +108,61 @@ func TestOpenRestyHealthz(t *testing.T) {
 		_, text := body(t, healthz, nil)
 		return strings.HasPrefix(text, "ok\n"), fmt.Sprintf("/healthz says %q once Redis answers", text)
 	})
+}
+
+// TestOpenRestyServeHealthz: ratelab edge's nginx engine shows the rules
+// line on /healthz for a rules file (--rules), and none for a lone --limit,
+// as the Go engine does.
+func TestOpenRestyServeHealthz(t *testing.T) {
+	t.Parallel()
+	redistest.Client(t, srv)
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+	src := perConsumer(redistest.Prefix(t), 5)
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    edge.Options
+		want *regexp.Regexp
+	}{
+		{"rules", edge.Options{RulesFile: file}, regexp.MustCompile(`^ok\nrules: version ` + version(t, src) + `, ` + regexp.QuoteMeta(file) + `, loaded \S+\n$`)},
+		{"limit", edge.Options{Limits: []string{"5/1m"}}, regexp.MustCompile(`^ok\n$`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			addrs := freeAddrs(t, 2)
+			o.Engine, o.Listen, o.Admin, o.Upstream = edge.EngineOpenResty, addrs[0], addrs[1], "builtin"
+			o.KeyBy, o.OnError, o.Headers, o.Timeout, o.Pool, o.Nodes = "header:X-Consumer-Id", "open", "both", 5*time.Second, 1, 1
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() { served <- edge.Serve(ctx, o, &redis.UniversalOptions{Addrs: []string{srv.Addr}}, srv.Addr) }()
+			defer func() {
+				cancel()
+				if err := <-served; err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			}()
+			var text string
+			testwait.Eventually(t, 15*time.Second, func() (bool, string) {
+				resp, err := httpClient.Get("http://" + o.Admin + "/healthz")
+				if err != nil {
+					return false, "nginx does not answer: " + err.Error()
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				text = string(b)
+				return err == nil, fmt.Sprintf("/healthz: %v", err)
+			})
+			if !tc.want.MatchString(text) {
+				t.Fatalf("/healthz says %q, want %s", text, tc.want)
+			}
+		})
+	}
 }

@@ -42,6 +42,22 @@ func freeAddrs(t *testing.T, n int) []string {
 	return addrs
 }
 
+// limitRules is what ratelab edge --engine openresty serves for a lone
+// --limit keyed by X-Consumer-Id: the one-rule set (rules.Shorthand), and
+// its table as RenderRules writes it, for NginxConfig.Rules.
+func limitRules(t *testing.T, limit string) (*rules.Set, string) {
+	t.Helper()
+	set, err := rules.Shorthand{Limits: []string{limit}, KeyBy: "header:X-Consumer-Id"}.Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := edge.RenderRules(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set, text
+}
+
 // startNginx runs nginx with the module in front of the built-in upstream.
 func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.NginxConfig {
 	t.Helper()
@@ -323,12 +339,14 @@ func TestEnginesShareOneClock(t *testing.T) {
 }
 
 // TestOpenRestyAdmin: nginx's admin port serves the built-in upstream's
-// counts at /__ratelab/forwarded, and /healthz (TestOpenRestyHealthz);
-// /metrics, which the Go gateway serves, answers 404 there.
+// counts at /__ratelab/forwarded, and /healthz (TestOpenRestyHealthz),
+// which for a lone --limit's rules says ok with no rules line, as the Go
+// gateway's; /metrics, which the Go gateway serves, answers 404 there.
 func TestOpenRestyAdmin(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
-	nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}})
+	_, text := limitRules(t, "1/1m")
+	nc := startNginx(t, srv, edge.NginxConfig{Rules: text})
 	consumer := redistest.Prefix(t)
 	for range 2 {
 		get(t, "http://"+nc.Listen+"/", map[string]string{"X-Consumer-Id": consumer})

@@ -27,6 +27,8 @@
 --   health        a lua_shared_dict name where each worker notes when its
 --                 Redis calls start and stop failing, for healthz(); without
 --                 it, healthz() speaks for the worker that answers alone
+--   show_rules    with rules_path, healthz() names the rules' version, file
+--                 and load time (rules read from a file, as the Go gateway)
 --
 -- init_worker_by_lua_block { require("ratelimit").init_worker() } clears a
 -- new worker's note, and a location with
@@ -84,6 +86,7 @@ function M.configure(opts)
     clock = opts.clock or "redis",
     breaker = tonumber(opts.breaker_failures) or 0,
     health = opts.health and ngx.shared[opts.health],
+    show_rules = opts.show_rules,
   }
   assert(cfg.clock == "redis" or cfg.clock == "caller", "clock: want redis or caller")
   local kb = opts.key_by or "ip"
@@ -824,8 +827,9 @@ end
 
 -- healthz answers as the Go gateway's /healthz: "ok" while Redis answers;
 -- while it fails, still 200, with since when (the earliest of the workers
--- failing), why, the fail mode and whether a circuit is open; with rules,
--- a second line naming their version, file and when nginx loaded them.
+-- failing), why, the fail mode and whether a circuit is open; with
+-- show_rules, a second line naming the rules' version, file and when nginx
+-- loaded them.
 function M.healthz()
   ngx.header["Content-Type"] = "text/plain; charset=utf-8"
   local since, k, opened, failing, workers = failing_since, last_kind, open, failing_since and 1 or 0, 1
@@ -856,7 +860,7 @@ function M.healthz()
     ngx.say(string.format("degraded: redis failing for %s (%s: %s)%s; failing %s; %s",
         duration(ngx.now() - since), k, causes[k] or causes.other, where, cfg.on_error, circuit))
   end
-  if rules then
+  if rules and cfg.show_rules then
     ngx.say("rules: version ", rules.version, ", ", rules.file, ", loaded ", rfc3339(rules_loaded))
   end
 end
