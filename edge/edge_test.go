@@ -203,23 +203,22 @@ func keyBySpec(k edge.KeyBy) string {
 	return "ip"
 }
 
-// ruleMembers is the size of the consumer's sliding log in the gateway's
-// rules: the counter of its one limit.
-func ruleMembers(t *testing.T, c redis.UniversalClient, g *edge.Gateway, consumer string) int64 {
+// counterKey is the Redis key of the counter of the one limit that
+// consumer (its X-Consumer-Id) meets in set, in either engine.
+func counterKey(t *testing.T, set *rules.Set, consumer string) string {
 	t.Helper()
-	hits := g.Rules().Current().Set().Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})
+	hits := set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})
 	if len(hits) != 1 {
 		t.Fatalf("%s meets %d limits, want 1", consumer, len(hits))
 	}
-	return c.ZCard(context.Background(), hits[0].Key).Val()
+	return hits[0].Key
 }
 
-// logMembers is the size of the consumer's sliding log, under the key the
-// nginx module's single limit uses.
-func logMembers(t *testing.T, c redis.UniversalClient, consumer string) int64 {
+// logMembers is the size of the consumer's sliding log: the counter of its
+// one limit in set.
+func logMembers(t *testing.T, c redis.UniversalClient, set *rules.Set, consumer string) int64 {
 	t.Helper()
-	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-	return c.ZCard(context.Background(), algorithms.Key(id.Key, "sliding-log")).Val()
+	return c.ZCard(context.Background(), counterKey(t, set, consumer)).Val()
 }
 
 // waitForStatus asks url until it answers status, for at most 10 seconds.
@@ -306,7 +305,7 @@ func TestConcurrentBurst(t *testing.T) {
 			if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 10 {
 				t.Fatalf("the upstream received %d, want 10", f.Consumers[consumer])
 			}
-			if n := ruleMembers(t, c, g, consumer); n != 10 {
+			if n := logMembers(t, c, g.Rules().Current().Set(), consumer); n != 10 {
 				t.Fatalf("the log holds %d members, want 10", n)
 			}
 		})
@@ -393,7 +392,7 @@ func TestScriptFlush(t *testing.T) {
 	if f := forwarded(t, g.AdminAddr()); f.Consumers[consumer] != 50 {
 		t.Fatalf("the upstream received %d, want 50", f.Consumers[consumer])
 	}
-	if n := ruleMembers(t, c, g, consumer); n != 50 {
+	if n := logMembers(t, c, g.Rules().Current().Set(), consumer); n != 50 {
 		t.Fatalf("the log holds %d members, want the 50 admitted", n)
 	}
 }

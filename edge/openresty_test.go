@@ -130,9 +130,9 @@ func startNginxProcess(t *testing.T, r *redisrun.Server, c edge.NginxConfig, ups
 func TestOpenRestyBurst(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t, srv)
+	set, text := limitRules(t, "10/1m")
 	for _, denyCache := range []bool{true, false} {
-		nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 10, Window: time.Minute},
-			DenyCache: denyCache, Timeout: 5 * time.Second})
+		nc := startNginx(t, srv, edge.NginxConfig{Rules: text, DenyCache: denyCache, Timeout: 5 * time.Second})
 		consumer := redistest.Prefix(t)
 		var mu sync.Mutex
 		codes := map[int]int{}
@@ -169,7 +169,7 @@ func TestOpenRestyBurst(t *testing.T) {
 			t.Fatalf("the upstream received %d, want 10 (%v)", f.Consumers[consumer], f)
 		}
 		// The same key as the Go gateway's: both engines can share Redis.
-		if n := logMembers(t, c, consumer); n != 10 {
+		if n := logMembers(t, c, set, consumer); n != 10 {
 			t.Fatalf("the Go gateway's key for %s holds %d members, want 10", consumer, n)
 		}
 	}
@@ -188,8 +188,8 @@ func TestOpenRestyRedisDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Stop()
-		nc := startNginx(t, r, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}, OnError: mode,
-			Timeout: 200 * time.Millisecond})
+		_, text := limitRules(t, "1/1m")
+		nc := startNginx(t, r, edge.NginxConfig{Rules: text, OnError: mode, Timeout: 200 * time.Millisecond})
 		hdr := map[string]string{"X-Consumer-Id": "down-" + mode}
 		if resp, _ := get(t, "http://"+nc.Listen+"/", hdr); resp.StatusCode != 200 {
 			t.Fatalf("first request: %d", resp.StatusCode)
@@ -217,7 +217,8 @@ func TestOpenRestyRedisDown(t *testing.T) {
 
 func TestOpenRestyScriptFlush(t *testing.T) {
 	c := redistest.Client(t, srv)
-	nc := startNginx(t, srv, edge.NginxConfig{Policy: algorithms.Policy{Limit: 30, Window: time.Minute}})
+	set, text := limitRules(t, "30/1m")
+	nc := startNginx(t, srv, edge.NginxConfig{Rules: text})
 	consumer := redistest.Prefix(t)
 	codes := map[int]int{}
 	for i := range 60 {
@@ -235,7 +236,7 @@ func TestOpenRestyScriptFlush(t *testing.T) {
 	if f := forwarded(t, nc.Admin); f.Consumers[consumer] != 30 {
 		t.Fatalf("the upstream received %d, want 30", f.Consumers[consumer])
 	}
-	if n := logMembers(t, c, consumer); n != 30 {
+	if n := logMembers(t, c, set, consumer); n != 30 {
 		t.Fatalf("the log holds %d members, want the 30 admitted", n)
 	}
 }
@@ -253,7 +254,8 @@ func TestOpenRestyProxy(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer up.Close()
-	nc := edge.NginxConfig{Policy: algorithms.Policy{Limit: 3, Window: time.Minute}, DenyCache: true}
+	_, text := limitRules(t, "3/1m")
+	nc := edge.NginxConfig{Rules: text, DenyCache: true}
 	nc = startNginxUpstream(t, srv, nc, up.URL)
 	hdr := map[string]string{"X-Consumer-Id": redistest.Prefix(t)}
 	before := scriptCalls(t, c)
@@ -297,7 +299,7 @@ func TestEnginesShareOneClock(t *testing.T) {
 			nc := startNginx(t, srv, edge.NginxConfig{Rules: text, Clock: clock.String()})
 			mon := redistest.NewMonitor(t, srv)
 			consumer := redistest.Prefix(t)
-			key := set.Match(rules.Request{Header: map[string][]string{"X-Consumer-Id": {consumer}}})[0].Key
+			key := counterKey(t, set, consumer)
 			hdr := map[string]string{"X-Consumer-Id": consumer}
 			admitted := map[string]int{}
 			for _, engine := range []struct{ name, addr string }{{"nginx", nc.Listen}, {"go", g.Addr()}} {
@@ -368,22 +370,42 @@ func TestOpenRestyAdmin(t *testing.T) {
 	}
 }
 
+// TestNginxConfRenders: nginx.conf names the rules and decide.lua in the
+// directory, where WriteFiles puts the rules' table as RenderRules wrote it
+// (the policy in it) and decide.lua as ratelab runs it; an unknown clock is
+// refused.
 func TestNginxConfRenders(t *testing.T) {
 	t.Parallel()
-	conf, err := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
-		RedisPort: 6379, Policy: algorithms.Policy{Limit: 100, Window: time.Minute}, Timeout: 200 * time.Millisecond,
-		KeyBy: "ip", OnError: "closed", Headers: "both", Dir: "/tmp/x"}.Render()
-	if err != nil {
+	_, text := limitRules(t, "100/1m")
+	nc := edge.NginxConfig{Listen: "127.0.0.1:8080", Upstream: "http://127.0.0.1:9000", RedisHost: "127.0.0.1",
+		RedisPort: 6379, Rules: text, Timeout: 200 * time.Millisecond,
+		KeyBy: "ip", OnError: "closed", Headers: "both", Dir: t.TempDir()}
+	if err := nc.WriteFiles(); err != nil {
 		t.Fatal(err)
 	}
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(nc.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	conf := read("nginx.conf")
 	for _, want := range []string{"listen 127.0.0.1:8080;", "server 127.0.0.1:9000;", "keepalive 64;",
-		"proxy_pass http://ratelab_upstream;", `on_error = "closed"`,
-		"limit = 100,", "window_ms = 60000,", `script_path = "/tmp/x/slidinglog.lua"`, `clock = "redis",`} {
+		"proxy_pass http://ratelab_upstream;", `on_error = "closed"`, `clock = "redis",`,
+		fmt.Sprintf("rules_path = %q,", filepath.Join(nc.Dir, "rules.lua")), fmt.Sprintf("decide_path = %q,", filepath.Join(nc.Dir, "decide.lua"))} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nginx.conf lacks %q:\n%s", want, conf)
 		}
 	}
-	caller := edge.NginxConfig{Upstream: "builtin", Policy: algorithms.Policy{Limit: 1, Window: time.Second}, Clock: "caller"}
+	if rules := read("rules.lua"); rules != text || !strings.Contains(rules, "limit = 100, window_ms = 60000,") {
+		t.Errorf("rules.lua is not the rules' table with the policy 100/1m:\n%s", rules)
+	}
+	if read("decide.lua") != algorithms.DecideSource() {
+		t.Error("decide.lua is not algorithms/decide.lua as ratelab runs it")
+	}
+	caller := edge.NginxConfig{Upstream: "builtin", Rules: text, Clock: "caller"}
 	if conf, err := caller.Render(); err != nil || !strings.Contains(conf, `clock = "caller",`) {
 		t.Errorf("caller clock: %v\n%s", err, conf)
 	}
