@@ -123,9 +123,10 @@ func (c NginxConfig) WriteFiles() error {
 		"nginx.conf":     conf,
 		"ratelimit.lua":  ratelimitLua,
 		"slidinglog.lua": algorithms.SlidingLogSource(),
+		"decide.lua":     algorithms.DecideSource(),
 	}
 	if c.Rules != "" {
-		files["rules.lua"], files["decide.lua"] = c.Rules, algorithms.DecideSource()
+		files["rules.lua"] = c.Rules
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(body), 0o644); err != nil {

@@ -426,11 +426,11 @@ func TestOpenRestyFailures(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
 	consumer := "failures-" + redistest.Prefix(t)
-	id := edge.KeyBy{Header: "X-Consumer-Id"}.Identify(&http.Request{Header: http.Header{"X-Consumer-Id": {consumer}}})
-	rel := startRelay(t, r.Addr, []byte(algorithms.Key(id.Key, "sliding-log")))
+	set, text := limitRules(t, "1/1m")
+	rel := startRelay(t, r.Addr, []byte(counterKey(t, set, consumer)))
 	// A timeout of seconds: a full Redis answers OOM, never "too late",
 	// however loaded the machine.
-	nc := startNginx(t, r, edge.NginxConfig{Policy: algorithms.Policy{Limit: 1, Window: time.Minute}, OnError: "closed",
+	nc := startNginx(t, r, edge.NginxConfig{Rules: text, OnError: "closed",
 		Timeout: 2 * time.Second, BreakerFailures: 2, Workers: 1, RedisHost: "127.0.0.1", RedisPort: rel.Port()})
 	url := "http://" + nc.Listen + "/"
 	hdr := map[string]string{"X-Consumer-Id": consumer}

@@ -65,8 +65,8 @@ end
 
 function M.configure(opts)
   single = script_of(opts.script_path)
+  multi = script_of(assert(opts.decide_path, "decide_path"))
   if opts.rules_path then
-    multi = script_of(assert(opts.decide_path, "decide_path"))
     rules = dofile(opts.rules_path)
     rules_loaded = ngx.now()
   end
@@ -240,6 +240,43 @@ local function decide(key, member)
   return res
 end
 
+-- decide_checks decides checks (hits: a limit and its counter's key) in
+-- one call of decide.lua, all or nothing; member is the base of a
+-- sliding log's members. The reply is checked before anything reads it.
+local function decide_checks(checks, member)
+  local keys, args = {}, { "decide", now_arg(), #checks }
+  for _, h in ipairs(checks) do
+    local l = h.limit
+    if l.algorithm == "sliding-counter" then
+      keys[#keys + 1] = h.key .. ":0"
+      keys[#keys + 1] = h.key .. ":1"
+    else
+      keys[#keys + 1] = h.key
+    end
+    local m = ""
+    if l.algorithm == "sliding-log" then
+      m = member
+    end
+    local shadow = 0
+    if l.shadow then
+      shadow = 1
+    end
+    for _, a in ipairs({ l.algorithm, l.limit, l.window_ms, l.cost, shadow, m, "0" }) do
+      args[#args + 1] = a
+    end
+  end
+  local argv = keys
+  local nkeys = #keys
+  for _, a in ipairs(args) do
+    argv[#argv + 1] = a
+  end
+  local res, err = run(multi, nkeys, argv)
+  if res and (type(res) ~= "table" or #res ~= 1 + 5 * #checks) then
+    return nil, "bad reply from the script"
+  end
+  return res, err
+end
+
 -- kind names what a failed decision ran into, as the Go gateway does.
 local function kind(err)
   err = tostring(err)
@@ -324,13 +361,18 @@ local function answered()
   failures, open = 0, false
 end
 
+-- probe_check is what an open circuit asks Redis with, as the Go
+-- gateway's: a shadow limit of its own key, which never denies anything.
+local probe_check = { key = "rl:{ratelab-probe}:sliding-log",
+  limit = { algorithm = "sliding-log", limit = 1, window_ms = 1000, cost = 1, shadow = true } }
+
 local probe
 probe = function(premature)
   if premature then
     return -- the worker is exiting
   end
   probes = probes + 1
-  local res, err = decide("rl:{ratelab-probe}:" .. cfg.algorithm, "probe-" .. ngx.worker.pid() .. "-" .. probes)
+  local res, err = decide_checks({ probe_check }, "probe-" .. ngx.worker.pid() .. "-" .. probes)
   if res then
     answered()
     return
@@ -625,39 +667,9 @@ local function access_rules()
   end
   ngx.update_time()
   local t0_ms = ngx.now() * 1000
-  local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
-  local keys, args = {}, { "decide", now_arg(), #checks }
-  for _, h in ipairs(checks) do
-    local l = h.limit
-    if l.algorithm == "sliding-counter" then
-      keys[#keys + 1] = h.key .. ":0"
-      keys[#keys + 1] = h.key .. ":1"
-    else
-      keys[#keys + 1] = h.key
-    end
-    local m = ""
-    if l.algorithm == "sliding-log" then
-      m = member
-    end
-    local shadow = 0
-    if l.shadow then
-      shadow = 1
-    end
-    for _, a in ipairs({ l.algorithm, l.limit, l.window_ms, l.cost, shadow, m, "0" }) do
-      args[#args + 1] = a
-    end
-  end
-  local argv = keys
-  local nkeys = #keys
-  for _, a in ipairs(args) do
-    argv[#argv + 1] = a
-  end
   local res, err
   if not open then
-    res, err = run(multi, nkeys, argv)
-    if res and (type(res) ~= "table" or #res ~= 1 + 5 * #checks) then
-      res, err = nil, "bad reply from the script"
-    end
+    res, err = decide_checks(checks, ngx.var.request_id .. "-" .. ngx.worker.pid())
     if res then
       answered()
     else
