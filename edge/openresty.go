@@ -36,14 +36,14 @@ type NginxConfig struct {
 	RedisHost     string
 	RedisPort     int
 	RedisPassword string
-	// Policy is the limit; Timeout bounds one decision.
-	Policy  algorithms.Policy
+	// Timeout bounds one decision.
 	Timeout time.Duration
 	// Clock is where the module takes the time from: "redis" (TIME inside
 	// the script, the default) or "caller" (nginx's own clock, passed in).
 	Clock string
-	// KeyBy is "ip" or "header:NAME"; OnError "open" or "closed";
-	// Headers "draft", "legacy" or "both".
+	// KeyBy is "ip" or "header:NAME": whom the built-in upstream counts a
+	// request for (the rules say whom it is limited as). OnError is "open"
+	// or "closed"; Headers "draft", "legacy" or "both".
 	KeyBy, OnError, Headers string
 	// DenyCache answers denied consumers from a shared dict.
 	DenyCache bool
@@ -52,8 +52,8 @@ type NginxConfig struct {
 	BreakerFailures int
 	// Off leaves the limiter out, to measure what it adds.
 	Off bool
-	// Rules, when set, is the rules table RenderRules wrote: the module then
-	// decides every limit a request meets with decide.lua, and Policy is unused.
+	// Rules is the rules table RenderRules wrote: the module decides every
+	// limit a request meets with decide.lua. Required unless Off.
 	Rules string
 	// ShowRules has /healthz name the rules' version, file and load time,
 	// as the Go engine's does for rules read from a file (--rules); the
@@ -69,9 +69,12 @@ type NginxConfig struct {
 	ModulesDir  string
 }
 
-// Render returns the nginx.conf for c. The Lua module and the sliding-log
-// script it reads are in c.Dir (see WriteFiles).
+// Render returns the nginx.conf for c. The Lua module, the rules and
+// decide.lua it reads are in c.Dir (see WriteFiles).
 func (c NginxConfig) Render() (string, error) {
+	if c.Rules == "" && !c.Off {
+		return "", errors.New("nginx.conf: no rules to serve: want RenderRules' table, or Off")
+	}
 	t, err := template.New("nginx.conf").Funcs(template.FuncMap{"lua": strconv.Quote}).Parse(nginxConf)
 	if err != nil {
 		return "", err
@@ -87,13 +90,11 @@ func (c NginxConfig) Render() (string, error) {
 	}
 	data := struct {
 		NginxConfig
-		ModuleDir, ScriptPath, RulesPath, DecidePath string
-		TimeoutMillis, WindowMillis                  int64
-		Limit                                        int64
-		UpstreamScheme, UpstreamHost, UpstreamPath   string
-	}{NginxConfig: c, ModuleDir: c.Dir, ScriptPath: filepath.Join(c.Dir, "slidinglog.lua"),
-		RulesPath: filepath.Join(c.Dir, "rules.lua"), DecidePath: filepath.Join(c.Dir, "decide.lua"),
-		TimeoutMillis: c.Timeout.Milliseconds(), WindowMillis: c.Policy.Window.Milliseconds(), Limit: c.Policy.Limit}
+		ModuleDir, RulesPath, DecidePath           string
+		TimeoutMillis                              int64
+		UpstreamScheme, UpstreamHost, UpstreamPath string
+	}{NginxConfig: c, ModuleDir: c.Dir, RulesPath: filepath.Join(c.Dir, "rules.lua"), DecidePath: filepath.Join(c.Dir, "decide.lua"),
+		TimeoutMillis: c.Timeout.Milliseconds()}
 	if c.Upstream != "builtin" {
 		u, err := url.Parse(c.Upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -112,21 +113,20 @@ func (c NginxConfig) Render() (string, error) {
 	return b.String(), nil
 }
 
-// WriteFiles writes nginx.conf, the Lua module and the sliding-log script
-// (the very bytes of algorithms/slidinglog.lua built into ratelab) into c.Dir.
+// WriteFiles writes nginx.conf, the Lua module and, with rules, the rules
+// table and decide.lua (the very bytes of algorithms/decide.lua built into
+// ratelab) into c.Dir.
 func (c NginxConfig) WriteFiles() error {
 	conf, err := c.Render()
 	if err != nil {
 		return err
 	}
 	files := map[string]string{
-		"nginx.conf":     conf,
-		"ratelimit.lua":  ratelimitLua,
-		"slidinglog.lua": algorithms.SlidingLogSource(),
-		"decide.lua":     algorithms.DecideSource(),
+		"nginx.conf":    conf,
+		"ratelimit.lua": ratelimitLua,
 	}
 	if c.Rules != "" {
-		files["rules.lua"] = c.Rules
+		files["rules.lua"], files["decide.lua"] = c.Rules, algorithms.DecideSource()
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(body), 0o644); err != nil {

@@ -373,7 +373,8 @@ func TestOpenRestyAdmin(t *testing.T) {
 // TestNginxConfRenders: nginx.conf names the rules and decide.lua in the
 // directory, where WriteFiles puts the rules' table as RenderRules wrote it
 // (the policy in it) and decide.lua as ratelab runs it; an unknown clock is
-// refused.
+// refused, and so is a limiter with no rules; with the limiter off there
+// are none.
 func TestNginxConfRenders(t *testing.T) {
 	t.Parallel()
 	_, text := limitRules(t, "100/1m")
@@ -412,6 +413,13 @@ func TestNginxConfRenders(t *testing.T) {
 	caller.Clock = "wall"
 	if _, err := caller.Render(); err == nil {
 		t.Errorf("an unknown clock rendered")
+	}
+	if conf, err := (edge.NginxConfig{Upstream: "builtin"}).Render(); err == nil {
+		t.Errorf("nginx.conf rendered with no rules to serve:\n%s", conf)
+	}
+	if conf, err := (edge.NginxConfig{Upstream: "builtin", Off: true}).Render(); err != nil || strings.Contains(conf, "access_by_lua") ||
+		strings.Contains(conf, "rules_path") {
+		t.Errorf("off: %v, want no limiter and no rules:\n%s", err, conf)
 	}
 }
 

@@ -314,7 +314,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 	}
 	nc := NginxConfig{
 		Listen: hostPort(o.Listen), Upstream: o.Upstream,
-		Policy: o.Policy, Clock: o.Clock.String(), Timeout: o.Timeout,
+		Clock: o.Clock.String(), Timeout: o.Timeout,
 		KeyBy: o.KeyBy, OnError: o.OnError, Headers: o.Headers,
 		DenyCache: o.DenyCache, Workers: 2, Off: o.Off, BreakerFailures: o.BreakerFailures, ShowRules: o.RulesFile != "",
 	}

@@ -1,22 +1,25 @@
 -- ratelab's rate limiter for OpenResty (or nginx with the lua module): the
--- same sliding-window log, the same keys, headers and 429 as `ratelab edge`.
+-- rules `ratelab edge` serves, matched and keyed as the Go gateway does and
+-- decided by the same script (algorithms/decide.lua), with the same
+-- headers, 429 and 503.
 --
 --   init_by_lua_block   { require("ratelimit").configure({ ... }) }
 --   access_by_lua_block { require("ratelimit").access() }
 --
 -- configure() takes:
---   script_path   the sliding-log script: ratelab's algorithms/slidinglog.lua,
---                 read once, never copied
+--   rules_path    the rules: the Lua table edge.RenderRules writes, read
+--                 once (nginx's reload starts workers that read it again);
+--                 access() needs it
+--   decide_path   ratelab's algorithms/decide.lua, read once; with rules_path
 --   redis_host, redis_port, redis_password (optional)
 --   timeout_ms    bound on one decision (connect, send, read); 200
 --   pool_size     connections kept alive per worker; 100
---   limit, window_ms, policy_name ("default")
 --   clock         "redis" (the script reads TIME: every node sharing the
 --                 Redis agrees, whatever its host's clock; the default) or
 --                 "caller" (this nginx's clock, in ms, passed to the script)
---   key_by        "ip" (ngx.var.remote_addr: use the realip module for
---                 proxies) or "header:NAME" (safe only behind what
---                 authenticates it)
+--   key_by        "ip" (ngx.var.remote_addr) or "header:NAME": whom
+--                 builtin() counts a request for (the rules say whom it is
+--                 limited as)
 --   on_error      "open" (let through) or "closed" (503)
 --   breaker_failures  open the circuit after this many Redis failures in a
 --                 row: decisions then skip Redis while a timer asks it every
@@ -42,11 +45,10 @@ if not ok then
 end
 
 local cfg
--- single is the sliding-log script, decide the multi-limit one (rules
--- mode); each runs without its first line (Redis 7's "#!lua" shebang) from
--- the first time the server could not compile it (Redis before 7), per
--- worker.
-local single, multi
+-- script is decide.lua; it runs without its first line (Redis 7's "#!lua"
+-- shebang) from the first time the server could not compile it (Redis
+-- before 7), per worker.
+local script
 local rules, rules_loaded
 
 local function hex(s)
@@ -64,9 +66,8 @@ local function script_of(path)
 end
 
 function M.configure(opts)
-  single = script_of(opts.script_path)
-  multi = script_of(assert(opts.decide_path, "decide_path"))
   if opts.rules_path then
+    script = script_of(assert(opts.decide_path, "decide_path: with rules_path"))
     rules = dofile(opts.rules_path)
     rules_loaded = ngx.now()
   end
@@ -76,13 +77,9 @@ function M.configure(opts)
     password = opts.redis_password,
     timeout = tonumber(opts.timeout_ms) or 200,
     pool_size = tonumber(opts.pool_size) or 100,
-    limit = tonumber(opts.limit) or 1,
-    window = tonumber(opts.window_ms) or 1000,
-    policy = opts.policy_name or "default",
     on_error = opts.on_error or "open",
     headers = opts.headers or "both",
     deny = opts.deny_cache and ngx.shared[opts.deny_cache],
-    algorithm = opts.algorithm or "sliding-log",
     clock = opts.clock or "redis",
     breaker = tonumber(opts.breaker_failures) or 0,
     health = opts.health and ngx.shared[opts.health],
@@ -95,20 +92,19 @@ function M.configure(opts)
   end
 end
 
--- identity hashes who a request is from into a bounded key part, as the Go
--- gateway does: kind, colon, the first 16 bytes of SHA-1 in hex.
-local function identity()
+-- consumer is whom builtin() counts a request for, as the Go gateway's
+-- built-in upstream: the key_by header's value, else the client's address.
+local function consumer()
   if cfg.header then
     local v = ngx.req.get_headers()[cfg.header]
     if type(v) == "table" then
       v = v[1]
     end
     if v and v ~= "" then
-      return "h:" .. hex(ngx.sha1_bin(v):sub(1, 16)), v
+      return v
     end
   end
-  local ip = ngx.var.remote_addr
-  return "ip:" .. hex(ngx.sha1_bin(ip):sub(1, 16)), ip
+  return ngx.var.remote_addr
 end
 
 local function ceil_seconds(ms)
@@ -116,19 +112,6 @@ local function ceil_seconds(ms)
     return 0
   end
   return math.ceil(ms / 1000)
-end
-
-local function set_headers(remaining, reset)
-  local window = ceil_seconds(cfg.window)
-  if cfg.headers ~= "legacy" then
-    ngx.header["RateLimit-Policy"] = string.format('"%s";q=%d;w=%d', cfg.policy, cfg.limit, window)
-    ngx.header["RateLimit"] = string.format('"%s";r=%d;t=%d', cfg.policy, remaining, reset)
-  end
-  if cfg.headers ~= "draft" then
-    ngx.header["RateLimit-Limit"] = cfg.limit
-    ngx.header["RateLimit-Remaining"] = remaining
-    ngx.header["RateLimit-Reset"] = reset
-  end
 end
 
 local function problem(status, title, detail, retry_ms)
@@ -140,17 +123,8 @@ local function problem(status, title, detail, retry_ms)
   return ngx.exit(status)
 end
 
-local function too_many(retry_ms)
-  set_headers(0, ceil_seconds(retry_ms))
-  ngx.header["Retry-After"] = ceil_seconds(retry_ms)
-  return problem(429, "Too Many Requests",
-    string.format("rate limit of %d per %dms exceeded", cfg.limit, cfg.window), retry_ms)
-end
-
--- decide runs the script: EVALSHA, and EVAL only on NOSCRIPT; a call that
--- failed otherwise (a timeout) is never sent again, so nothing counts twice.
--- One budget bounds the whole decision, as the Go gateway's context does:
--- each step gets what is left of it.
+-- budget gives red what is left of the decision's time until deadline;
+-- false when nothing is.
 local function budget(red, deadline)
   ngx.update_time()
   local left = math.floor((deadline - ngx.now()) * 1000)
@@ -229,17 +203,6 @@ local function run(s, nkeys, argv)
   return res
 end
 
-local function decide(key, member)
-  local res, err = run(single, 1, { key, cfg.limit, cfg.window, now_arg(), member })
-  if not res then
-    return nil, err
-  end
-  if type(res) ~= "table" or not tonumber(res[1]) or not tonumber(res[2]) or not tonumber(res[3]) then
-    return nil, "bad reply from the script"
-  end
-  return res
-end
-
 -- decide_checks decides checks (hits: a limit and its counter's key) in
 -- one call of decide.lua, all or nothing; member is the base of a
 -- sliding log's members. The reply is checked before anything reads it.
@@ -270,7 +233,7 @@ local function decide_checks(checks, member)
   for _, a in ipairs(args) do
     argv[#argv + 1] = a
   end
-  local res, err = run(multi, nkeys, argv)
+  local res, err = run(script, nkeys, argv)
   if res and (type(res) ~= "table" or #res ~= 1 + 5 * #checks) then
     return nil, "bad reply from the script"
   end
@@ -404,9 +367,9 @@ local function failed(err)
   note_failing()
 end
 
--- Rules mode: the rules ratelab rendered (edge.RenderRules) are walked as
--- the Go gateway's rules.Set.Match walks them, every limit met is decided in
--- one call of decide.lua, and the headers say what the Go gateway's say.
+-- The rules ratelab rendered (edge.RenderRules) are walked as the Go
+-- gateway's rules.Set.Match walks them, every limit met is decided in one
+-- call of decide.lua, and the headers say what the Go gateway's say.
 
 -- host_only is a host without its port, in lower case.
 local function host_only(h)
@@ -590,9 +553,9 @@ local function tightest(states)
   return best, denied
 end
 
--- set_rule_headers writes the draft-10 and legacy fields for states and
+-- set_headers writes the draft-10 and legacy fields for states and
 -- returns the retry-after in ms of a denial (0 when admitted).
-local function set_rule_headers(states)
+local function set_headers(states)
   if #states == 0 then
     return 0
   end
@@ -618,7 +581,8 @@ local function set_rule_headers(states)
   return 0
 end
 
-local function too_many_rules(retry_ms, states)
+-- too_many answers 429, naming the limits that denied.
+local function too_many(retry_ms, states)
   local names = {}
   for _, s in ipairs(states) do
     if not s.ok then
@@ -636,7 +600,12 @@ local function deny_key(h)
   return h.key .. "|" .. h.limit.limit .. "/" .. h.limit.window_ms
 end
 
-local function access_rules()
+-- access decides the request: a 429 or a 503 ends it; anything else goes
+-- on to the content.
+function M.access()
+  if not rules then
+    error("ratelab: access() needs rules: configure() with rules_path and decide_path")
+  end
   local hits = match()
   local checks = {}
   for _, h in ipairs(hits) do
@@ -662,9 +631,11 @@ local function access_rules()
       end
     end
     if cached then
-      return too_many_rules(set_rule_headers(states), states)
+      return too_many(set_headers(states), states)
     end
   end
+  -- The script measures the retry-after from when it runs, which is after
+  -- this: a denial cached from here never outlasts Redis's.
   ngx.update_time()
   local t0_ms = ngx.now() * 1000
   local res, err
@@ -698,66 +669,17 @@ local function access_rules()
       states[#states + 1] = s
     end
   end
-  local retry = set_rule_headers(states)
+  local retry = set_headers(states)
   if blocked then
-    return too_many_rules(retry, states)
+    return too_many(retry, states)
   end
-end
-
-function M.access()
-  if rules then
-    return access_rules()
-  end
-  local id = identity()
-  local key = "rl:{" .. id .. "}:" .. cfg.algorithm
-  if cfg.deny then
-    local until_ms = cfg.deny:get(key)
-    ngx.update_time()
-    local now_ms = ngx.now() * 1000
-    if until_ms and until_ms > now_ms then
-      return too_many(math.max(math.ceil(until_ms - now_ms), 1))
-    end
-  end
-  -- The script measures the retry-after from when it runs, which is after
-  -- this: a denial cached from here never outlasts Redis's.
-  ngx.update_time()
-  local t0_ms = ngx.now() * 1000
-  -- Unique per request: nginx's request id, and this worker's pid.
-  local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
-  local res, err
-  if not open then
-    res, err = decide(key, member)
-    if res then
-      answered()
-    else
-      failed(err)
-    end
-  end
-  if not res then
-    -- Answered without Redis: no RateLimit fields.
-    if cfg.on_error == "closed" then
-      ngx.header["Retry-After"] = 1
-      return problem(503, "Service Unavailable", causes[last_kind], 1000)
-    end
-    return -- fail open
-  end
-  local allowed, remaining, retry_ms = tonumber(res[1]), tonumber(res[2]), tonumber(res[3])
-  if allowed == 1 then
-    set_headers(remaining, ceil_seconds(cfg.window))
-    return
-  end
-  if cfg.deny and retry_ms > 0 then
-    cfg.deny:set(key, t0_ms + retry_ms, retry_ms / 1000)
-  end
-  return too_many(retry_ms)
 end
 
 -- builtin is a content handler that answers 200 and counts what it
 -- received per consumer in the shared dict ratelab_forwarded, as the Go
 -- gateway's built-in upstream does.
 function M.builtin()
-  local _, label = identity()
-  label = label:gsub("[%c{}]", "_")
+  local label = consumer():gsub("[%c{}]", "_")
   if #label > 64 then
     -- Cut at 64 bytes, then drop a character the cut left incomplete, as
     -- the Go gateway's labels do.
