@@ -10,13 +10,13 @@ import (
 )
 
 // TestScriptsSharePreamble: every script of this package begins with the
-// same lines, Redis 7's shebang and what it means, and the production
-// sliding log's embedded source is its file, byte for byte. The preamble
-// is repeated rather than assembled in Go because each .lua file is itself
-// a script that runs outside Go: edge/openresty's README has users copy
-// slidinglog.lua beside ratelimit.lua, and race --script runs it, so the
-// shebang has to be the first line of the file. A change to the preamble
-// is made to every file, or this fails.
+// same lines, Redis 7's shebang and what it means, and decide.lua's
+// embedded source, which the nginx engine is given, is its file, byte for
+// byte. The preamble is repeated rather than assembled in Go because each
+// .lua file is itself a script that runs outside Go: edge/openresty's
+// README has users copy decide.lua beside ratelimit.lua, and race --script
+// runs slidinglog.lua, so the shebang has to be the first line of the
+// file. A change to the preamble is made to every file, or this fails.
 func TestScriptsSharePreamble(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.lua")
@@ -42,8 +42,8 @@ func TestScriptsSharePreamble(t *testing.T) {
 		} else if p != first {
 			t.Errorf("%s begins\n%s\nand %s\n%s", f, p, files[0], first)
 		}
-		if f == "slidinglog.lua" && string(b) != algorithms.SlidingLogSource() {
-			t.Error("SlidingLogSource is not slidinglog.lua as it is in the tree")
+		if f == "decide.lua" && string(b) != algorithms.DecideSource() {
+			t.Error("DecideSource is not decide.lua as it is in the tree")
 		}
 	}
 }

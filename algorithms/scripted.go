@@ -33,11 +33,6 @@ var tokenBucketSource string
 //go:embed gcra.lua
 var gcraSource string
 
-// SlidingLogSource is the Lua source of the production sliding-window log,
-// for engines that load the same script outside Go. Its first line is the
-// shebang of Redis 7's script flags (see Scripted).
-func SlidingLogSource() string { return slidingLogSource }
-
 // WithoutShebang returns src without its first line when that is a
 // shebang ("#!lua …"), for servers that cannot read one.
 func WithoutShebang(src string) string {
