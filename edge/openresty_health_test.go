@@ -116,12 +116,7 @@ func TestOpenRestyHealthz(t *testing.T) {
 func TestOpenRestyServeHealthz(t *testing.T) {
 	t.Parallel()
 	redistest.Client(t, srv)
-	if _, _, err := edge.FindNginx(); err != nil {
-		if redistest.InCI() {
-			t.Fatalf("under CI: %v", err)
-		}
-		t.Skip(err)
-	}
+	needNginx(t)
 	src := perConsumer(redistest.Prefix(t), 5)
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {

@@ -58,6 +58,21 @@ func limitRules(t *testing.T, limit string) (*rules.Set, string) {
 	return set, text
 }
 
+// needNginx skips a test where nginx with its lua module is missing, or
+// under -short, and fails it under CI.
+func needNginx(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no nginx")
+	}
+	if _, _, err := edge.FindNginx(); err != nil {
+		if redistest.InCI() {
+			t.Fatalf("under CI: %v", err)
+		}
+		t.Skip(err)
+	}
+}
+
 // startNginx runs nginx with the module in front of the built-in upstream.
 func startNginx(t *testing.T, r *redisrun.Server, c edge.NginxConfig) edge.NginxConfig {
 	t.Helper()
@@ -74,15 +89,7 @@ func startNginxUpstream(t *testing.T, r *redisrun.Server, c edge.NginxConfig, up
 // startNginxProcess is startNginxUpstream that also returns nginx.
 func startNginxProcess(t *testing.T, r *redisrun.Server, c edge.NginxConfig, upstream string) (edge.NginxConfig, *edge.Nginx) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: no nginx")
-	}
-	if _, _, err := edge.FindNginx(); err != nil {
-		if redistest.InCI() {
-			t.Fatalf("under CI: %v", err)
-		}
-		t.Skip(err)
-	}
+	needNginx(t)
 	c.Upstream = upstream
 	if c.RedisPort == 0 { // else a relay in front of r
 		c.RedisHost, c.RedisPort = "127.0.0.1", r.Port()
@@ -521,12 +528,7 @@ func TestOpenRestyFailures(t *testing.T) {
 // the context's error (which ratelab edge would report as a failure).
 func TestOpenRestyStoppedWhileStarting(t *testing.T) {
 	t.Parallel()
-	if _, _, err := edge.FindNginx(); err != nil {
-		if redistest.InCI() {
-			t.Fatalf("under CI: %v", err)
-		}
-		t.Skip(err)
-	}
+	needNginx(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // before nginx can answer: Serve sees it while waiting for the port
 	o := edge.Options{Engine: edge.EngineOpenResty, Listen: freeAddr(t), Upstream: "builtin", Off: true,
