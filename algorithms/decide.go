@@ -229,7 +229,9 @@ type RefundError struct {
 	Err error
 }
 
-func (e *RefundError) Error() string { return "decide: denied, and the refund failed: " + e.Err.Error() }
+func (e *RefundError) Error() string {
+	return "decide: denied, and the refund failed: " + e.Err.Error()
+}
 
 func (e *RefundError) Unwrap() error { return e.Err }
 
