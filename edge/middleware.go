@@ -132,10 +132,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "Service Unavailable", a.CauseText(), 1000)
 		return
 	case limiter.OutcomeErrorLocalDenied:
+		var violated []string
+		for _, lim := range p.Limits {
+			if lim.Check.Key == a.Local.Key {
+				violated = append(violated, lim.ID)
+			}
+		}
 		w.Header().Set("Retry-After", strconv.FormatInt(limiter.CeilSeconds(a.Local.RetryAfter), 10))
-		problem(w, http.StatusTooManyRequests, "Too Many Requests",
-			fmt.Sprintf("rate limit of %d per %dms exceeded: this gateway's own share of the limit, while %s",
-				a.Local.Policy.Limit, a.Local.Policy.Window.Milliseconds(), a.CauseText()), a.Local.RetryAfter.Milliseconds())
+		quotaExceeded(w, fmt.Sprintf("rate limit of %d per %dms exceeded: this gateway's own share of the limit, while %s",
+			a.Local.Policy.Limit, a.Local.Policy.Window.Milliseconds(), a.CauseText()), a.Local.RetryAfter.Milliseconds(), violated)
 		return
 	}
 	states := a.States(p)
@@ -149,15 +154,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // tooMany answers 429, the headers set, naming the limits that refused.
 func tooMany(w http.ResponseWriter, retry time.Duration, states []limiter.State) {
-	var names []string
+	var names, violated []string
 	for _, s := range states {
 		if !s.Allowed {
 			names = append(names, fmt.Sprintf("%q (%d per %dms)", s.Name, s.Policy.Limit, s.Policy.Window.Milliseconds()))
+			violated = append(violated, s.Name)
 		}
 	}
 	w.Header().Set("Retry-After", strconv.FormatInt(limiter.CeilSeconds(retry), 10))
-	problem(w, http.StatusTooManyRequests, "Too Many Requests",
-		"rate limit exceeded: "+strings.Join(names, ", "), retry.Milliseconds())
+	quotaExceeded(w, "rate limit exceeded: "+strings.Join(names, ", "), retry.Milliseconds(), violated)
+}
+
+// QuotaExceeded is the problem type of a 429 (draft-ietf-httpapi-ratelimit-
+// headers' quota-exceeded): its violated-policies member names the
+// limits, as RateLimit-Policy names them, that refused the request.
+const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// quotaExceeded writes a 429 of the quota-exceeded problem type.
+func quotaExceeded(w http.ResponseWriter, detail string, retryMillis int64, violated []string) {
+	if violated == nil {
+		violated = []string{}
+	}
+	writeProblem(w, http.StatusTooManyRequests, map[string]any{"type": QuotaExceeded,
+		"title": "Request cannot be satisfied as assigned quota has been exceeded", "status": http.StatusTooManyRequests,
+		"detail": detail, "retry_after_ms": retryMillis, "violated-policies": violated})
 }
 
 // Close stops the goroutine that asks Redis while the circuit is open and
@@ -169,12 +189,15 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-// problem writes an RFC 9457 problem+json body.
+// problem writes an RFC 9457 problem+json body of the type about:blank.
 func problem(w http.ResponseWriter, status int, title, detail string, retryMillis int64) {
+	writeProblem(w, status, map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail, "retry_after_ms": retryMillis})
+}
+
+// writeProblem writes body as an RFC 9457 problem+json answer of status.
+func writeProblem(w http.ResponseWriter, status int, body map[string]any) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type": "about:blank", "title": title, "status": status, "detail": detail, "retry_after_ms": retryMillis,
-	})
+	_ = json.NewEncoder(w).Encode(body)
 }

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -98,11 +99,23 @@ func TestOpenRestyRulesSameAsGo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var body struct {
+				Type     string   `json:"type"`
+				Violated []string `json:"violated-policies"`
+			}
+			if resp.StatusCode == http.StatusTooManyRequests {
+				if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+					t.Fatalf("%s: a 429's body: %v", addr, err)
+				}
+				if body.Type != edge.QuotaExceeded || len(body.Violated) == 0 {
+					t.Errorf("%s %s: a 429 of type %q naming %v, want quota-exceeded naming the limits that refused", addr, s.path, body.Type, body.Violated)
+				}
+			}
 			resp.Body.Close()
 			h := resp.Header
-			line := fmt.Sprintf("%s %d policy=[%s] ratelimit=[%s] legacy=%s/%s retry=%v", s.path, resp.StatusCode,
+			line := fmt.Sprintf("%s %d policy=[%s] ratelimit=[%s] legacy=%s/%s retry=%v violated=%v", s.path, resp.StatusCode,
 				h.Get("RateLimit-Policy"), times.ReplaceAllString(h.Get("RateLimit"), "t=T"), h.Get("RateLimit-Limit"),
-				h.Get("RateLimit-Remaining"), h.Get("Retry-After") != "")
+				h.Get("RateLimit-Remaining"), h.Get("Retry-After") != "", body.Violated)
 			if resp.StatusCode == http.StatusTooManyRequests && "t="+h.Get("Retry-After") != times.FindString(h.Get("RateLimit")) {
 				t.Errorf("%s: Retry-After %s, RateLimit %s: want the t given", addr, h.Get("Retry-After"), h.Get("RateLimit"))
 			}

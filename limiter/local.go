@@ -47,6 +47,9 @@ type LocalAnswer struct {
 	Allowed    bool
 	RetryAfter time.Duration
 	Policy     algorithms.Policy
+	// Key is, when it refused, the counter of the limit whose share
+	// refused (a Plan limit's Check.Key).
+	Key string
 
 	failed bool // the local limiter failed too
 }
@@ -77,7 +80,7 @@ func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (L
 	a := LocalAnswer{}
 	for i, d := range out.Checks {
 		if !d.Allowed && (a.Policy.Window == 0 || d.RetryAfter > a.RetryAfter) {
-			a.RetryAfter, a.Policy = d.RetryAfter, shares[i].Policy
+			a.RetryAfter, a.Policy, a.Key = d.RetryAfter, shares[i].Policy, shares[i].Key
 		}
 	}
 	return a, nil

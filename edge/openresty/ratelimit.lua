@@ -114,12 +114,27 @@ local function ceil_seconds(ms)
   return math.ceil(ms / 1000)
 end
 
-local function problem(status, title, detail, retry_ms)
+-- problem answers status with an RFC 9457 problem+json body: of the type
+-- about:blank, or of the draft's quota-exceeded with its violated-policies
+-- (the IDs of the limits that refused, as RateLimit-Policy names them:
+-- printable ASCII with no quote or backslash) when violated is given.
+local quota_exceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+local function problem(status, title, detail, retry_ms, violated)
   ngx.status = status
   ngx.header["Content-Type"] = "application/problem+json"
   ngx.header["Cache-Control"] = "no-store"
-  ngx.say(string.format('{"detail":"%s","retry_after_ms":%d,"status":%d,"title":"%s","type":"about:blank"}',
-    detail, retry_ms, status, title))
+  if violated then
+    local quoted = {}
+    for i, id in ipairs(violated) do
+      quoted[i] = '"' .. id .. '"'
+    end
+    ngx.say(string.format('{"detail":"%s","retry_after_ms":%d,"status":%d,"title":"%s","type":"%s","violated-policies":[%s]}',
+      detail, retry_ms, status, title, quota_exceeded, table.concat(quoted, ",")))
+  else
+    ngx.say(string.format('{"detail":"%s","retry_after_ms":%d,"status":%d,"title":"%s","type":"about:blank"}',
+      detail, retry_ms, status, title))
+  end
   return ngx.exit(status)
 end
 
@@ -583,14 +598,16 @@ end
 
 -- too_many answers 429, naming the limits that denied.
 local function too_many(retry_ms, states)
-  local names = {}
+  local names, violated = {}, {}
   for _, s in ipairs(states) do
     if not s.ok then
       names[#names + 1] = string.format('\\"%s\\" (%d per %dms)', s.limit.id, s.limit.limit, s.limit.window_ms)
+      violated[#violated + 1] = s.limit.id
     end
   end
   ngx.header["Retry-After"] = ceil_seconds(retry_ms)
-  return problem(429, "Too Many Requests", "rate limit exceeded: " .. table.concat(names, ", "), retry_ms)
+  return problem(429, "Request cannot be satisfied as assigned quota has been exceeded",
+    "rate limit exceeded: " .. table.concat(names, ", "), retry_ms, violated)
 end
 
 -- deny_key names a limit in the deny cache: its counter and its policy, as
