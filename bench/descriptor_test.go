@@ -50,3 +50,29 @@ func TestParseDescriptorEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestDescriptorNamesConsumer: a descriptor names its consumer where its
+// template reads {consumer}, never where {{ makes it literal text.
+func TestDescriptorNamesConsumer(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`user={consumer}`, true},
+		{`path=/a,user=k-{consumer}-x`, true},
+		{`user={{consumer}`, false},
+		{`user={{consumer}}`, false},
+		{`user={{{consumer}`, true}, // a literal {, then the placeholder
+		{`user=consumer`, false},
+		{`{consumer}=a`, false}, // a key is never a template
+		{`user={ consumer }`, false},
+	} {
+		d, err := ParseDescriptor(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.namesConsumer(); got != tc.want {
+			t.Errorf("%s: names its consumer: %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

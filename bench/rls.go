@@ -106,6 +106,17 @@ func (d Descriptor) String() string {
 	return b.String()
 }
 
+// namesConsumer says whether a value of d holds {consumer}, as its
+// template reads it: {{consumer} is the text {consumer}, no placeholder.
+func (d Descriptor) namesConsumer() bool {
+	for _, e := range d {
+		if t, err := parseTemplate(e.Value); err == nil && t.uses(consumerPlaceholder) {
+			return true
+		}
+	}
+	return false
+}
+
 // descriptorEscaper escapes a key or value for Descriptor.String.
 var descriptorEscaper = strings.NewReplacer(`\`, `\\`, `,`, `\,`)
 
@@ -343,8 +354,8 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
 	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
-	for i, d := range cfg.Descriptors {
-		if strings.Contains(res.Config.Descriptors[i], "{consumer}") {
+	for _, d := range cfg.Descriptors {
+		if d.namesConsumer() {
 			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -270,7 +269,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	skip := ""
 	if cfg.Consumers > 1 {
 		for _, d := range cfg.Descriptors {
-			if !strings.Contains(d.String(), "{consumer}") {
+			if !d.namesConsumer() {
 				skip = "descriptor " + d.String() + " is every consumer's: the probes of several consumers at once would spend it"
 				break
 			}

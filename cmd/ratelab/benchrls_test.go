@@ -759,3 +759,30 @@ func TestBenchRLSConsumersFromRefused(t *testing.T) {
 		t.Fatalf("--consumers 3 with 3 identities: exit 2: %s", stderr)
 	}
 }
+
+// TestBenchRLSLiteralBrace: {{consumer} in a descriptor's value is the
+// text {consumer}, as the template reads it, not the placeholder: every
+// consumer sends that one value, on one counter (5 admitted in all), the
+// result says no descriptor carries an identity, and the probes, which
+// would spend that counter for every consumer at once, are not made.
+func TestBenchRLSLiteralBrace(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={{consumer}", "--consumers", "3",
+		"--rate", "0", "--connections", "2", "--requests", "30", "--expect-limit", "5/1h", "-o", "json")
+	var res struct {
+		rlsAudit
+		StatusCounts map[string]int64 `json:"status_counts"`
+		Config       struct {
+			IdentityIn []string `json:"identity_in"`
+		}
+	}
+	decodeJSON(t, stdout, &res)
+	if code != exitOK || res.StatusCounts["200"] != 5 || len(res.Audit.Limits) != 1 {
+		t.Fatalf("exit %d (%s): statuses %v, %+v; want 5 admitted on the one counter", code, stderr, res.StatusCounts, res.Audit)
+	}
+	if ra := res.Audit.Limits[0].RetryAfter; len(res.Config.IdentityIn) != 0 || ra.Probes != 0 ||
+		!strings.Contains(ra.Skipped, "descriptor user={{consumer} is every consumer's") {
+		t.Fatalf("identity in %q, probes %+v: want none, and the probes skipped for the shared descriptor", res.Config.IdentityIn, ra)
+	}
+}
