@@ -81,7 +81,7 @@ func newRootCmd(io *ioStreams) *cobra.Command {
 	}
 	root.SetOut(io.out)
 	root.SetErr(io.err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(flagParseError)
 	// --out FILE of a command with --output (outputFlag) takes the report.
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if out := c.Flags().Lookup("out"); out != nil && out.Changed && c.Flags().Lookup("output") != nil {
@@ -118,6 +118,9 @@ func refuseUnknownSubcommands(cmd *cobra.Command) {
 		cmd.Args = cobra.ArbitraryArgs
 		cmd.RunE = func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
+				if meant := commandSuggestions(c, args[0]); len(meant) > 0 {
+					return usagef("unknown command %q for %q (did you mean %s?)", args[0], c.CommandPath(), orList(meant))
+				}
 				return usagef("unknown command %q for %q", args[0], c.CommandPath())
 			}
 			return c.Help()
