@@ -18,6 +18,7 @@ type fakeProber struct {
 func (f *fakeProber) denials(context.Context, int, int64) []sample { return f.denied }
 
 func (f *fakeProber) waitFor(s sample) time.Duration { return s.retryAfter }
+func (f *fakeProber) waitName() string               { return "Retry-After" }
 
 func (f *fakeProber) retry(_ context.Context, d []sample) []retried {
 	f.retries = append(f.retries, d)

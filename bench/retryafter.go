@@ -22,8 +22,10 @@ type prober interface {
 	// once, and returns what it found, one per denial, in their order.
 	retry(ctx context.Context, denials []sample) []retried
 	// waitFor is how long after a denial came back its consumer must be
-	// admitted.
+	// admitted; waitName names what says so (Retry-After, or a rate limit
+	// service's duration_until_reset).
 	waitFor(s sample) time.Duration
+	waitName() string
 }
 
 // retried is what asking a denied consumer again found.
@@ -55,7 +57,7 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 	}
 	if len(picks) == 0 {
 		if ctx.Err() == nil {
-			a.RetryAfter.Skipped = "no consumer was denied with a Retry-After, in the run or when asked again after it"
+			a.RetryAfter.Skipped = "no consumer was denied with a " + pr.waitName() + ", in the run or when asked again after it"
 		}
 		return
 	}
@@ -63,7 +65,7 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 	const maxWait = 70 * time.Second
 	for _, s := range picks {
 		if pr.waitFor(s) > maxWait {
-			a.RetryAfter.Skipped = "Retry-After above 70 s: too long to wait for"
+			a.RetryAfter.Skipped = pr.waitName() + " above 70 s: too long to wait for"
 			return
 		}
 	}
@@ -97,7 +99,7 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 	case a.RetryAfter.Probes > 0:
 		a.RetryAfter.Honest = &honest
 	case unsure > 0:
-		a.RetryAfter.Skipped = "every probe was admitted just before its Retry-After, with a reply too slow to tell early from on time"
+		a.RetryAfter.Skipped = "every probe was admitted just before its " + pr.waitName() + ", with a reply too slow to tell early from on time"
 	}
 }
 

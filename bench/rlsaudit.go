@@ -288,3 +288,12 @@ func (p *plan) waitFor(s sample) time.Duration {
 	}
 	return s.retryAfter
 }
+
+// waitName names what waitFor reads: Retry-After, or a rate limit
+// service's duration_until_reset.
+func (p *plan) waitName() string {
+	if p.wholeAfter {
+		return rlsWords.Wait
+	}
+	return httpWords.Wait
+}

@@ -106,12 +106,13 @@ func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
 	case l.Verdict == NoVerdict && (l.SharedLimit || !allowNoVerdict):
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s (statuses seen: %s)", strings.Join(l.Reasons, "; "), seenText(r)))
 	}
+	w := r.Words()
 	if h := l.RetryAfter.Honest; h != nil && !*h {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": Retry-After was false: %s", l.RetryAfter.Fault()))
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s was false: %s", w.Wait, l.RetryAfter.Fault()))
 	}
 	if l.Headers.Violations > 0 {
-		crossed = append(crossed, field.Errorf("FailOnLeak", ": %d responses with wrong rate-limit headers (%s)",
-			l.Headers.Violations, l.Headers.Example))
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": %d %s with wrong %s (%s)",
+			l.Headers.Violations, w.Answers, w.Fields, l.Headers.Example))
 	}
 	return crossed
 }

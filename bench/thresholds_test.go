@@ -124,3 +124,32 @@ func TestVerdictThresholds(t *testing.T) {
 		}
 	}
 }
+
+// TestFailOnLeakWords: --fail-on-leak speaks of a false Retry-After and
+// wrong rate-limit headers in bench http's words, and of a false
+// duration_until_reset and wrong current_limit or limit_remaining in a
+// rate limit service's (bench rls), never of HTTP's.
+func TestFailOnLeakWords(t *testing.T) {
+	honest := false
+	l := bench.LimitAudit{ID: "user={consumer}", Verdict: bench.Held, RetryAfter: bench.RetryAfterAudit{Probes: 3, Early: 3, Honest: &honest},
+		Headers: bench.HeadersAudit{Checked: 60, Violations: 60, Example: "consumer-0 advertised a limit of 12 (expected limit 6)"}}
+	for command, want := range map[string][]string{
+		"bench_http": {"Retry-After was false: 3 of 3 probes", "60 responses with wrong rate-limit headers (consumer-0 advertised"},
+		"bench_rls":  {"duration_until_reset was false: 3 of 3 probes", "60 answers with wrong current_limit or limit_remaining (consumer-0 advertised"},
+	} {
+		r := bench.Result{Command: command, Requests: 60, Audit: &bench.Audit{Verdict: bench.Held, Limits: []bench.LimitAudit{l}}}
+		var msgs []string
+		for _, e := range (bench.Thresholds{FailOnLeak: true}).Crossed(r) {
+			msgs = append(msgs, e.Error())
+		}
+		got := strings.Join(msgs, "; ")
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q, want %q", command, got, w)
+			}
+		}
+		if command == "bench_rls" && (strings.Contains(got, "Retry-After") || strings.Contains(got, "header")) {
+			t.Errorf("%s: %q speaks of HTTP", command, got)
+		}
+	}
+}

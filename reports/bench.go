@@ -200,10 +200,8 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	notes = append(notes, underNote(l))
 	// bench rls reads a status' duration_until_reset as Retry-After, and
 	// its statuses as rate-limit headers.
-	retryAfter, headers := "Retry-After", "Headers"
-	if r.Command == "bench_rls" {
-		retryAfter, headers = "duration_until_reset", "Statuses"
-	}
+	w := r.Words()
+	retryAfter, headers := w.Wait, w.Checks
 	ra := l.RetryAfter
 	switch {
 	case ra.Honest == nil:
@@ -213,7 +211,7 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	default:
 		notes = append(notes, fmt.Sprintf("%s: FALSE in %d probes: %s.", retryAfter, ra.Probes, ra.Fault()))
 	}
-	h := fmt.Sprintf("%s: %d responses checked, %d violations", headers, l.Headers.Checked, l.Headers.Violations)
+	h := fmt.Sprintf("%s: %d %s checked, %d violations", headers, l.Headers.Checked, w.Answers, l.Headers.Violations)
 	if l.Headers.Example != "" {
 		h += " (" + l.Headers.Example + ")"
 	}
@@ -390,13 +388,14 @@ func benchMarkdown(w io.Writer, r bench.Result) error {
 	return err
 }
 
-// BenchProgress is the live line of a run.
-func BenchProgress(p bench.Progress) string {
+// BenchProgress is the live line of a run, in the words of its protocol
+// (bench.HTTPWords, bench.RLSWords).
+func BenchProgress(p bench.Progress, w bench.Words) string {
 	if p.Phase == "probes" {
-		return fmt.Sprintf("probing Retry-After: %s left, --no-probes skips this", p.ProbesLeft.Round(time.Second))
+		return fmt.Sprintf("probing %s: %s left, --no-probes skips this", w.Wait, p.ProbesLeft.Round(time.Second))
 	}
-	line := fmt.Sprintf("%s  done %d  %.0f/s  p99 %s  429 %.1f%%", p.Elapsed.Round(time.Second), p.Done, p.RatePerSec,
-		micros(p.P99Micros), 100*p.LimitedShare)
+	line := fmt.Sprintf("%s  done %d  %.0f/s  p99 %s  %s %.1f%%", p.Elapsed.Round(time.Second), p.Done, p.RatePerSec,
+		micros(p.P99Micros), w.Denied, 100*p.LimitedShare)
 	if p.Phase == "warm-up" {
 		line = "warm-up  " + line
 	}

@@ -3,6 +3,7 @@ package reports_test
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
@@ -125,4 +126,25 @@ func rulesAudit() *bench.Audit {
 		WorstConsumers: []bench.ConsumerAudit{}}
 	return &bench.Audit{Verdict: bench.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
 		Limits: []bench.LimitAudit{perSecond, search, trial}}
+}
+
+// TestBenchProgressWords: the live line speaks of 429 and Retry-After for
+// bench http, of OVER_LIMIT and duration_until_reset for bench rls.
+func TestBenchProgressWords(t *testing.T) {
+	run := bench.Progress{Phase: "run", Elapsed: 3 * time.Second, Done: 300, RatePerSec: 100, P99Micros: 1500, LimitedShare: 0.25}
+	probes := bench.Progress{Phase: "probes", ProbesLeft: 4 * time.Second}
+	for _, tc := range []struct {
+		w          bench.Words
+		run, probe string
+	}{
+		{bench.HTTPWords(), "3s  done 300  100/s  p99 1.5ms  429 25.0%", "probing Retry-After: 4s left, --no-probes skips this"},
+		{bench.RLSWords(), "3s  done 300  100/s  p99 1.5ms  OVER_LIMIT 25.0%", "probing duration_until_reset: 4s left, --no-probes skips this"},
+	} {
+		if got := reports.BenchProgress(run, tc.w); got != tc.run {
+			t.Errorf("run: %q, want %q", got, tc.run)
+		}
+		if got := reports.BenchProgress(probes, tc.w); got != tc.probe {
+			t.Errorf("probes: %q, want %q", got, tc.probe)
+		}
+	}
 }

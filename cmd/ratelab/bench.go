@@ -189,7 +189,7 @@ func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptio
 	if err != nil {
 		return err
 	}
-	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p)) }
+	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p, bench.HTTPWords())) }
 	return opts.loadFlags.run(io, format, func() (bench.Result, error) { return bench.RunHTTP(ctx, cfg) })
 }
 

@@ -151,7 +151,7 @@ func runBenchRLS(ctx context.Context, io *ioStreams, target string, opts benchRL
 	if err != nil {
 		return err
 	}
-	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p)) }
+	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p, bench.RLSWords())) }
 	return opts.loadFlags.run(io, format, func() (bench.Result, error) { return bench.RunRLS(ctx, cfg) })
 }
 

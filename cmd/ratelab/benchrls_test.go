@@ -655,7 +655,7 @@ func TestBenchRLSConsumersFrom(t *testing.T) {
 		name, descriptor, expect, want string
 	}{
 		{"admits twice the limit claimed", "big=b-{consumer}", "6/1m:sliding-log", "--fail-on-leak: big=b-{consumer}: tenant-"},
-		{"claims twice the real limit", "user=c-{consumer}", "12/1m:sliding-log", "--fail-on-leak: user=c-{consumer}: 60 responses with wrong rate-limit headers (tenant-"},
+		{"claims twice the real limit", "user=c-{consumer}", "12/1m:sliding-log", "--fail-on-leak: user=c-{consumer}: 60 answers with wrong current_limit or limit_remaining (tenant-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append(base, "--descriptor", tc.descriptor, "--requests", "60", "--expect-limit", tc.expect)...)
@@ -784,5 +784,26 @@ func TestBenchRLSLiteralBrace(t *testing.T) {
 	if ra := res.Audit.Limits[0].RetryAfter; len(res.Config.IdentityIn) != 0 || ra.Probes != 0 ||
 		!strings.Contains(ra.Skipped, "descriptor user={{consumer} is every consumer's") {
 		t.Fatalf("identity in %q, probes %+v: want none, and the probes skipped for the shared descriptor", res.Config.IdentityIn, ra)
+	}
+}
+
+// TestBenchRLSSpeaksRLS: bench rls's report and its --fail-on-leak
+// messages speak of duration_until_reset, statuses and answers, never of
+// HTTP's Retry-After and rate-limit headers: here a service of 5 calls an
+// hour per consumer, claimed as 3 (caught: exit 3), whose
+// duration_until_reset is too long to probe.
+func TestBenchRLSSpeaksRLS(t *testing.T) {
+	t.Parallel()
+	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--descriptor", "user={consumer}", "--consumers", "2",
+		"--rate", "0", "--connections", "2", "--requests", "20", "--expect-limit", "3/1h:fixed-window", "--fail-on-leak")
+	for _, want := range []string{"duration_until_reset: not probed (duration_until_reset above 70 s: too long to wait for)",
+		"Statuses: 20 answers checked, 20 violations", "20 answers with wrong current_limit or limit_remaining (consumer-"} {
+		if !strings.Contains(stdout+stderr, want) {
+			t.Errorf("no %q", want)
+		}
+	}
+	if code != exitThreshold || strings.Contains(stdout+stderr, "Retry-After") || strings.Contains(stdout+stderr, "header") {
+		t.Fatalf("exit %d; want 3, and no HTTP words:\n%s\n%s", code, stdout, stderr)
 	}
 }
