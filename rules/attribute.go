@@ -140,6 +140,10 @@ func (r *Request) value(a Attribute) (string, bool) {
 	return v, v != ""
 }
 
+// Value is the request's value for a, as the gateway reads it, and
+// whether it has one: an empty value is none.
+func (r *Request) Value(a Attribute) (string, bool) { return r.value(a) }
+
 // hostOnly is a host without its port, in lower case (allocating only when
 // there are capitals).
 func hostOnly(h string) string {
