@@ -289,6 +289,9 @@ type expectation struct {
 	// this limit alone refused must have been told 0 remaining of it (a
 	// rate limit service's OVER_LIMIT status).
 	refusedMaySpend, refusedAtZero bool
+	// unmet says why no request met the limit, when what was sent shows
+	// it (sentValues.unmetHint).
+	unmet string
 }
 
 // newExpectation makes the expectation of limit per window under

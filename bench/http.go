@@ -251,8 +251,8 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	d.fill(&res)
 	if p.audit {
 		cov := d.coverage(ctx, cfg.load())
-		a, m := runAudit(ctx, cfg, p, d.samples, d.advs, cov, d.source)
-		res.Audit = &a
+		a, m, hints := runAudit(ctx, cfg, p, d.samples, d.advs, cov, d.source)
+		res.Audit, res.AuditHints = &a, hints
 		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
 	}
 	return res, ctx.Err()

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -201,7 +202,7 @@ func limitLine(proj []sample, exp expectation, names []string, cov coverage, sen
 		return l
 	case len(proj) == 0 && sent:
 		l := blank
-		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: send what it matches (its route, its headers)"}
+		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.unmet, "send what it matches (its route, its headers)")}
 		return l
 	}
 	l := judgeLimit(proj, exp, len(names), cov, name)

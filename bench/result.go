@@ -123,6 +123,12 @@ type Result struct {
 	Audit *Audit `json:"audit"`
 	// AuditNote says why a merged result has no audit, when it has none.
 	AuditNote string `json:"audit_note,omitempty"`
+	// AuditHints say what the load missed, when what was sent shows it,
+	// and where the identities could go for the audit to test what was
+	// meant: a header or query parameter that the rules keep a limit per
+	// value of and every request sent alike, or the URL's query, for a
+	// gateway that seems to share its limit across the identities sent.
+	AuditHints []string `json:"audit_hints,omitempty"`
 	// AuditSamples keeps what the audit judged, for merges; only with
 	// --expect-limit.
 	AuditSamples *AuditSamples `json:"audit_samples,omitempty"`

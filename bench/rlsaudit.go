@@ -253,6 +253,9 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	}
 	if len(r.exps) == 0 { // by a configuration, which no call met
 		why := fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)
+		if hint := cfg.unmetHint(); hint != "" {
+			why += ": " + hint
+		}
 		if len(samples) == 0 {
 			why = "no call was made in the measured run"
 		}

@@ -91,23 +91,38 @@ func localAddress(nc net.Conn) string {
 
 // runAudit judges a run's samples (with their adverts) by cfg's limits,
 // and asks the engine for the Retry-After probes. It returns the meeting
-// of samples and limits it judged by.
-func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (Audit, *meeting) {
+// of samples and limits it judged by, and the hints of what the load
+// missed (Result.AuditHints).
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (Audit, *meeting, []string) {
 	exps := cfg.expectations()
 	var m meeting
+	var values *sentValues
 	if cfg.ExpectRules != nil {
 		s := &sent{mix: p.req, consumers: cfg.Consumers, sources: p.sources, source: source}
 		name := p.consumerName
 		if cfg.Consumers == 0 {
 			name = func(int32) string { return "the client" }
 		}
-		m = rulesMeeting(samples, cfg.ExpectRules, s.request, name)
+		values = newSentValues(cfg.ExpectRules)
+		m = rulesMeeting(samples, cfg.ExpectRules, values.watch(s.request), name)
+		for k, l := range cfg.ExpectRules.Limits() {
+			if len(m.of[k].idx) == 0 {
+				exps[k].unmet = values.unmetHint(cfg, l)
+			}
+		}
 	} else {
 		m = everyConsumer(samples, len(exps), cfg.Consumers, p.consumerName)
 	}
 	a := auditLimits(samples, advs, exps, m, cov)
 	probeLimits(ctx, p, samples, &a, cov, cfg.NoProbes, "")
-	return a, &m
+	var hints []string
+	if values != nil {
+		hints = values.oneCounterHints(cfg, cfg.ExpectRules, m)
+	}
+	if h := cfg.sharedHint(a); h != "" {
+		hints = append(hints, h)
+	}
+	return a, &m, hints
 }
 
 // probeLimits asks the engine for one set of Retry-After probes for every

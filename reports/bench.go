@@ -128,6 +128,9 @@ func benchNotes(r bench.Result) []string {
 	if r.AuditNote != "" {
 		notes = append(notes, "Audit: "+r.AuditNote+".")
 	}
+	for _, h := range r.AuditHints {
+		notes = append(notes, "Hint: "+h+".")
+	}
 	if a := r.Audit; a != nil && a.CappedFromMillis != nil {
 		notes = append(notes, fmt.Sprintf("The audit kept %d responses and judged none after %s into the run.",
 			a.Samples, time.Duration(*a.CappedFromMillis)*time.Millisecond))

@@ -2,6 +2,7 @@ package reports_test
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,24 @@ func TestBenchProgressWords(t *testing.T) {
 		}
 		if got := reports.BenchProgress(probes, tc.w); got != tc.probe {
 			t.Errorf("probes: %q, want %q", got, tc.probe)
+		}
+	}
+}
+
+// TestBenchAuditHints: the audit's hints follow its notes, one line each,
+// in the terminal and in markdown.
+func TestBenchAuditHints(t *testing.T) {
+	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, &bench.Audit{Verdict: bench.Held, Samples: 96, Limits: []bench.LimitAudit{limit(bench.Held)}})
+	hint := "every request sent query parameter key as abc, so the 2 consumers met by-key on one counter; the identities went in header " +
+		"X-Consumer-Id (--consumer-header): put {consumer} in the URL: http://127.0.0.1:8080/?key={consumer}"
+	r.AuditHints = []string{hint}
+	for _, f := range []reports.Format{reports.Table, reports.Markdown} {
+		var b strings.Builder
+		if err := reports.BenchHTTP(&b, r, f, reports.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "Hint: "+hint+".\n") || strings.Index(b.String(), "Hint:") < strings.Index(b.String(), "Headers:") {
+			t.Errorf("%s: no hint after the audit's notes:\n%s", f, b.String())
 		}
 	}
 }

@@ -301,7 +301,9 @@ func TestBenchRLSAuditHolds(t *testing.T) {
 
 // TestBenchRLSAuditCatchesLeak: a service that admits twice what it
 // claims is caught, by --expect-limit and by a configuration of half its
-// limits: exit 3, naming the descriptor.
+// limits: exit 3, naming the descriptor. Calls whose descriptors meet no
+// limit of the configuration are no verdict, which names the key its
+// descriptors begin with and those sent.
 func TestBenchRLSAuditCatchesLeak(t *testing.T) {
 	t.Parallel()
 	const config = "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: LIMIT, algorithm: sliding-log}\n"
@@ -319,7 +321,8 @@ func TestBenchRLSAuditCatchesLeak(t *testing.T) {
 		{"--expect-limit", []string{"--descriptor", "user=a{consumer}", "--expect-limit", "6/1m:sliding-log"}, "--fail-on-leak: user=a{consumer}: consumer-0 got 12 through"},
 		{"--expect-config", []string{"--descriptor", "user=b{consumer}", "--expect-config", dir}, "--fail-on-leak: user: consumer-0 got 12 through"},
 		{"no descriptor meets the config", []string{"--descriptor", "app=c{consumer}", "--expect-config", dir},
-			`--fail-on-leak: no verdict: no descriptor sent meets a limit of domain`},
+			fmt.Sprintf("--fail-on-leak: no verdict: no descriptor sent meets a limit of domain %q in %s: its descriptors begin with key user, "+
+				"and those sent with app: send one that begins with it, such as --descriptor user={consumer}", domain, filepath.Join(dir, "a.yaml"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "2", "--rate", "0", "--connections", "2",
