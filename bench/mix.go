@@ -93,6 +93,10 @@ func (c HTTPConfig) validateMix() error {
 			return field.Errorf("Routes", "%s: the weight must be between 1 and %d (got %d)", r.Path, maxWeight, r.Weight)
 		}
 	}
+	if len(c.Routes) > 0 && pathHolds(c.Target) {
+		return field.Errorf("Routes", "each replaces the URL's path, which holds a placeholder: put {consumer} in the URL's query "+
+			"(http://host/?key={consumer}) or in each path")
+	}
 	combos := max(len(c.Routes), 1)
 	for _, cv := range c.ConsumerValues {
 		switch {
@@ -184,17 +188,37 @@ func newMix(cfg HTTPConfig) (*mix, *url.URL, error) {
 	return m, first, nil
 }
 
-// withPath is target with its path and query replaced by path.
+// withPath is target with its path replaced by path, and its query too
+// when path has one of its own: a route without a query keeps the URL's,
+// where {consumer} may stand (http://host/?key={consumer}).
 func withPath(target, path string) string {
 	rest := target
 	scheme := ""
 	if i := strings.Index(target, "://"); i >= 0 {
 		scheme, rest = target[:i+3], target[i+3:]
 	}
+	query := ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
+		rest, query = rest[:i], rest[i:]
+	}
+	if j := strings.IndexByte(query, '?'); j >= 0 && !strings.Contains(path, "?") {
+		return scheme + rest + path + query[j:]
 	}
 	return scheme + rest + path
+}
+
+// pathHolds says whether target's path (not its query) holds a
+// placeholder, which a route's path would replace.
+func pathHolds(target string) bool {
+	rest := target
+	if i := strings.Index(target, "://"); i >= 0 {
+		rest = target[i+3:]
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest = rest[:i]
+	}
+	t, err := parseTemplate(rest)
+	return err == nil && (t.uses(consumerPlaceholder) || t.uses(jwtPlaceholder))
 }
 
 // name is consumer c's identity, as the audit names it.

@@ -56,8 +56,8 @@ func TestMix(t *testing.T) {
 		}
 	}
 	for c, got := range routes {
-		if got["/search?q=redis"] != 10 || got["/items"] != 30 {
-			t.Errorf("consumer %d sent %v: want 10 to /search?q=redis and 30 to /items", c, got)
+		if got["/search?q=redis"] != 10 || got["/items?x=1"] != 30 {
+			t.Errorf("consumer %d sent %v: want 10 to /search?q=redis and 30 to /items?x=1 (the URL's query kept)", c, got)
 		}
 	}
 	if n := testing.AllocsPerRun(100, func() { m.request(m.route(7, 7, 10), 7).render(&buf, 7) }); n != 0 {
@@ -223,5 +223,30 @@ func TestDenialsAttributedConservatively(t *testing.T) {
 	if sh.Verdict != NotJudged || sh.Admitted != 2 || sh.Requests != 4 || s.Verdict != Held || e.Verdict != Held || a.Verdict != Held {
 		t.Errorf("verdicts %s, %s, %s (shadow: %d of %d admitted), run %s %q", s.Verdict, e.Verdict, sh.Verdict, sh.Admitted, sh.Requests,
 			a.Verdict, a.Reasons)
+	}
+}
+
+// A route replaces the URL's path and keeps its query, where {consumer}
+// may stand, unless it has a query of its own; a placeholder in the
+// URL's path, which every route would drop, is refused.
+func TestRoutesKeepTheQuery(t *testing.T) {
+	for _, c := range []struct{ target, path, want string }{
+		{"http://h:1/?key={consumer}", "/search", "http://h:1/search?key={consumer}"},
+		{"http://h:1/a?key={consumer}", "/search?q=1", "http://h:1/search?q=1"},
+		{"http://h:1", "/items", "http://h:1/items"},
+		{"http://h:1/x", "/items", "http://h:1/items"},
+	} {
+		if got := withPath(c.target, c.path); got != c.want {
+			t.Errorf("withPath(%q, %q) = %q, want %q", c.target, c.path, got, c.want)
+		}
+	}
+	cfg := HTTPConfig{Target: "http://127.0.0.1:8080/users/{consumer}", Method: "GET", Requests: 1, Consumers: 2,
+		Routes: []Route{ParseRoute("/search:1")}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "{consumer} in the URL's query") {
+		t.Errorf("a placeholder in the URL's path with --path: %v, want it refused", err)
+	}
+	cfg.Target = "http://127.0.0.1:8080/?key={consumer}"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("{consumer} in the URL's query with --path: %v", err)
 	}
 }
