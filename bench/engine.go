@@ -56,6 +56,9 @@ type plan struct {
 	// identities name the consumers when no request does (bench rls's
 	// Identities); nil for consumer-N.
 	identities []string
+	// sets spreads bench rls's descriptor sets by their weights, as a
+	// mix's schedule spreads its routes; nil for one set.
+	sets []uint16
 	// names are the audit's limits by the names a response may give them.
 	names map[string]int16
 	// probes is when the Retry-After probes will be over (Unix ns), while

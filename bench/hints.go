@@ -285,7 +285,7 @@ func (c RLSConfig) unmetHint() string {
 		}
 	}
 	var sent []string
-	for _, d := range c.Descriptors {
+	for _, d := range c.descriptors() {
 		if slices.Contains(top, d[0].Key) {
 			return ""
 		}

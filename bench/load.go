@@ -120,10 +120,11 @@ func newSchedule(l load, t *tally, audit bool) *plan {
 }
 
 // route is the route of this shard's j-th request, of consumer: 0 unless
-// a mix of routes is sent.
+// a mix of routes (bench http) or of kinds of call (bench rls's sets) is
+// sent.
 func (p *plan) route(j int64, consumer int) int {
 	if p.req == nil {
-		return 0
+		return scheduled(p.sets, j, consumer, p.ownConsumers())
 	}
 	return p.req.route(j, consumer, p.ownConsumers())
 }

@@ -436,7 +436,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	for k := range exps { // bench rls: see rlsAudit
 		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
 	}
-	if len(runs[0].Config.Descriptors) > 1 {
+	if runs[0].Config.severalPerCall() {
 		for k := range exps {
 			exps[k].refusedMaySpend = true
 		}

@@ -154,7 +154,11 @@ func newMix(cfg HTTPConfig) (*mix, *url.URL, error) {
 	if len(routes) == 0 {
 		routes = []Route{{Weight: 1}}
 	}
-	m.schedule = spread(routes)
+	weights := make([]int, len(routes))
+	for i, r := range routes {
+		weights[i] = r.Weight
+	}
+	m.schedule = spread(weights)
 	var first *url.URL
 	rendered := 0
 	for _, r := range routes {
@@ -236,20 +240,20 @@ func (m *mix) valueIndex(combo, h int) int {
 	return combo % len(m.values[h].Values)
 }
 
-// spread is a schedule of route indexes, each as often as its weight,
-// interleaved (smooth weighted round robin) so that a short run still
-// sends each route its share.
-func spread(routes []Route) []uint16 {
+// spread is a schedule of indexes (of routes, or of bench rls's kinds of
+// call), each as often as its weight, interleaved (smooth weighted round
+// robin) so that a short run still sends each its share.
+func spread(weights []int) []uint16 {
 	total := 0
-	for _, r := range routes {
-		total += r.Weight
+	for _, w := range weights {
+		total += w
 	}
-	cur := make([]int, len(routes))
+	cur := make([]int, len(weights))
 	out := make([]uint16, 0, total)
 	for range total {
 		best := 0
-		for i, r := range routes {
-			cur[i] += r.Weight
+		for i, w := range weights {
+			cur[i] += w
 			if cur[i] > cur[best] {
 				best = i
 			}
@@ -262,15 +266,22 @@ func spread(routes []Route) []uint16 {
 
 // route is the route of this shard's j-th request, of consumer (-1 for
 // none) among own consumers.
-func (m *mix) route(j int64, consumer, own int) int {
-	if len(m.schedule) == 1 {
+func (m *mix) route(j int64, consumer, own int) int { return scheduled(m.schedule, j, consumer, own) }
+
+// scheduled is the index that schedule (a spread) gives this shard's j-th
+// request, of consumer (-1 for none) among own consumers: the k-th request
+// of a consumer takes schedule[(k + consumer) mod len(schedule)], so that
+// each consumer's requests, and every consumer's together, follow the
+// weights.
+func scheduled(schedule []uint16, j int64, consumer, own int) int {
+	if len(schedule) <= 1 {
 		return 0
 	}
 	k := j // the consumer's k-th request
 	if own > 0 {
 		k = j / int64(own)
 	}
-	return int(m.schedule[(k+int64(max(consumer, 0)))%int64(len(m.schedule))])
+	return int(schedule[(k+int64(max(consumer, 0)))%int64(len(schedule))])
 }
 
 // combo is the combination of consumer values that consumer sends.

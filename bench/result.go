@@ -40,9 +40,12 @@ type Settings struct {
 	SourceIPs string `json:"source_ips,omitempty"`
 	// Domain and Descriptors are what bench rls sent: the call's domain,
 	// and its descriptors as --descriptor takes them ({consumer} in a
-	// value); empty for bench http.
-	Domain      string   `json:"domain,omitempty"`
-	Descriptors []string `json:"descriptors,omitempty"`
+	// value); empty for bench http. DescriptorSets, in place of
+	// Descriptors, are a mix of calls as --call takes them:
+	// WEIGHT:DESCRIPTOR[;DESCRIPTOR…].
+	Domain         string   `json:"domain,omitempty"`
+	Descriptors    []string `json:"descriptors,omitempty"`
+	DescriptorSets []string `json:"descriptor_sets,omitempty"`
 	// Threads is the number of threads the load generator ran on.
 	Threads int `json:"threads"`
 	// TimeoutMillis bounds one request.

@@ -28,6 +28,14 @@ type RLSConfig struct {
 	// in a value stands for the consumer's identity (consumer-0 …, or
 	// Identities), and {{ for a literal {.
 	Descriptors []Descriptor
+	// Sets, in place of Descriptors, are a mix of kinds of call: each call
+	// sends the descriptors of one set, picked by the sets' weights as
+	// bench http picks its routes: the k-th call of consumer c sends the
+	// set at (k + c) mod W of a schedule in which each set stands as often
+	// as its weight (W the weights' sum), interleaved. Every consumer thus
+	// sends each set its share, and a run of whole rounds (W calls per
+	// consumer) sends exactly the weights.
+	Sets []DescriptorSet
 	// HitsAddend is the call's hits_addend: what each descriptor takes of
 	// its limit; 0 leaves it unset, which the service reads as 1.
 	HitsAddend uint32
@@ -84,6 +92,15 @@ type RLSConfig struct {
 
 // Descriptor is one descriptor of a call: its entries, in order.
 type Descriptor []DescriptorEntry
+
+// DescriptorSet is one kind of call of a mix (RLSConfig.Sets): its
+// descriptors, in order, sent in Weight of every W calls, W the sum of the
+// sets' weights.
+type DescriptorSet struct {
+	Descriptors []Descriptor
+	// Weight is the set's share of the calls: 1 to 1000.
+	Weight int
+}
 
 // DescriptorEntry is one entry of a descriptor; Value may hold {consumer}.
 type DescriptorEntry struct {
@@ -175,6 +192,66 @@ func ParseDescriptor(s string) (Descriptor, error) {
 	return d, nil
 }
 
+// ParseDescriptorSet reads a --call value: WEIGHT:DESCRIPTOR[;DESCRIPTOR…],
+// one kind of call of a mix: its weight, then its descriptors, each as
+// ParseDescriptor reads it, between semicolons; \; is a semicolon that
+// does not end the descriptor. The weight comes first and is required, so
+// that no descriptor's text can be taken for it.
+func ParseDescriptorSet(s string) (DescriptorSet, error) {
+	w, rest, ok := strings.Cut(s, ":")
+	weight, err := strconv.Atoi(w)
+	if !ok || err != nil || w == "" || w[0] < '0' || w[0] > '9' {
+		return DescriptorSet{}, field.Errorf("Sets", "%q: want WEIGHT:DESCRIPTOR[;DESCRIPTOR…], such as 3:path=/search,user={consumer}", s)
+	}
+	set := DescriptorSet{Weight: weight}
+	var part strings.Builder
+	end := func() error {
+		d, err := ParseDescriptor(part.String())
+		if err != nil {
+			if fe, ok := err.(*field.Error); ok { // it names the descriptor
+				return field.Errorf("Sets", "%s: %s", shown(s), fe.Reason)
+			}
+			return err
+		}
+		set.Descriptors = append(set.Descriptors, d)
+		part.Reset()
+		return nil
+	}
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c == '\\' && i+1 < len(rest) && rest[i+1] == ';':
+			part.WriteByte(';')
+			i++
+		case c == '\\' && i+1 < len(rest):
+			part.WriteString(rest[i : i+2]) // ParseDescriptor's escape, kept for it
+			i++
+		case c == ';':
+			if err := end(); err != nil {
+				return set, err
+			}
+		default:
+			part.WriteByte(c)
+		}
+	}
+	return set, end()
+}
+
+// String is the set as --call takes it: WEIGHT:, then each descriptor as
+// Descriptor.String writes it, its semicolons escaped (\;), between
+// semicolons, so that ParseDescriptorSet reads it back as set.
+func (set DescriptorSet) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(set.Weight))
+	b.WriteByte(':')
+	for i, d := range set.Descriptors {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(strings.ReplaceAll(d.String(), ";", `\;`))
+	}
+	return b.String()
+}
+
 // shown is s as a message shows it: as it is, when that prints as
 // typed, else quoted.
 func shown(s string) string {
@@ -199,12 +276,27 @@ func (c RLSConfig) Validate() error {
 	switch {
 	case c.Domain == "":
 		return field.Errorf("Domain", "must not be empty: the service looks descriptors up in a domain")
-	case len(c.Descriptors) == 0:
-		return field.Errorf("Descriptors", "must be given at least once: a call with no descriptor is malformed")
-	case len(c.Descriptors) > maxDescriptors:
-		return field.Errorf("Descriptors", "at most %d (got %d)", maxDescriptors, len(c.Descriptors))
+	case len(c.Sets) > 0 && len(c.Descriptors) > 0:
+		return field.Errorf("Sets", "and {Descriptors} are two ways of giving the calls: give one (a set of --call holds several descriptors)")
+	case len(c.Descriptors) == 0 && len(c.Sets) == 0:
+		return field.Errorf("Descriptors", "must be given at least once (or {Sets}): a call with no descriptor is malformed")
+	case len(c.Sets) > maxRoutes:
+		return field.Errorf("Sets", "at most %d (got %d)", maxRoutes, len(c.Sets))
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
+	}
+	for _, set := range c.Sets {
+		switch {
+		case set.Weight < 1 || set.Weight > maxWeight:
+			return field.Errorf("Sets", "%s: the weight must be between 1 and %d (got %d)", set, maxWeight, set.Weight)
+		case len(set.Descriptors) == 0:
+			return field.Errorf("Sets", "%s: a call with no descriptor is malformed", set)
+		}
+	}
+	for _, set := range c.sets() {
+		if len(set.Descriptors) > maxDescriptors {
+			return field.Errorf(c.callsField(), "at most %d descriptors in a call (got %d)", maxDescriptors, len(set.Descriptors))
+		}
 	}
 	ts, err := c.templates()
 	if err != nil {
@@ -219,10 +311,67 @@ func (c RLSConfig) Validate() error {
 	return c.validateExpect()
 }
 
+// sets are the kinds of call: Sets, or the one of Descriptors.
+func (c RLSConfig) sets() []DescriptorSet {
+	if len(c.Sets) > 0 {
+		return c.Sets
+	}
+	return []DescriptorSet{{Descriptors: c.Descriptors, Weight: 1}}
+}
+
+// callsField is the field that gives the calls: Sets or Descriptors.
+func (c RLSConfig) callsField() string {
+	if len(c.Sets) > 0 {
+		return "Sets"
+	}
+	return "Descriptors"
+}
+
+// descriptors are the descriptors of every set, each once (the first of
+// those of one text), in order: with ExpectLimit, each is a limit of its
+// own, on the counter its values name.
+func (c RLSConfig) descriptors() []Descriptor {
+	var out []Descriptor
+	seen := map[string]bool{}
+	for _, set := range c.sets() {
+		for _, d := range set.Descriptors {
+			if t := d.String(); !seen[t] {
+				seen[t] = true
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// severalPerCall says some call sends several descriptors.
+func (c RLSConfig) severalPerCall() bool {
+	for _, set := range c.sets() {
+		if len(set.Descriptors) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// severalPerCall says some call of a bench rls result sent several
+// descriptors (or that its sets cannot be read, which the audit takes so).
+func (s Settings) severalPerCall() bool {
+	if len(s.Descriptors) > 1 {
+		return true
+	}
+	for _, t := range s.DescriptorSets {
+		if set, err := ParseDescriptorSet(t); err != nil || len(set.Descriptors) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // checkIdentities checks Identities (checkIdentities), each a string a
 // descriptor's value can carry (UTF-8), and that some value, of the
 // templates ts, sends them.
-func (c RLSConfig) checkIdentities(ts [][]template) error {
+func (c RLSConfig) checkIdentities(ts [][][]template) error {
 	if c.Identities == nil {
 		return nil
 	}
@@ -234,14 +383,16 @@ func (c RLSConfig) checkIdentities(ts [][]template) error {
 			return field.Errorf("Identities", ": identity %d is not UTF-8 text, which a descriptor's value must be", i+1)
 		}
 	}
-	for _, d := range ts {
-		for _, t := range d {
-			if t.uses(consumerPlaceholder) {
-				return nil
+	for _, set := range ts {
+		for _, d := range set {
+			for _, t := range d {
+				if t.uses(consumerPlaceholder) {
+					return nil
+				}
 			}
 		}
 	}
-	return field.Errorf("Identities", "names the consumers where {consumer} stands, and no value of {Descriptors} holds it")
+	return field.Errorf("Identities", "names the consumers where {consumer} stands, and no value of {%s} holds it", c.callsField())
 }
 
 // tlsConfig is the TLS configuration of the calls, read from its files:
@@ -287,28 +438,34 @@ func (c RLSConfig) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
-// templates are each descriptor's values as templates, in order.
-func (c RLSConfig) templates() ([][]template, error) {
-	out := make([][]template, len(c.Descriptors))
-	for i, d := range c.Descriptors {
-		if len(d) == 0 {
-			return nil, field.Errorf("Descriptors", "descriptor %d has no entries", i+1)
-		}
-		for _, e := range d {
-			if e.Key == "" {
-				return nil, field.Errorf("Descriptors", "%s: an entry with no key", d)
+// templates are each set's descriptors' values as templates, in order:
+// [set][descriptor][entry].
+func (c RLSConfig) templates() ([][][]template, error) {
+	f := c.callsField()
+	sets := c.sets()
+	out := make([][][]template, len(sets))
+	for s, set := range sets {
+		out[s] = make([][]template, len(set.Descriptors))
+		for i, d := range set.Descriptors {
+			if len(d) == 0 {
+				return nil, field.Errorf(f, "descriptor %d has no entries", i+1)
 			}
-			t, err := parseTemplate(e.Value)
-			if err != nil {
-				return nil, field.Errorf("Descriptors", "%s: %v", d, err)
+			for _, e := range d {
+				if e.Key == "" {
+					return nil, field.Errorf(f, "%s: an entry with no key", d)
+				}
+				t, err := parseTemplate(e.Value)
+				if err != nil {
+					return nil, field.Errorf(f, "%s: %v", d, err)
+				}
+				if t.uses(jwtPlaceholder) {
+					return nil, field.Errorf(f, "%s: {jwt} is for bench http: a descriptor names its consumer with {consumer}", d)
+				}
+				if t.uses(consumerPlaceholder) && c.Consumers == 0 {
+					return nil, field.Errorf(f, "%s: {consumer} needs {Consumers}", d)
+				}
+				out[s][i] = append(out[s][i], t)
 			}
-			if t.uses(jwtPlaceholder) {
-				return nil, field.Errorf("Descriptors", "%s: {jwt} is for bench http: a descriptor names its consumer with {consumer}", d)
-			}
-			if t.uses(consumerPlaceholder) && c.Consumers == 0 {
-				return nil, field.Errorf("Descriptors", "%s: {consumer} needs {Consumers}", d)
-			}
-			out[i] = append(out[i], t)
 		}
 	}
 	return out, nil
@@ -346,6 +503,13 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
 	p.identities = cfg.Identities
+	if len(cfg.Sets) > 1 {
+		weights := make([]int, len(cfg.Sets))
+		for i, set := range cfg.Sets {
+			weights[i] = set.Weight
+		}
+		p.sets = spread(weights)
+	}
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err
@@ -354,7 +518,10 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
 	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
-	for _, d := range cfg.Descriptors {
+	for _, set := range cfg.Sets {
+		res.Config.DescriptorSets = append(res.Config.DescriptorSets, set.String())
+	}
+	for _, d := range cfg.descriptors() {
 		if d.namesConsumer() {
 			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
 		}
@@ -385,9 +552,22 @@ func (c RLSConfig) runID() string {
 	if c.RunID != "" {
 		return c.RunID
 	}
+	calls := fmt.Sprintf("%q", c.descriptorTexts())
+	if len(c.Sets) > 0 {
+		calls = fmt.Sprintf("sets %q", c.setTexts())
+	}
 	h := HTTPConfig{Target: "grpc://" + c.Target, Method: "ShouldRateLimit", Rate: c.Rate, Duration: c.Duration, Warmup: c.Warmup,
 		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Identities: c.Identities, Shards: c.Shards,
 		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
-		Body: []byte(fmt.Sprintf("%q %q %d %v", c.Domain, c.descriptorTexts(), c.HitsAddend, c.ExpectConfig != nil))}
+		Body: []byte(fmt.Sprintf("%q %s %d %v", c.Domain, calls, c.HitsAddend, c.ExpectConfig != nil))}
 	return h.runID()
+}
+
+// setTexts are the sets as --call takes them.
+func (c RLSConfig) setTexts() []string {
+	out := make([]string, len(c.Sets))
+	for i, set := range c.Sets {
+		out[i] = set.String()
+	}
+	return out
 }

@@ -64,15 +64,16 @@ func (c RLSConfig) cost() int64 { return max(int64(c.HitsAddend), 1) }
 type rlsMet struct {
 	exps []expectation
 	m    meeting
-	// status[c][d] is the limit descriptor d of consumer c's call met, when
-	// it met one alone; -1 otherwise (none, several, or one that another
-	// descriptor of the call met too).
-	status map[int32][]int
+	// status[{set, c}][d] is the limit descriptor d of consumer c's call of
+	// set met, when it met one alone; -1 otherwise (none, several, or one
+	// that another descriptor of the call met too).
+	status map[[2]int32][]int
 }
 
-// rlsMeeting finds, for each sample, the limits its call met: with
-// ExpectLimit, each descriptor is a limit of its own, on the counter its
-// values name; with ExpectConfig, each descriptor meets the limits the
+// rlsMeeting finds, for each sample, the limits its call met, by the set
+// it sent (its route) and its consumer: with ExpectLimit, each descriptor
+// (each text once, over every set) is a limit of its own, on the counter
+// its values name; with ExpectConfig, each descriptor meets the limits the
 // configuration gives it (rules.Set.LookupCall: replaces across the call,
 // as the service applies it), and only the limits some call met are
 // judged.
@@ -86,16 +87,23 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 	if cfg.ExpectConfig != nil {
 		limits = cfg.ExpectConfig.Limits()
 	}
-	// Each consumer's call meets the same limits: found once.
-	perConsumer := map[int32][][]hit{}
-	meet := func(c int32) [][]hit {
-		if hs, ok := perConsumer[c]; ok {
+	own := map[string]int{} // ExpectLimit: each descriptor's limit, by its text
+	for k, d := range cfg.descriptors() {
+		own[d.String()] = k
+	}
+	sets := cfg.sets()
+	// Each consumer's call of a set meets the same limits: found once.
+	perCall := map[[2]int32][][]hit{}
+	meet := func(set, c int32) [][]hit {
+		at := [2]int32{set, c}
+		if hs, ok := perCall[at]; ok {
 			return hs
 		}
-		req := calls.request(int(c))
+		consumer := int(c)
 		if cfg.Consumers == 0 {
-			req = calls.request(-1)
+			consumer = -1
 		}
+		req := calls.request(int(set), consumer)
 		hs := make([][]hit, len(req.GetDescriptors()))
 		descs := make([][]rules.Entry, len(req.GetDescriptors()))
 		for d, desc := range req.GetDescriptors() {
@@ -106,7 +114,7 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 			descs[d] = entries
 			if cfg.ExpectConfig == nil {
 				label := cfg.Domain + "/" + descriptorLabel(entries)
-				hs[d] = []hit{{k: d, key: label, lbl: label}}
+				hs[d] = []hit{{k: own[sets[set].Descriptors[d].String()], key: label, lbl: label}}
 			}
 		}
 		if cfg.ExpectConfig != nil {
@@ -120,12 +128,12 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 				}
 			}
 		}
-		perConsumer[c] = hs
+		perCall[at] = hs
 		return hs
 	}
 	// The limits judged: every descriptor's, or the configuration's that
 	// some call met, in the file's order.
-	n := len(cfg.Descriptors)
+	n := len(own)
 	if cfg.ExpectConfig != nil {
 		n = len(limits)
 	}
@@ -134,7 +142,7 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 		metAny[k] = cfg.ExpectConfig == nil // every descriptor is a limit of its own
 	}
 	for _, s := range samples {
-		for _, hs := range meet(s.consumer) {
+		for _, hs := range meet(int32(s.route), s.consumer) {
 			for _, h := range hs {
 				metAny[h.k] = true
 			}
@@ -152,7 +160,7 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 	}
 	b := newCounterBook(len(samples), len(r.exps), name)
 	for i, s := range samples {
-		for _, hs := range meet(s.consumer) {
+		for _, hs := range meet(int32(s.route), s.consumer) {
 			for _, h := range hs {
 				k := int32(renum[h.k])
 				b.add(i, k, b.counter(k, h.key, h.lbl, s.consumer))
@@ -160,8 +168,8 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 		}
 	}
 	r.m = b.m
-	r.status = map[int32][]int{}
-	for c, hs := range perConsumer {
+	r.status = map[[2]int32][]int{}
+	for at, hs := range perCall {
 		st := make([]int, len(hs))
 		count := map[int]int{}
 		for d, h := range hs {
@@ -176,7 +184,7 @@ func rlsMeeting(cfg RLSConfig, calls *rlsCalls, samples []sample, name func(int3
 				st[d] = -1
 			}
 		}
-		r.status[c] = st
+		r.status[at] = st
 	}
 	return r
 }
@@ -192,13 +200,13 @@ func descriptorLabel(entries []rules.Entry) string {
 }
 
 // expectation is what the audit holds limit k to: descriptor k's
-// ExpectLimit, or the configuration's k-th limit; each call takes its
+// ExpectLimit (of descriptors(): each text once), or the configuration's k-th limit; each call takes its
 // hits_addend of it.
 func (c RLSConfig) expectation(k int) expectation {
 	var exp expectation
 	if c.ExpectConfig == nil {
 		exp, _ = newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm) // validated
-		exp.descriptor = c.Descriptors[k].String()
+		exp.descriptor = c.descriptors()[k].String()
 		exp.id = exp.descriptor
 	} else {
 		exp = rulesExpectations(c.ExpectConfig)[k]
@@ -215,7 +223,7 @@ func (c RLSConfig) expectation(k int) expectation {
 // descriptor that met none, or several, says nothing.
 func (r rlsMet) nameAdverts(samples []sample, advs []advert) {
 	for _, s := range samples {
-		st := r.status[s.consumer]
+		st := r.status[[2]int32{int32(s.route), s.consumer}]
 		for i := s.advAt; i < s.advAt+uint32(s.advN); i++ {
 			a := &advs[i]
 			d := int(a.name)
@@ -244,7 +252,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	}
 	r := rlsMeeting(cfg, calls, samples, p.consumerName)
 	r.nameAdverts(samples, advs)
-	several := len(cfg.Descriptors) > 1
+	several := cfg.severalPerCall()
 	if several && cov.skipUnder == "" {
 		cov.skipUnder = severalDescriptors
 	}
@@ -271,7 +279,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 	})
 	skip := ""
 	if cfg.Consumers > 1 {
-		for _, d := range cfg.Descriptors {
+		for _, d := range cfg.descriptors() {
 			if !d.namesConsumer() {
 				skip = "descriptor " + d.String() + " is every consumer's: the probes of several consumers at once would spend it"
 				break

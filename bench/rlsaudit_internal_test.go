@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -179,5 +180,59 @@ descriptors:
 				t.Errorf("limits met %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRLSMeetingSets: with a mix of sets, each call is judged by the set
+// it sent (its route): by ExpectLimit, each descriptor's text is one limit
+// over every set, met by the calls that sent it; the schedule sends each
+// consumer the sets by their weights, exactly over whole rounds.
+func TestRLSMeetingSets(t *testing.T) {
+	var sets []DescriptorSet
+	for _, s := range []string{"1:a={consumer};g=global", "3:b={consumer};g=global"} {
+		set, err := ParseDescriptorSet(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, set)
+	}
+	cfg := RLSConfig{Target: "127.0.0.1:1", Domain: "d", Sets: sets, Consumers: 2, Requests: 1, ExpectLimit: 5, ExpectWindow: time.Second}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := newRLSCalls(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedule := spread([]int{1, 3})
+	var samples []sample
+	perSet := map[[2]int]int{}
+	for j := range int64(32) {
+		consumer := int(j % 2)
+		set := scheduled(schedule, j, consumer, 2)
+		perSet[[2]int{consumer, set}]++
+		samples = append(samples, sample{consumer: int32(consumer), route: uint16(set), status: rlsOK, sent: time.Duration(j) * time.Millisecond,
+			done: time.Duration(j)*time.Millisecond + 1, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+		first := calls.request(set, consumer).GetDescriptors()[0].GetEntries()[0]
+		if want := [2]string{"a", "b"}[set] + "=" + consumerName(int32(consumer)); first.GetKey()+"="+first.GetValue() != want {
+			t.Fatalf("call %d of set %d sends %s=%s, want %s", j, set, first.GetKey(), first.GetValue(), want)
+		}
+	}
+	for c := range 2 {
+		if perSet[[2]int{c, 0}] != 4 || perSet[[2]int{c, 1}] != 12 {
+			t.Errorf("consumer %d sent the sets %d and %d times, want 4 and 12", c, perSet[[2]int{c, 0}], perSet[[2]int{c, 1}])
+		}
+	}
+	r := rlsMeeting(cfg, calls, samples, consumerName)
+	var got []string
+	for k, e := range r.exps {
+		got = append(got, fmt.Sprintf("%s×%d", e.id, len(r.m.of[k].idx)))
+	}
+	if want := []string{"a={consumer}×8", "g=global×32", "b={consumer}×24"}; !slices.Equal(got, want) {
+		t.Errorf("limits met %v, want %v", got, want)
+	}
+	a := auditLimits(samples, nil, r.exps, r.m, coverage{horizon: -1, skipUnder: severalDescriptors})
+	if a.Limits[0].Requests != 8 || a.Limits[1].Requests != 32 || a.Limits[2].Requests != 24 {
+		t.Errorf("requests per limit: %d, %d, %d; want 8, 32, 24", a.Limits[0].Requests, a.Limits[1].Requests, a.Limits[2].Requests)
 	}
 }

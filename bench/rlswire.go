@@ -28,23 +28,30 @@ const (
 	rlsUnknown = 500
 )
 
-// rlsCalls are the calls a run sends: one per consumer, made once when
-// there are few, else rendered per call.
+// rlsCalls are the calls a run sends: for each of its sets (one, unless
+// the run mixes them), one per consumer, made once when there are few,
+// else rendered per call.
 type rlsCalls struct {
 	domain string
 	addend uint32
 	// names are the consumers' identities; nil for consumer-N.
 	names []string
+	sets  []rlsSet
+}
+
+// rlsSet is the calls of one set of descriptors.
+type rlsSet struct {
 	// keys and values are each descriptor's entries; shared is the one
 	// call when no value names its consumer.
 	keys   [][]string
 	values [][]template
 	shared *pb.RateLimitRequest
-	// made holds each consumer's call, when there are at most maxMade.
+	// made holds each consumer's call, when the run's sets hold at most
+	// maxMade descriptors over all consumers.
 	made []*pb.RateLimitRequest
 }
 
-// maxMade bounds the calls made before the run.
+// maxMade bounds the descriptors of the calls made before the run.
 const maxMade = 100_000
 
 func newRLSCalls(cfg RLSConfig) (*rlsCalls, error) {
@@ -52,56 +59,66 @@ func newRLSCalls(cfg RLSConfig) (*rlsCalls, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &rlsCalls{domain: cfg.Domain, addend: cfg.HitsAddend, names: cfg.Identities, values: ts}
-	perConsumer := false
-	for i, d := range cfg.Descriptors {
-		keys := make([]string, len(d))
-		for j, e := range d {
-			keys[j] = e.Key
-			perConsumer = perConsumer || ts[i][j].uses(consumerPlaceholder)
-		}
-		c.keys = append(c.keys, keys)
+	c := &rlsCalls{domain: cfg.Domain, addend: cfg.HitsAddend, names: cfg.Identities, sets: make([]rlsSet, len(ts))}
+	descriptors := 0
+	for _, set := range cfg.sets() {
+		descriptors += len(set.Descriptors)
 	}
-	switch {
-	case !perConsumer:
-		c.shared = c.render(-1)
-	case cfg.Consumers*len(cfg.Descriptors) <= maxMade:
-		c.made = make([]*pb.RateLimitRequest, cfg.Consumers)
-		for i := range c.made {
-			c.made[i] = c.render(i)
+	for s, set := range cfg.sets() {
+		cs := &c.sets[s]
+		cs.values = ts[s]
+		perConsumer := false
+		for i, d := range set.Descriptors {
+			keys := make([]string, len(d))
+			for j, e := range d {
+				keys[j] = e.Key
+				perConsumer = perConsumer || ts[s][i][j].uses(consumerPlaceholder)
+			}
+			cs.keys = append(cs.keys, keys)
+		}
+		switch {
+		case !perConsumer:
+			cs.shared = c.render(s, -1)
+		case cfg.Consumers*descriptors <= maxMade:
+			cs.made = make([]*pb.RateLimitRequest, cfg.Consumers)
+			for i := range cs.made {
+				cs.made[i] = c.render(s, i)
+			}
 		}
 	}
 	return c, nil
 }
 
-// request is consumer's call (-1: no consumer). It is only read: every
-// connection may send it at once.
-func (c *rlsCalls) request(consumer int) *pb.RateLimitRequest {
+// request is consumer's call (-1: no consumer) of set. It is only read:
+// every connection may send it at once.
+func (c *rlsCalls) request(set, consumer int) *pb.RateLimitRequest {
+	cs := &c.sets[set]
 	switch {
-	case c.shared != nil:
-		return c.shared
-	case consumer >= 0 && consumer < len(c.made):
-		return c.made[consumer]
+	case cs.shared != nil:
+		return cs.shared
+	case consumer >= 0 && consumer < len(cs.made):
+		return cs.made[consumer]
 	}
-	return c.render(consumer)
+	return c.render(set, consumer)
 }
 
-// render makes consumer's call.
-func (c *rlsCalls) render(consumer int) *pb.RateLimitRequest {
-	req := &pb.RateLimitRequest{Domain: c.domain, HitsAddend: c.addend, Descriptors: make([]*rlpb.RateLimitDescriptor, len(c.keys))}
-	for i, keys := range c.keys {
+// render makes consumer's call of set.
+func (c *rlsCalls) render(set, consumer int) *pb.RateLimitRequest {
+	cs := &c.sets[set]
+	req := &pb.RateLimitRequest{Domain: c.domain, HitsAddend: c.addend, Descriptors: make([]*rlpb.RateLimitDescriptor, len(cs.keys))}
+	for i, keys := range cs.keys {
 		d := &rlpb.RateLimitDescriptor{Entries: make([]*rlpb.RateLimitDescriptor_Entry, len(keys))}
 		for j, k := range keys {
-			d.Entries[j] = &rlpb.RateLimitDescriptor_Entry{Key: k, Value: c.value(i, j, consumer)}
+			d.Entries[j] = &rlpb.RateLimitDescriptor_Entry{Key: k, Value: c.value(cs.values[i][j], consumer)}
 		}
 		req.Descriptors[i] = d
 	}
 	return req
 }
 
-// value is entry j of descriptor i as consumer sends it.
-func (c *rlsCalls) value(i, j, consumer int) string {
-	return c.values[i][j].render(func(placeholder) string {
+// value is an entry's value t as consumer sends it.
+func (c *rlsCalls) value(t template, consumer int) string {
+	return t.render(func(placeholder) string {
 		switch {
 		case consumer < 0:
 			return ""
@@ -131,8 +148,9 @@ func newRLSWire(p *plan, target string, calls *rlsCalls, tc *tls.Config) *rlsWir
 	return &rlsWire{p: p, target: target, calls: calls, tls: tc}
 }
 
-// exchange makes consumer's call, bounded by the run's timeout.
-func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, _ int) (int, int64, error) {
+// exchange makes consumer's call of set (the route the engine picked),
+// bounded by the run's timeout.
+func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, set int) (int, int64, error) {
 	w.resp = nil
 	if w.cc == nil {
 		creds := insecure.NewCredentials()
@@ -146,7 +164,7 @@ func (w *rlsWire) exchange(ctx context.Context, sentAt time.Time, consumer, _ in
 		w.cc, w.client = cc, pb.NewRateLimitServiceClient(cc)
 	}
 	cctx, cancel := context.WithDeadline(ctx, sentAt.Add(w.p.timeout))
-	resp, err := w.client.ShouldRateLimit(cctx, w.calls.request(consumer))
+	resp, err := w.client.ShouldRateLimit(cctx, w.calls.request(set, consumer))
 	cancel()
 	if err != nil {
 		return 0, 0, rlsFailure(err, w.tls != nil)

@@ -65,7 +65,7 @@ func TestRLSIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	for consumer, want := range []string{"u-key-a", "u-key-b"} {
-		if got := calls.request(consumer).GetDescriptors()[0].GetEntries()[0].GetValue(); got != want {
+		if got := calls.request(0, consumer).GetDescriptors()[0].GetEntries()[0].GetValue(); got != want {
 			t.Errorf("consumer %d sends %q, want %q", consumer, got, want)
 		}
 	}
