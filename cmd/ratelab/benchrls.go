@@ -22,6 +22,7 @@ type benchRLSOptions struct {
 	bench.RLSConfig
 	loadFlags
 	descriptors  []string
+	calls        []string
 	hitsAddend   int64
 	expectLimit  string
 	expectConfig string
@@ -30,7 +31,7 @@ type benchRLSOptions struct {
 
 // benchRLSNames are the flags that set bench.RLSConfig's fields; the
 // others are bench http's (benchNames).
-var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "HitsAddend": "--hits-addend",
+var benchRLSNames = flagNames{"Target": "ADDR", "Domain": "--domain", "Descriptors": "--descriptor", "Sets": "--call", "HitsAddend": "--hits-addend",
 	"Identities": "--consumers-from", "ExpectConfig": "--expect-config", "ExpectLimits": "--expect-limit",
 	"TLS": "--tls", "TLSCAFile": "--tls-ca", "TLSCertFile": "--tls-cert", "TLSKeyFile": "--tls-key", "TLSServerName": "--tls-server-name",
 	"Insecure": "--insecure"}
@@ -52,6 +53,14 @@ descriptor (\, is a comma inside a value, \\ a backslash; any other backslash is
 consumer-K-1 over --consumers K, or the lines of --consumers-from, by which the audit and report
 merge then name the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
 
+--call WEIGHT:DESCRIPTOR[;DESCRIPTOR…], in place of --descriptor and repeatable, mixes kinds of
+call: each call sends the descriptors of one --call, picked by weight as bench http's --path
+picks routes: --call '1:path=/search,user={consumer}' --call '3:path=/items,user={consumer}' sends
+path=/search in a quarter of each consumer's calls. The weight (1 to 1000) comes first; a call's
+descriptors are separated by ; (\; is a semicolon inside a value). The pick is fixed by each
+call's place in the schedule, so a run of whole rounds (the weights' sum of calls per consumer)
+sends exactly the weights, and the audit judges each call by the descriptors it sent.
+
 A call answered OK counts as a 2xx and one OVER_LIMIT as a 429, so that results read, merge
 and render as bench http's; a call the service refuses with a gRPC error (InvalidArgument,
 Unimplemented …) or that cannot reach it is an error. A run in which no call got an answer
@@ -64,6 +73,7 @@ docs/envoy.md says more.`,
 		Example: `  ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor 'user={consumer}' --consumers 50 --rate 2000 --duration 30s
   ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor 'api_key={consumer}' --consumers-from keys.txt --rate 200 --expect-limit 10/1s
   ratelab bench rls 127.0.0.1:8081 --domain edge --descriptor generic_key=global --rate 0 --connections 64 --duration 10s -o json > run.json
+  ratelab bench rls 127.0.0.1:8081 --domain edge --call '1:path=/search,user={consumer}' --call '3:path=/items,user={consumer};generic_key=global' --consumers 4 --rate 100 --expect-config ./config
   ratelab bench rls rls.internal:8081 --tls-ca ca.pem --tls-cert bench.pem --tls-key bench-key.pem --domain edge --descriptor user=a --duration 10s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -79,6 +89,8 @@ docs/envoy.md says more.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Domain, "domain", "", "the domain of every call (required)")
 	f.StringArrayVar(&opts.descriptors, "descriptor", nil, "one descriptor of every call, key=value[,key=value…] (\\, a comma in a value, \\\\ a backslash; {consumer} may stand in a value; repeatable, in order)")
+	f.StringArrayVar(&opts.calls, "call", nil, "one kind of call of a mix, WEIGHT:DESCRIPTOR[;DESCRIPTOR…]: its descriptors, sent in WEIGHT "+
+		"of every sum-of-the-weights calls (\\; a semicolon in a value; repeatable; in place of --descriptor)")
 	f.Int64Var(&opts.hitsAddend, "hits-addend", 0, "the call's hits_addend: what each descriptor takes of its limit (0: unset, which the service reads as 1)")
 	f.IntVar(&opts.Consumers, "consumers", 1, "consumers to spread the calls over, named where {consumer} stands")
 	f.BoolVar(&opts.TLS, "tls", false, "call over TLS, verifying the service's certificate against the system's roots (or --tls-ca's)")
@@ -122,6 +134,13 @@ func benchRLSConfig(target string, opts benchRLSOptions) (bench.RLSConfig, repor
 			return cfg, "", flagError(err, benchRLSNames)
 		}
 		cfg.Descriptors = append(cfg.Descriptors, d)
+	}
+	for _, v := range opts.calls {
+		set, err := bench.ParseDescriptorSet(v)
+		if err != nil {
+			return cfg, "", flagError(err, benchRLSNames)
+		}
+		cfg.Sets = append(cfg.Sets, set)
 	}
 	if opts.hitsAddend < 0 || opts.hitsAddend > 1<<32-1 {
 		return cfg, "", usagef("--hits-addend must be between 0 and %d (got %d)", uint32(1<<32-1), opts.hitsAddend)

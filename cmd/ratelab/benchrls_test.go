@@ -106,7 +106,7 @@ func TestBenchRLSBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--descriptor", "user=a"}, "--domain must not be empty"},
-		{[]string{"--domain", "d"}, "--descriptor must be given at least once"},
+		{[]string{"--domain", "d"}, "--descriptor must be given at least once (or --call)"},
 		{[]string{"--domain", "d", "--descriptor", "=a"}, `--descriptor "=a": an entry with no key`},
 		{[]string{"--domain", "d", "--descriptor", "user={user}"}, "--descriptor user={user}: unknown placeholder {user}"},
 		{[]string{"--domain", "d", "--descriptor", `path=/a\x`}, `--descriptor path=/a\x: \x is not an escape: \, is a comma and \\ a backslash`},
@@ -115,6 +115,11 @@ func TestBenchRLSBadFlags(t *testing.T) {
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--rate", "-5"}, "--rate must be between 0"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--consumers", "0"}, "--consumers must be at least 1"},
 		{[]string{"--domain", "d", "--descriptor", "user=a", "--shard", "2/2"}, "--shard must be I/N"},
+		{[]string{"--domain", "d", "--descriptor", "user=a", "--call", "1:user=b"}, "--call and --descriptor are two ways of giving the calls"},
+		{[]string{"--domain", "d", "--call", "user=a:3"}, `--call "user=a:3": want WEIGHT:DESCRIPTOR[;DESCRIPTOR…]`},
+		{[]string{"--domain", "d", "--call", "0:user=a"}, "--call 0:user=a: the weight must be between 1 and 1000 (got 0)"},
+		{[]string{"--domain", "d", "--call", `1:user=a;k=\x`}, `--call 1:user=a;k=\x: k=\x: \x is not an escape`},
+		{[]string{"--domain", "d", "--call", "1:user=a", "--call", "2:user={user}"}, "--call user={user}: unknown placeholder {user}"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
@@ -808,5 +813,85 @@ func TestBenchRLSSpeaksRLS(t *testing.T) {
 	}
 	if code != exitThreshold || strings.Contains(stdout+stderr, "Retry-After") || strings.Contains(stdout+stderr, "header") {
 		t.Fatalf("exit %d; want 3, and no HTTP words:\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// TestBenchRLSMix: --call mixes kinds of call by weight. Two sets, 1:3,
+// against ratelab rls, where each set meets a limit of its own: the calls
+// of each set follow the weights exactly (each consumer's calls are whole
+// rounds of the schedule), the audit judges each call by the set it sent,
+// a correct service is held, and one whose /search limit is twice its
+// configuration's is caught (exit 3) on that limit alone.
+func TestBenchRLSMix(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: path\n    value: /search\n    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: SEARCH, algorithm: sliding-log}\n" +
+		"  - key: path\n    value: /items\n    descriptors:\n      - key: user\n        rate_limit: {unit: minute, requests_per_unit: 9, algorithm: sliding-log}\n"
+	for _, tc := range []struct {
+		name    string
+		served  string // the service's /search limit; the configuration audited by says 3
+		code    int
+		verdict [2]string
+	}{
+		{"held", "3", exitOK, [2]string{"held", "held"}},
+		{"twice the claim", "6", exitThreshold, [2]string{"leaked", "held"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr, domain := startRLS(t, strings.ReplaceAll(config, "SEARCH", tc.served))
+			dir := t.TempDir()
+			claim := strings.ReplaceAll(strings.ReplaceAll(config, "SEARCH", "3"), "DOMAIN", domain)
+			if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(claim), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sets := []string{"1:path=/search,user={consumer}", "3:path=/items,user={consumer}"}
+			code, stdout, stderr := ratelab(t, "bench", "rls", addr, "--domain", domain, "--call", sets[0], "--call", sets[1],
+				"--consumers", "2", "--rate", "0", "--connections", "2", "--requests", "80", "--expect-config", dir, "--no-probes",
+				"--fail-on-leak", "-o", "json")
+			var res struct {
+				StatusCounts map[string]int64 `json:"status_counts"`
+				Config       struct {
+					Descriptors    []string
+					DescriptorSets []string `json:"descriptor_sets"`
+				}
+				Audit struct {
+					Verdict string
+					Limits  []struct {
+						Descriptor string
+						Verdict    string
+						Requests   int64
+						Admitted   int64
+						Headers    struct{ Violations int64 }
+					}
+				}
+			}
+			decodeJSON(t, stdout, &res)
+			if code != tc.code || len(res.Audit.Limits) != 2 {
+				t.Fatalf("exit %d (%s), audit %+v; want exit %d over 2 limits", code, stderr, res.Audit, tc.code)
+			}
+			// 40 calls a consumer: 10 rounds of the schedule, 10 of /search
+			// and 30 of /items each.
+			search, items := res.Audit.Limits[0], res.Audit.Limits[1]
+			if !strings.Contains(search.Descriptor, "/search") || search.Requests != 20 || items.Requests != 60 {
+				t.Fatalf("limits %+v: want /search met by 20 calls, /items by 60", res.Audit.Limits)
+			}
+			admitted := map[string]int64{"3": 6, "6": 12}[tc.served]
+			if search.Admitted != admitted || items.Admitted != 18 || res.StatusCounts["200"] != admitted+18 {
+				t.Fatalf("admitted %d of /search and %d of /items (statuses %v), want %d and 18", search.Admitted, items.Admitted,
+					res.StatusCounts, admitted)
+			}
+			// A service of twice the limit also advertises it: its headers
+			// are wrong for /search alone.
+			if search.Verdict != tc.verdict[0] || items.Verdict != tc.verdict[1] || (search.Headers.Violations == 0) != (tc.code == exitOK) ||
+				items.Headers.Violations != 0 {
+				t.Fatalf("verdicts %s and %s, headers %+v and %+v; want %v", search.Verdict, items.Verdict, search.Headers, items.Headers, tc.verdict)
+			}
+			if tc.code == exitThreshold && !strings.Contains(stderr, "consumer-0 got 6 through") {
+				t.Fatalf("stderr %q: want the leak of /search named", stderr)
+			}
+			if !slices.Equal(res.Config.DescriptorSets, sets) || len(res.Config.Descriptors) != 0 {
+				t.Fatalf("config %+v: want the sets as given", res.Config)
+			}
+		})
 	}
 }
