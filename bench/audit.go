@@ -23,8 +23,10 @@ type sample struct {
 	// judged for under-admission of this one.
 	otherMayDeny bool
 	// adverts are the policies its response spoke of: advs[advAt:advAt+advN]
-	// of the slice kept beside the samples.
+	// of the slice kept beside the samples; then come the violated
+	// policies its 429's problem body named (violatedPolicies).
 	advN       uint8
+	violated   uint8
 	advAt      uint32
 	sent, done time.Duration // since the measured run began
 	retryAfter time.Duration // -1 when absent
@@ -217,9 +219,13 @@ type HeadersAudit struct {
 	Checked int64 `json:"checked"`
 	// Violations counts advertised limits other than the expected one,
 	// remaining counts above the limit, remaining counts that fall by
-	// more than the admissions in between, and successes right after a
-	// response that said 0 remaining (see remainingChecks).
+	// more than the admissions in between, successes right after a
+	// response that said 0 remaining (see remainingChecks), and 429s
+	// whose violated-policies named this limit wrongly (checkViolated).
 	Violations int64 `json:"violations"`
+	// Named counts the 429s whose problem body named this limit in its
+	// violated-policies, each checked (checkViolated).
+	Named int64 `json:"named,omitempty"`
 	// Example describes the first violation.
 	Example string `json:"example,omitempty"`
 	// Partial, when set, says why the checks that need every response

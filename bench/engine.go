@@ -338,7 +338,7 @@ func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answere
 	at := len(c.advs)
 	s, c.advs = c.w.sample(consumer, sent, done, c.advs)
 	s.route = uint16(route)
-	s.advAt, s.advN = uint32(at), uint8(len(c.advs)-at)
+	s.advAt, s.advN = uint32(at), uint8(len(c.advs)-at)-s.violated
 	c.samples = append(c.samples, s)
 }
 

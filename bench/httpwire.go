@@ -42,10 +42,17 @@ func (c *httpWire) exchange(ctx context.Context, sentAt time.Time, consumer, rou
 	return c.resp.status, c.resp.body, nil
 }
 
-// sample reads the rate-limit fields of the last response.
+// sample reads the rate-limit fields of the last response, and the
+// policies a 429's problem body named as violated (after its adverts).
 func (c *httpWire) sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert) {
 	s := newSample(consumer, sent, done, c.resp.status, &c.resp.limits)
-	return s, parseAdverts(advs, &c.resp.limits, c.p.names)
+	advs = parseAdverts(advs, &c.resp.limits, c.p.names)
+	if c.resp.problem {
+		at := len(advs)
+		advs = violatedPolicies(advs, c.resp.kept, &c.resp.limits, c.p.names)
+		s.violated = uint8(len(advs) - at)
+	}
+	return s, advs
 }
 
 // limited says the last response carried rate-limit fields

@@ -97,9 +97,9 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 	exps := cfg.expectations()
 	var m meeting
 	var values *sentValues
+	name := p.consumerName
 	if cfg.ExpectRules != nil {
 		s := &sent{mix: p.req, consumers: cfg.Consumers, sources: p.sources, source: source}
-		name := p.consumerName
 		if cfg.Consumers == 0 {
 			name = func(int32) string { return "the client" }
 		}
@@ -114,6 +114,7 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 		m = everyConsumer(samples, len(exps), cfg.Consumers, p.consumerName)
 	}
 	a := auditLimits(samples, advs, exps, m, cov)
+	checkViolated(&a, samples, advs, exps, m, name)
 	probeLimits(ctx, p, samples, &a, cov, cfg.NoProbes, "")
 	var hints []string
 	if values != nil {

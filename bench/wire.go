@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -54,7 +55,16 @@ type response struct {
 	close bool
 	// limits holds the rate-limit fields, read only when auditing.
 	limits limitFields
+	// problem says the response is a 429 whose body is a problem
+	// (Content-Type application/problem+json, RFC 9457), read only when
+	// auditing; kept holds the first maxProblem bytes of its body. kept's
+	// array is the connection's, reused from response to response.
+	problem bool
+	kept    []byte
 }
+
+// maxProblem bounds what is kept of a problem's body.
+const maxProblem = 4 << 10
 
 // limitFields are the raw values of the fields the audit reads.
 type limitFields struct {
@@ -68,8 +78,9 @@ type limitFields struct {
 // fields when audit is set), and the body, which it discards. head says the
 // request was HEAD (no body). Interim 1xx responses are skipped.
 func readResponse(br *bufio.Reader, head, audit bool, r *response) error {
+	kept := r.kept[:0]
 	for {
-		*r = response{}
+		*r = response{kept: kept}
 		if err := readHead(br, head, audit, r); err != nil {
 			return err
 		}
@@ -130,6 +141,11 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 				coded = true
 				continue
 			}
+		case len("Content-Type"):
+			if audit && r.status == http.StatusTooManyRequests && bytes.EqualFold(name, []byte("Content-Type")) {
+				r.problem = isProblemJSON(value)
+				continue
+			}
 		case len("Connection"):
 			if bytes.EqualFold(name, []byte("Connection")) {
 				if hasToken(value, "close") {
@@ -160,7 +176,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 	case chunked:
 		return readChunked(br, r)
 	case length >= 0:
-		n, err := br.Discard(int(length))
+		n, err := r.discard(br, length)
 		r.body = int64(n)
 		if err != nil {
 			return unexpected(err)
@@ -168,11 +184,54 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 		return nil
 	default:
 		// No length: the body runs until the server closes.
-		n, err := io.Copy(io.Discard, br)
-		r.body = n
 		r.close = true
+		k, err := r.keep(br, maxProblem)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			r.body = int64(k)
+			return nil
+		}
+		n, err := io.Copy(io.Discard, br)
+		r.body = int64(k) + n
 		return err
 	}
+}
+
+// discard reads n bytes of the body, keeping the first of a problem's
+// (keep), and counts what it read.
+func (r *response) discard(br *bufio.Reader, n int64) (int, error) {
+	if !r.problem {
+		return br.Discard(int(n))
+	}
+	k, err := r.keep(br, n)
+	if err != nil {
+		return k, err
+	}
+	d, err := br.Discard(int(n - int64(k)))
+	return k + d, err
+}
+
+// keep reads up to n bytes of a problem's body into kept, while kept
+// holds fewer than maxProblem, and counts what it read; nothing for a
+// body that is no problem.
+func (r *response) keep(br *bufio.Reader, n int64) (int, error) {
+	room := int64(maxProblem - len(r.kept))
+	if !r.problem || room <= 0 || n <= 0 {
+		return 0, nil
+	}
+	at := len(r.kept)
+	r.kept = slices.Grow(r.kept, int(min(n, room)))[:at+int(min(n, room))]
+	k, err := io.ReadFull(br, r.kept[at:])
+	r.kept = r.kept[:at+k]
+	return k, err
+}
+
+// isProblemJSON says a Content-Type is application/problem+json, with or
+// without parameters.
+func isProblemJSON(v []byte) bool {
+	if i := bytes.IndexByte(v, ';'); i >= 0 {
+		v = v[:i]
+	}
+	return bytes.EqualFold(bytes.TrimSpace(v), []byte("application/problem+json"))
 }
 
 func readChunked(br *bufio.Reader, r *response) error {
@@ -200,7 +259,7 @@ func readChunked(br *bufio.Reader, r *response) error {
 				}
 			}
 		}
-		n, err := br.Discard(int(size))
+		n, err := r.discard(br, size)
 		r.body += int64(n)
 		if err != nil {
 			return unexpected(err)

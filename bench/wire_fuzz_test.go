@@ -54,6 +54,11 @@ func FuzzReadResponse(f *testing.F) {
 		"HTTP/1.1 2000 OK\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nX-Long: " + string(bytes.Repeat([]byte("a"), 100)) + "\r\nContent-Length: 0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\n: no name\r\n\r\n",
+		"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: 33\r\n\r\n{\"violated-policies\":[\"a\",\"b\"]}",
+		"HTTP/1.1 429 Too Many Requests\r\nContent-Type: Application/Problem+JSON; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"10\r\n{\"violated-polic\r\n11\r\nies\":[\"per-hour\"]}\r\n0\r\n\r\n",
+		"HTTP/1.0 429 Too Many Requests\r\nContent-Type: application/problem+json\r\n\r\n{\"violated-policies\":[]}",
+		"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: 99999\r\n\r\n{\"violated",
 		"",
 	} {
 		f.Add([]byte(s), false)
@@ -86,6 +91,9 @@ func FuzzReadResponse(f *testing.F) {
 					t.Fatalf("buffer %d: body of %d bytes", size, r.body)
 				}
 				bodies += r.body
+				if len(r.kept) > maxProblem || int64(len(r.kept)) > r.body || (len(r.kept) > 0 && (!r.problem || r.status != http.StatusTooManyRequests)) {
+					t.Fatalf("buffer %d: kept %d bytes of a body of %d (status %d, problem %v)", size, len(r.kept), r.body, r.status, r.problem)
+				}
 				// The audit reads the rate-limit fields as it finds them.
 				s := newSample(0, 0, 1, r.status, &r.limits)
 				if s.reset < -1 || s.reset > 1e9*time.Second || s.retryAfter < -1 {
