@@ -449,6 +449,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 		m = counters.m
 	}
 	a := auditLimits(all, advs, exps, m, cov)
+	checkViolated(&a, all, advs, exps, m, lay.namer())
 	for k := range a.Limits {
 		a.Limits[k].RetryAfter = probes[k]
 		if probed[k] {

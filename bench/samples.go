@@ -15,16 +15,19 @@ import (
 // limiter that leaks across machines is caught although each machine alone
 // saw too little to tell.
 type AuditSamples struct {
-	// Encoding names the format of Data: "ratelab-samples-v2", a sequence
+	// Encoding names the format of Data: "ratelab-samples-v3", a sequence
 	// of unsigned varints per response, in consumer and send order:
 	// consumer (delta), sent in µs since the measured run began (delta
 	// within a consumer), flight in µs (received − sent, rounded up),
 	// status, and Retry-After in ms, limit, remaining and reset in s, each
-	// plus one (0: the field was absent); then the route (of --path's, from
-	// 0) and the number of policies the response gave, and for each: the
-	// index of the limit its name names plus one (0: none), 1 for legacy
-	// fields (else 0), and its q, w, r and t, each plus one.
-	// "ratelab-samples-v1" is the same without the route and policies.
+	// plus one (0: the field was absent); then the route (of --path's, or
+	// bench rls's sets, from 0) and the number of policies the response
+	// gave, and for each: the index of the limit its name names plus one
+	// (0: none), 1 for legacy fields (else 0), and its q, w, r and t, each
+	// plus one; then the number of policies its 429's problem body named in
+	// violated-policies, each written as a policy is (legacy 0).
+	// "ratelab-samples-v2" is the same without the violated policies, and
+	// "ratelab-samples-v1" without the route and policies too.
 	Encoding string `json:"encoding"`
 	// Count is the number of responses in Data.
 	Count int `json:"count"`
@@ -46,7 +49,8 @@ type SampleCounters struct {
 }
 
 const (
-	samplesEncoding   = "ratelab-samples-v2"
+	samplesEncoding   = "ratelab-samples-v3"
+	samplesEncodingV2 = "ratelab-samples-v2"
 	samplesEncodingV1 = "ratelab-samples-v1"
 )
 
@@ -92,20 +96,14 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 		buf = binary.AppendUvarint(buf, plusOne(s.remaining, s.remaining >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(int64(s.reset/time.Second), s.reset >= 0))
 		buf = binary.AppendUvarint(buf, uint64(s.route))
-		var ads []advert
-		if s.advN > 0 && int(s.advAt)+int(s.advN) <= len(advs) {
-			ads = advs[s.advAt : s.advAt+uint32(s.advN)]
+		var ads, vio []advert
+		if end := int(s.advAt) + int(s.advN); end+int(s.violated) <= len(advs) {
+			ads, vio = advs[s.advAt:end], advs[end:end+int(s.violated)]
 		}
-		buf = binary.AppendUvarint(buf, uint64(len(ads)))
-		for _, a := range ads {
-			legacy := uint64(0)
-			if a.legacy {
-				legacy = 1
-			}
-			buf = binary.AppendUvarint(buf, plusOne(int64(a.name), a.named))
-			buf = binary.AppendUvarint(buf, legacy)
-			for _, v := range [4]given{a.q, a.w, a.r, a.t} {
-				buf = binary.AppendUvarint(buf, plusOne(int64(v.n), v.ok))
+		for _, list := range [2][]advert{ads, vio} {
+			buf = binary.AppendUvarint(buf, uint64(len(list)))
+			for _, a := range list {
+				buf = appendAdvert(buf, a)
 			}
 		}
 		if hits != nil {
@@ -123,6 +121,20 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 		}
 	}
 	return a
+}
+
+// appendAdvert writes a policy as Data holds it.
+func appendAdvert(buf []byte, a advert) []byte {
+	legacy := uint64(0)
+	if a.legacy {
+		legacy = 1
+	}
+	buf = binary.AppendUvarint(buf, plusOne(int64(a.name), a.named))
+	buf = binary.AppendUvarint(buf, legacy)
+	for _, v := range [4]given{a.q, a.w, a.r, a.t} {
+		buf = binary.AppendUvarint(buf, plusOne(int64(v.n), v.ok))
+	}
+	return buf
 }
 
 func plusOne(v int64, present bool) uint64 {
@@ -161,7 +173,8 @@ func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, er
 // decodeAll unpacks the samples, shifted by offset, their adverts, and for
 // an audit by rules the counters each met (nil otherwise).
 func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample, []advert, [][]counterHit, error) {
-	v2 := a.Encoding == samplesEncoding
+	v3 := a.Encoding == samplesEncoding
+	v2 := v3 || a.Encoding == samplesEncodingV2
 	if !v2 && a.Encoding != samplesEncodingV1 {
 		return nil, nil, nil, fmt.Errorf("audit samples in %q, want %s", a.Encoding, samplesEncoding)
 	}
@@ -222,7 +235,7 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 			s.reset = time.Duration(minusOne(f[7])) * time.Second
 		}
 		if v2 {
-			if advs, err = decodeAdverts(&s, advs, next); err != nil {
+			if advs, err = decodeAdverts(&s, advs, next, v3); err != nil {
 				return nil, nil, nil, err
 			}
 			if len(a.Counters) > 0 {
@@ -241,8 +254,9 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 	return out, advs, hits, nil
 }
 
-// decodeAdverts reads a v2 sample's route and adverts into s and advs.
-func decodeAdverts(s *sample, advs []advert, next func() (uint64, error)) ([]advert, error) {
+// decodeAdverts reads a v2 sample's route and adverts into s and advs,
+// and with v3 the policies its problem body named as violated.
+func decodeAdverts(s *sample, advs []advert, next func() (uint64, error), v3 bool) ([]advert, error) {
 	var head [2]uint64
 	for i := range head {
 		v, err := next()
@@ -255,7 +269,24 @@ func decodeAdverts(s *sample, advs []advert, next func() (uint64, error)) ([]adv
 		return nil, fmt.Errorf("audit samples: route %d or %d policies out of range", head[0], head[1])
 	}
 	s.route, s.advAt, s.advN = uint16(head[0]), uint32(len(advs)), uint8(head[1])
-	for range head[1] {
+	advs, err := decodePolicies(advs, head[1], next)
+	if err != nil || !v3 {
+		return advs, err
+	}
+	n, err := next()
+	if err != nil {
+		return nil, err
+	}
+	if n > maxViolated {
+		return nil, fmt.Errorf("audit samples: %d violated policies, at most %d", n, maxViolated)
+	}
+	s.violated = uint8(n)
+	return decodePolicies(advs, n, next)
+}
+
+// decodePolicies reads n policies into advs.
+func decodePolicies(advs []advert, n uint64, next func() (uint64, error)) ([]advert, error) {
+	for range n {
 		var f [6]uint64
 		for i := range f {
 			v, err := next()

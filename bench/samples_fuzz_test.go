@@ -54,12 +54,12 @@ func FuzzAuditSamples(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded samples do not decode again: %v", err)
 		}
-		// The same responses, with the same policies, in the order
-		// encodeSamples writes them.
+		// The same responses, with the same policies (and violated
+		// policies), in the order encodeSamples writes them.
 		withAdverts := func(ss []sample, advs []advert) []string {
 			out := make([]string, len(ss))
 			for i, s := range ss {
-				ads := advs[s.advAt : s.advAt+uint32(s.advN)]
+				ads := advs[s.advAt : s.advAt+uint32(s.advN)+uint32(s.violated)]
 				s.advAt = 0
 				out[i] = fmt.Sprintf("%+v %+v", s, ads)
 			}

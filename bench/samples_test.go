@@ -55,3 +55,25 @@ func TestAuditSamplesSentBeforeTheRun(t *testing.T) {
 		t.Fatalf("decoded %+v, %v: want %+v", got, err, ss)
 	}
 }
+
+// The policies a 429's problem body named as violated are kept with its
+// sample, after its adverts, for report merge to check again; a file of
+// ratelab-samples-v2, which has none, still reads.
+func TestAuditSamplesViolated(t *testing.T) {
+	s := sample{consumer: 0, sent: time.Millisecond, done: 2 * time.Millisecond, status: 429, retryAfter: time.Second, limit: 5, remaining: 0,
+		reset: time.Second, route: 1, advN: 1, violated: 2}
+	advs := []advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)},
+		{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)}, {q: givenAs(100), w: givenAs(3600)}}
+	got, back, _, err := encodeSamplesWith([]sample{s}, advs, nil).decodeAll(0, 1)
+	if err != nil || len(got) != 1 || got[0] != s || !slices.Equal(back, advs) {
+		t.Fatalf("decoded %+v %+v (%v), want %+v %+v", got, back, err, s, advs)
+	}
+	plain := s
+	plain.advN, plain.violated = 0, 0
+	enc := encodeSamplesWith([]sample{plain}, nil, nil)
+	data, _ := base64.StdEncoding.DecodeString(enc.Data)
+	v2 := &AuditSamples{Encoding: samplesEncodingV2, Count: 1, Data: base64.StdEncoding.EncodeToString(data[:len(data)-1])} // no count of violated
+	if got, err := v2.decode(0, 1); err != nil || len(got) != 1 || got[0] != plain {
+		t.Fatalf("v2: decoded %+v (%v), want %+v", got, err, plain)
+	}
+}
