@@ -218,7 +218,11 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	if l.Headers.Example != "" {
 		h += " (" + l.Headers.Example + ")"
 	}
-	return append(notes, h+".")
+	notes = append(notes, h+".")
+	if l.Headers.Named > 0 {
+		notes = append(notes, fmt.Sprintf("violated-policies: named it in %d 429s.", l.Headers.Named))
+	}
+	return notes
 }
 
 // verdictWord is a verdict as the notes shout it.
