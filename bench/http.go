@@ -247,7 +247,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 		res.Config.Identities = addrNames(cfg.SourceIPs) // the gateway tells them by address
 	}
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
-	res.RunID = runID
+	res.RunID, res.Instance = runID, newInstance()
 	d.fill(&res)
 	if p.audit {
 		cov := d.coverage(ctx, cfg.load())

@@ -75,7 +75,15 @@ type Result struct {
 	// the same (HTTPConfig.RunID, or a hash of the settings they share),
 	// and report merge merges only results of one run. Empty in results
 	// written before results carried one.
-	RunID  string   `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Instance tells this run from every other, shards of one run and runs
+	// of one command one after the other (which share a run id) alike:
+	// random, 16 hex digits. Empty for a merge, whose Parts say which runs
+	// it holds, and in results written before instances.
+	Instance string `json:"instance,omitempty"`
+	// Parts are the runs a merge holds, each one load machine's run as it
+	// claimed to be; empty for a run, whose part is itself.
+	Parts  []Part   `json:"parts,omitempty"`
 	Config Settings `json:"config"`
 	// StartedUnixMillis is the wall-clock time at which the measured run
 	// began, so that runs from several machines can be lined up.

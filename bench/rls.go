@@ -360,7 +360,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 		}
 	}
 	res.StartedUnixMillis = p.start.Add(l.Warmup).UnixMilli()
-	res.RunID = runID
+	res.RunID, res.Instance = runID, newInstance()
 	d.fill(&res)
 	if p.audit {
 		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
