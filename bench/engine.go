@@ -56,6 +56,9 @@ type plan struct {
 	// identities name the consumers when no request does (bench rls's
 	// Identities); nil for consumer-N.
 	identities []string
+	// pseudonyms name the consumers in place of their identities, when
+	// the result may not show them (pseudonyms.go); nil otherwise.
+	pseudonyms []string
 	// names are the audit's limits by the names a response may give them.
 	names map[string]int16
 	// probes is when the Retry-After probes will be over (Unix ns), while

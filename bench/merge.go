@@ -48,7 +48,9 @@ type MergeOptions struct {
 	// with an identity of its own (Settings.Identities) is one consumer
 	// whichever runs sent it; those named consumer-N are each run's own,
 	// followed by the run's label ("consumer-0 (a.json)") when two runs'
-	// names clash. The runs must have measured one endpoint (their targets
+	// names clash. Runs whose identities are pseudonyms of different
+	// lists (Settings.Pseudonyms) are refused: one identity would be two
+	// consumers. The runs must have measured one endpoint (their targets
 	// may differ in the query), and may hold 1,000,000 consumers in all.
 	AsOneRun bool
 	// Labels name the runs, in order (their files), in consumers' names
@@ -175,7 +177,7 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if opts.AsOneRun && len(runs) > 1 {
 		res.RunID = mergedRunID(runs)
 	}
-	res.Config.Identities = lay.names
+	res.Config.Identities, res.Config.Pseudonyms = lay.names, lay.pseudonyms
 	for _, r := range runs {
 		res.Parts = append(res.Parts, r.parts()...)
 	}

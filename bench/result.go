@@ -34,6 +34,15 @@ type Settings struct {
 	// "body", a header's name, each followed by " (JWT)" when a token
 	// minted for the consumer carries it.
 	IdentityIn []string `json:"identity_in,omitempty"`
+	// Pseudonyms, when set, says that Identities, and every consumer the
+	// audit names by its identity, are pseudonyms that stand for the
+	// identities sent (pseudonyms.go): a result holds the identities of
+	// a file only when the run was told to show them. It is
+	// "hmac-sha256:" and a fingerprint of the pseudonyms' key, the same for
+	// runs of one list of identities. Empty when the identities are shown
+	// (or are consumer-N, or source addresses), and in results written
+	// before pseudonyms.
+	Pseudonyms string `json:"pseudonyms,omitempty"`
 	// SourceIPs are the addresses the consumers were sent from, one each,
 	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
 	// they were not bound to addresses.

@@ -64,8 +64,10 @@ type RLSConfig struct {
 	// Identities, when set, are the consumers' identities (API keys,
 	// tenants …), Consumers of them, each sent where {consumer} stands in
 	// place of consumer-0 …; the audit and the result name the consumers
-	// by them.
-	Identities []string
+	// by them, or by their pseudonyms (pseudonyms.go) unless
+	// ShowIdentities.
+	Identities     []string
+	ShowIdentities bool
 
 	// ExpectLimit per ExpectWindow, when set, audits the service: each
 	// descriptor's counter (its values as sent, {consumer} rendered) is
@@ -346,6 +348,10 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
 	p.identities = cfg.Identities
+	ps := hidden(cfg.Identities, cfg.ShowIdentities)
+	if ps != nil {
+		p.pseudonyms = ps.names
+	}
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err
@@ -354,6 +360,9 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
 	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
+	if ps != nil {
+		res.Config.Identities, res.Config.Pseudonyms = ps.names, ps.scheme()
+	}
 	for _, d := range cfg.Descriptors {
 		if d.namesConsumer() {
 			res.Config.IdentityIn = append(res.Config.IdentityIn, "descriptor "+d.String())
@@ -366,6 +375,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
 		res.Audit = &a
 		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+		ps.hideKeys(res.AuditSamples)
 	}
 	return res, ctx.Err()
 }

@@ -45,6 +45,7 @@ type loadFields struct {
 	SharedConsumers *bool
 	RunID           *string
 	NoProbes        *bool
+	ShowIdentities  *bool
 }
 
 // loadHelp is what the help of the shared flags says differently for each
@@ -82,6 +83,8 @@ func (l *loadFlags) bind(cmd *cobra.Command, to loadFields, help loadHelp) {
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(to.RunID, "run-id", "", help.RunID)
 	f.StringVar(&l.consumersFrom, "consumers-from", "", help.ConsumersFrom)
+	f.BoolVar(to.ShowIdentities, "show-identities", false, "name consumers by the identities of --consumers-from in the output "+
+		"(they may be secrets); by default each is named by a pseudonym, id- and 16 hex digits")
 	l.output.bind(cmd)
 }
 

@@ -34,7 +34,8 @@ run shares: the same target, load and --start-at, or the same --run-id), each a 
 files that claim the same shard of one run (two runs of one command one after the other, each
 the whole run: shard 0 of 1) are refused, exit 2, each named with its run. --as-one-run merges
 them anyway, keying consumers by identity: one with an identity of its own (config.identities:
-a source address) is one consumer whichever files sent it; those named consumer-N are each file's
+a source address, or an identity of --consumers-from, which runs from the same file name by the
+same pseudonym) is one consumer whichever files sent it; those named consumer-N are each file's
 own (named by file when two files' clash: "consumer-0 (a.json)"). One run given twice is
 refused, --as-one-run or not.
 
