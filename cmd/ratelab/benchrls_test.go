@@ -421,7 +421,8 @@ func TestBenchRLSShardsMerge(t *testing.T) {
 	if code, _, stderr := ratelab(t, "report", "html", files[0], files[1], "--out", page); code != exitOK {
 		t.Fatalf("report html: exit %d: %s", code, stderr)
 	}
-	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="bench-throughput"`) {
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="rls-throughput"`) ||
+		strings.Contains(string(b), "<h2>bench http</h2>") {
 		t.Fatalf("the page (%v) draws no bench rls run", err)
 	}
 }

@@ -110,12 +110,14 @@ func newReportHTMLCmd(io *ioStreams) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "html RESULT.json...",
-		Short: "Draw saved results (bench http, race, compare, skew, drill) as one self-contained HTML page",
+		Short: "Draw saved results (bench http, bench rls, race, compare, skew, drill) as one self-contained HTML page",
 		Long: `report html reads JSON results written with --output json and draws them in one page that
-needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid, each
-in one colour in every chart (throughput, latency and status classes over time, the latency
-percentile spectrum, and each audited run's admissions per consumer in every window that ended
-within the run, against the limit: every consumer, or the worst eight), race (admitted per trial against the
+needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid, and
+bench rls runs overlaid apart from them, each run in one colour in every chart (throughput,
+latency and status classes over time, a bench rls run's answers by code: OK, OVER_LIMIT,
+UNKNOWN; the latency percentile spectrum, and each audited run's admissions per consumer in
+every window that ended within the run, against the limit: every consumer, or the worst eight),
+each audit's paragraphs named by their run when the page holds several, race (admitted per trial against the
 limit, latency by percentile and each trial's p99, and each trial explained with --explain as
 swimlanes, one goroutine each on Redis's time axis), compare (the trade table, the boundary and hammer timelines,
 memory per client by limit), skew (over-admission against the skew) and drill (each run over
