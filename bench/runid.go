@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelab/ratelab/internal/randid"
 )
 
 // runIDPattern is what a run id given by hand (HTTPConfig.RunID) may be:
@@ -162,11 +163,7 @@ func (r Result) parts() []Part {
 }
 
 // newInstance is a new run's Result.Instance: 8 random bytes in hex.
-func newInstance() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return hex.EncodeToString(b)
-}
+func newInstance() string { return randid.Hex(8) }
 
 // Clash is a shard of one run that several results claim (ShardsError).
 type Clash struct {

@@ -804,6 +804,8 @@ func TestBenchRLSConsumersFromRefused(t *testing.T) {
 		{"no file", []string{"--descriptor", "user={consumer}", "--consumers-from", filepath.Join(dir, "none")}, "--consumers-from: open "},
 		{"no {consumer}", []string{"--descriptor", "user=all", "--consumers-from", keys},
 			"--consumers-from names the consumers where {consumer} stands, and no value of --descriptor holds it"},
+		{"identities shown, none given", []string{"--descriptor", "user={consumer}", "--consumers", "2", "--show-identities"},
+			"--show-identities shows the identities of --consumers-from, which is not given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)
