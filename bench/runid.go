@@ -184,10 +184,13 @@ type Clash struct {
 // twice would read as leaked.
 type ShardsError struct {
 	Clashes []Clash
-	// Twice says every clash is one run given twice, which --as-one-run
-	// does not merge either.
+	// Twice says the clashes are each one run given twice, which
+	// --as-one-run does not merge either (they are said first, alone).
 	Twice bool
 }
+
+// maxClashesSaid bounds the clashes a ShardsError's text names.
+const maxClashesSaid = 10
 
 func (e *ShardsError) Error() string {
 	return "results claim the same shard of one run: " + e.Text(nil)
@@ -198,8 +201,8 @@ func (e *ShardsError) Error() string {
 // claim the whole of run 3f2a… (shard 0 of 1): runs of one command one
 // after the other, not shards of one".
 func (e *ShardsError) Text(labels []string) string {
-	parts := make([]string, 0, len(e.Clashes))
-	for _, c := range e.Clashes {
+	parts := make([]string, 0, min(len(e.Clashes), maxClashesSaid)+1)
+	for _, c := range e.Clashes[:min(len(e.Clashes), maxClashesSaid)] {
 		names := make([]string, len(c.Runs))
 		for j, i := range c.Runs {
 			names[j] = fmt.Sprintf("run %d", i+1)
@@ -218,6 +221,9 @@ func (e *ShardsError) Text(labels []string) string {
 		default:
 			parts = append(parts, list+" each claim "+shard)
 		}
+	}
+	if n := len(e.Clashes) - maxClashesSaid; n > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", n))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -255,22 +261,22 @@ func claims(runs []Result, onlyTwice bool) error {
 			}
 		}
 	}
-	// A run given twice claims its shard twice too: said once.
-	within := func(c Clash) bool {
-		return slices.ContainsFunc(clashes, func(t Clash) bool {
-			return t.Twice && !slices.ContainsFunc(c.Runs, func(i int) bool { return !slices.Contains(t.Runs, i) })
-		})
-	}
-	e := &ShardsError{Twice: true}
+	// A run given twice claims its shard twice too: that is said alone.
+	var twice, same []Clash
 	for _, c := range clashes {
-		if len(c.Runs) < 2 || (!c.Twice && within(c)) {
-			continue
+		switch {
+		case len(c.Runs) < 2:
+		case c.Twice:
+			twice = append(twice, c)
+		default:
+			same = append(same, c)
 		}
-		e.Clashes = append(e.Clashes, c)
-		e.Twice = e.Twice && c.Twice
 	}
-	if len(e.Clashes) == 0 {
-		return nil
+	switch {
+	case len(twice) > 0:
+		return &ShardsError{Clashes: twice, Twice: true}
+	case len(same) > 0:
+		return &ShardsError{Clashes: same}
 	}
-	return e
+	return nil
 }
