@@ -289,8 +289,9 @@ func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 15, Duration: 2500 * time.Millisecond,
-				Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 15, ExpectWindow: time.Second, NoProbes: true})
+			runs[i], errs[i] = bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Rate: 60, Duration: 2500 * time.Millisecond,
+				Consumers: 2, ConsumerHeader: "X-Consumer-Id", Shard: i, Shards: len(runs), SharedConsumers: true,
+				ExpectLimit: 15, ExpectWindow: time.Second, NoProbes: true})
 		}()
 	}
 	wg.Wait()

@@ -59,6 +59,9 @@ type plan struct {
 	// sets spreads bench rls's descriptor sets by their weights, as a
 	// mix's schedule spreads its routes; nil for one set.
 	sets []uint16
+	// pseudonyms name the consumers in place of their identities, when
+	// the result may not show them (pseudonyms.go); nil otherwise.
+	pseudonyms []string
 	// names are the audit's limits by the names a response may give them.
 	names map[string]int16
 	// probes is when the Retry-After probes will be over (Unix ns), while

@@ -104,7 +104,8 @@ func (v *sentValues) unmetHint(cfg HTTPConfig, l *rules.Limit) string {
 // because every one sent that header or parameter alike, while several
 // consumers were sent: where their identities could go.
 func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m meeting) []string {
-	if cfg.Consumers < 2 {
+	sent := cfg.consumersSent()
+	if sent < 2 {
 		return nil
 	}
 	var attrs []rules.Attribute
@@ -128,13 +129,23 @@ func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m meeting) 
 	var hints []string
 	for _, a := range attrs {
 		hint := fmt.Sprintf("every request sent %s as %s, so the %d consumers met %s on one counter", a.Words(),
-			shown(cut(v.first[a], 60)), cfg.Consumers, joinOr(ids[a], "and"))
+			shown(cut(v.first[a], 60)), sent, joinOr(ids[a], "and"))
 		if went := cfg.identitiesWent(); went != "" {
 			hint += "; the identities went in " + went
 		}
 		hints = append(hints, hint+": "+cfg.consumerThere(a))
 	}
 	return hints
+}
+
+// consumersSent is how many consumers this shard sent (cfg with its
+// defaults): its share of Consumers, or all of them with SharedConsumers.
+// A shard that sent one consumer sent one identity alike in every request.
+func (c HTTPConfig) consumersSent() int {
+	if c.SharedConsumers || c.Shards <= 1 {
+		return c.Consumers
+	}
+	return share(c.Consumers, c.Shard, c.Shards)
 }
 
 // sharedHint says, when the gateway seems to share a limit across the

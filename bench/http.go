@@ -57,8 +57,11 @@ type HTTPConfig struct {
 	// names each consumer by its address. ConsumerHeader may then be empty.
 	SourceIPs []netip.Addr
 	// Identities, when set, are the consumers' identities (API keys,
-	// tokens), instead of consumer-0 …: Consumers of them, each once.
-	Identities []string
+	// tokens), instead of consumer-0 …: Consumers of them, each once. The
+	// result names each by a pseudonym (pseudonyms.go) unless
+	// ShowIdentities.
+	Identities     []string
+	ShowIdentities bool
 	// JWTSecret, when set, signs one token per consumer with HS256, of
 	// JWTClaims, sent where {jwt} stands (Target, Header, Body); at most
 	// MaxJWTConsumers consumers.
@@ -236,6 +239,10 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	ps := hidden(cfg.Identities, cfg.ShowIdentities)
+	if ps != nil {
+		p.pseudonyms = ps.names
+	}
 	d, stopProgress, err := drive(ctx, p, cfg.load())
 	if err != nil {
 		return Result{}, err
@@ -243,17 +250,21 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	defer stopProgress()
 	res := cfg.result(t, d.elapsed)
 	res.Config.Identities = p.req.labels()
-	if len(cfg.SourceIPs) > 0 {
+	switch {
+	case len(cfg.SourceIPs) > 0:
 		res.Config.Identities = addrNames(cfg.SourceIPs) // the gateway tells them by address
+	case ps != nil:
+		res.Config.Identities, res.Config.Pseudonyms = ps.names, ps.scheme()
 	}
 	res.StartedUnixMillis = p.start.Add(cfg.Warmup).UnixMilli()
-	res.RunID = runID
+	res.RunID, res.Instance = runID, newInstance()
 	d.fill(&res)
 	if p.audit {
 		cov := d.coverage(ctx, cfg.load())
 		a, m, hints := runAudit(ctx, cfg, p, d.samples, d.advs, cov, d.source)
 		res.Audit, res.AuditHints = &a, hints
 		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+		ps.hideKeys(res.AuditSamples)
 	}
 	return res, ctx.Err()
 }

@@ -2,6 +2,10 @@ package bench_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // TestParseIdentities: one identity a line, trimmed; blank lines and #
@@ -195,7 +200,7 @@ func TestIdentitiesSent(t *testing.T) {
 	defer srv.Close()
 	res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL + "/k/{consumer}?apikey={consumer}",
 		Method: http.MethodPost, Header: http.Header{"X-Key": {"{consumer}"}, "Authorization": {"Bearer {jwt}"}},
-		Body: []byte(`{"key":"{consumer}"}`), Consumers: 3, Identities: ids, JWTSecret: secret,
+		Body: []byte(`{"key":"{consumer}"}`), Consumers: 3, Identities: ids, ShowIdentities: true, JWTSecret: secret,
 		JWTClaims:   []bench.JWTClaim{{Name: "sub", Value: "{consumer}"}, {Name: "exp", Value: "4102444800", JSON: true}},
 		Connections: 2, Requests: 30, ExpectLimit: 2, ExpectWindow: time.Hour, NoProbes: true})
 	if err != nil {
@@ -233,7 +238,9 @@ func TestIdentitiesSent(t *testing.T) {
 // TestMergeKeysByIdentity: two runs that share one identity, each with it
 // under another number, are two runs (their identities differ): merged
 // --as-one-run, they make three consumers named by identity, the shared
-// one's requests together.
+// one's requests together. Their identities shown, that is; named by
+// pseudonyms of two lists, the shared one's could not be lined up, and
+// the merge is refused.
 func TestMergeKeysByIdentity(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -247,14 +254,24 @@ func TestMergeKeysByIdentity(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	var runs []bench.Result
+	var runs, hidden []bench.Result
 	for _, ids := range [][]string{{"key-a", "key-b"}, {"key-b", "key-c"}} {
-		res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL + "/?apikey={consumer}", Consumers: 2,
-			Identities: ids, Connections: 1, Requests: 10, ExpectLimit: 2, ExpectWindow: time.Hour, NoProbes: true})
-		if err != nil {
-			t.Fatal(err)
+		for _, show := range []bool{true, false} {
+			res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL + "/?apikey={consumer}", Consumers: 2,
+				Identities: ids, ShowIdentities: show, Connections: 1, Requests: 10, ExpectLimit: 2, ExpectWindow: time.Hour, NoProbes: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if show {
+				runs = append(runs, res)
+			} else {
+				hidden = append(hidden, res)
+			}
 		}
-		runs = append(runs, res)
+	}
+	if _, err := bench.MergeWith(hidden, bench.MergeOptions{AsOneRun: true, Labels: []string{"a.json", "b.json"}}); err == nil ||
+		!strings.Contains(err.Error(), "a.json and b.json name their consumers by pseudonyms of different lists") {
+		t.Fatalf("pseudonyms of two lists merged as one run: %v", err)
 	}
 	if _, err := bench.Merge(runs, 0); err == nil {
 		t.Fatal("two runs merged as shards of one")
@@ -298,5 +315,106 @@ func TestTokenSubjectsName(t *testing.T) {
 		if !slices.Equal(res.Config.Identities, tc.want) || (tc.want != nil && !slices.Contains(tc.want, res.Audit.Limits[0].WorstConsumer)) {
 			t.Fatalf("%+v: identities %q, worst %q; want %q", tc.claims, res.Config.Identities, res.Audit.Limits[0].WorstConsumer, tc.want)
 		}
+	}
+}
+
+// pseudonym is an identity's pseudonym as docs/bench.md says to compute
+// it: HMAC-SHA256 keyed by the SHA-256 of every identity, sorted, each
+// followed by a line feed; "id-" and its first 8 bytes in hex.
+func pseudonym(ids []string, id string) string {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	key := sha256.Sum256([]byte(strings.Join(sorted, "\n") + "\n"))
+	m := hmac.New(sha256.New, key[:])
+	m.Write([]byte(id))
+	return "id-" + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// TestIdentitiesHiddenByPseudonyms: identities read from a file may be
+// secrets: unless shown, the result holds none of them, not in
+// config.identities, the audit's names nor the counter keys of an audit by
+// rules, but each one's pseudonym, the same in every shard of the run, so
+// that the shards merge and line up (a shard that sent one consumer is
+// given no hint that its consumers met one counter, which would quote
+// its key). Shown, they are the identities.
+func TestIdentitiesHiddenByPseudonyms(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.Header.Get("X-Api-Key")
+		if seen[key]++; seen[key] > 2 {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	set, err := rules.Parse("rules.yaml", []byte("domain: api\ndescriptors:\n  - key: header:X-Api-Key\n"+
+		"    rate_limit: {name: per-key, unit: hour, requests_per_unit: 2}\n"), rules.ForGateway())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"ak_live_3f9a1c", "ak_live_77be02", "ak_live_c41d5e"}
+	run := func(show bool, shard, shards int) bench.Result {
+		t.Helper()
+		res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: srv.URL, Header: http.Header{"X-Api-Key": {"{consumer}"}},
+			Consumers: 3, Identities: ids, ShowIdentities: show, Connections: 2, Requests: 24, Shard: shard, Shards: shards,
+			ExpectRules: set, NoProbes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if strings.Contains(string(b), id) != show {
+				t.Fatalf("shown %v: the result holds %s: %v\n%s", show, id, !show, b)
+			}
+		}
+		var back bench.Result
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		return back
+	}
+	want := make([]string, len(ids))
+	for i, id := range ids {
+		want[i] = pseudonym(ids, id)
+	}
+	shards := []bench.Result{run(false, 0, 2), run(false, 1, 2)}
+	for _, r := range shards {
+		if !slices.Equal(r.Config.Identities, want) || !strings.HasPrefix(r.Config.Pseudonyms, "hmac-sha256:") ||
+			r.Config.Pseudonyms != shards[0].Config.Pseudonyms {
+			t.Fatalf("identities %q (%s), want the pseudonyms %q", r.Config.Identities, r.Config.Pseudonyms, want)
+		}
+		for _, w := range r.Audit.Limits[0].WorstConsumers {
+			if !slices.Contains(want, w.Consumer) {
+				t.Fatalf("the audit names %q, not a pseudonym", w.Consumer)
+			}
+		}
+		// Shard 1 sent one consumer, whose key every request it sent
+		// alike: no hint that the consumers met per-key on one counter.
+		if len(r.AuditHints) != 0 {
+			t.Fatalf("hints %q", r.AuditHints)
+		}
+	}
+	m, err := bench.Merge(shards, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := m.Audit.Limits[0]
+	if !slices.Equal(m.Config.Identities, want) || m.Config.Pseudonyms != shards[0].Config.Pseudonyms || m.Audit.Verdict != bench.Held ||
+		l.Admitted != 6 || len(l.WorstConsumers) != 3 {
+		t.Fatalf("merged: identities %q (%s), audit %+v; want the pseudonyms, each consumer's 2 admitted", m.Config.Identities,
+			m.Config.Pseudonyms, m.Audit)
+	}
+	shown := run(true, 0, 1)
+	if !slices.Equal(shown.Config.Identities, ids) || shown.Config.Pseudonyms != "" || !slices.Contains(ids, shown.Audit.Limits[0].WorstConsumers[0].Consumer) {
+		t.Fatalf("shown: identities %q (%q), audit %+v", shown.Config.Identities, shown.Config.Pseudonyms, shown.Audit)
+	}
+	if _, err := bench.Merge([]bench.Result{shards[0], run(true, 1, 2)}, 0); err == nil || !strings.Contains(err.Error(), "--show-identities") {
+		t.Fatalf("a shard shown and one hidden merged: %v", err)
 	}
 }

@@ -16,14 +16,17 @@ import (
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
-// Merge combines shards of one run (results with the same run id) from
-// several load machines into one result: counts add up, and the
-// percentiles come from the merged histograms, so they are exact, not
-// averages of percentiles. Throughput is the sum of the runs' (they ran at
+// Merge combines shards of one run (results with the same run id, each
+// claiming shards of its own) from several load machines into one
+// result: counts add up, and the percentiles come from the merged
+// histograms, so they are exact, not averages of percentiles. Throughput is the sum of the runs' (they ran at
 // the same time); the duration is the longest. Timelines are lined up by
 // the wall-clock time each run began. Results of different runs, or
-// without a run id when there are several, are refused with a *RunsError;
-// MergeWith merges them with AsOneRun.
+// without a run id when there are several, are refused with a *RunsError,
+// and results that claim the same shard of one run (two runs of one
+// command one after the other, each the whole run) with a *ShardsError;
+// MergeWith merges them with AsOneRun. A run given twice is refused
+// always (a *ShardsError whose Twice is set).
 //
 // When every run was audited against the same limit and kept its samples,
 // the merged result carries one audit over all of them, as if one machine
@@ -40,16 +43,18 @@ type MergeOptions struct {
 	// Tolerance is how far the load machines' clocks may disagree: every
 	// flight is widened by it on both sides.
 	Tolerance time.Duration
-	// AsOneRun merges results of different runs (or without a run id) as
-	// if they were one. A consumer with an identity of its own
-	// (Settings.Identities) is one consumer whichever runs sent it; those
-	// named consumer-N are each run's own, followed by the run's label
-	// ("consumer-0 (a.json)") when two runs' names clash. The runs must
-	// have measured one endpoint (their targets may differ in the query),
-	// and may hold 1,000,000 consumers in all.
+	// AsOneRun merges results of different runs (or without a run id, or
+	// claiming the same shard of one run) as if they were one. A consumer
+	// with an identity of its own (Settings.Identities) is one consumer
+	// whichever runs sent it; those named consumer-N are each run's own,
+	// followed by the run's label ("consumer-0 (a.json)") when two runs'
+	// names clash. Runs whose identities are pseudonyms of different
+	// lists (Settings.Pseudonyms) are refused: one identity would be two
+	// consumers. The runs must have measured one endpoint (their targets
+	// may differ in the query), and may hold 1,000,000 consumers in all.
 	AsOneRun bool
 	// Labels name the runs, in order (their files), in consumers' names
-	// and in a *RunsError's text; "run N" without.
+	// and in errors; "run N" without.
 	Labels []string
 }
 
@@ -70,6 +75,9 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 		if err := oneRun(runs); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := claims(runs, true); err != nil { // never, not even as one run
+		return Result{}, err
 	}
 	tolerance := opts.Tolerance
 	hists := map[string]*hdrhistogram.Histogram{}
@@ -169,7 +177,10 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if opts.AsOneRun && len(runs) > 1 {
 		res.RunID = mergedRunID(runs)
 	}
-	res.Config.Identities = lay.names
+	res.Config.Identities, res.Config.Pseudonyms = lay.names, lay.pseudonyms
+	for _, r := range runs {
+		res.Parts = append(res.Parts, r.parts()...)
+	}
 	res.Config.SourceIPs = runs[0].Config.SourceIPs
 	if lay.apart {
 		res.Config.SourceIPs = "" // the names say each consumer's

@@ -34,6 +34,17 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 	return b
 }
 
+// asShard is the result data as shard i of n of its run claims it.
+func asShard(data []byte, i, n int) []byte {
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		panic(err)
+	}
+	r.Config.Shard, r.Config.Shards = i, n
+	b, _ := json.Marshal(r)
+	return b
+}
+
 // FuzzMerge merges result files as report merge reads them, from any
 // bytes: one or two runs, each decoded from JSON, among them runs whose
 // counts, consumers, start or audit no run measures. A merge either fails
@@ -41,9 +52,10 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 // written and merged again; it never panics nor asks for memory without
 // bound (the fuzzing process would be killed).
 func FuzzMerge(f *testing.F) {
-	a := fuzzRun(1767225600000, 200, 200, 429, 503, 0, 200)
-	b := fuzzRun(1767225600250, 200, 429, 429, 200)
+	a := asShard(fuzzRun(1767225600000, 200, 200, 429, 503, 0, 200), 0, 2)
+	b := asShard(fuzzRun(1767225600250, 200, 429, 429, 200), 1, 2)
 	f.Add(a, b, uint16(5))
+	f.Add(a, asShard(b, 0, 2), uint16(5)) // two claims of one shard
 	f.Add(a, []byte(nil), uint16(0))
 	f.Add(b, a, uint16(1000))
 	for _, mutate := range []func(*Result){

@@ -13,7 +13,7 @@ import (
 // an error naming it, never merged into negative counts, a panic or an
 // allocation without bound.
 func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
-	base := fuzzRun(1767225600000, 200, 429, 200)
+	base := asShard(fuzzRun(1767225600000, 200, 429, 200), 1, 2)
 	for _, tc := range []struct {
 		mutate func(*Result)
 		want   string
@@ -32,6 +32,7 @@ func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
 		}
 		var first Result
 		_ = json.Unmarshal(base, &first)
+		first.Config.Shard = 0
 		tc.mutate(&r)
 		if _, err := Merge([]Result{first, r}, 5*time.Millisecond); err == nil || !strings.Contains(err.Error(), "run 2: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("merged with %v: want run 2 and %q", err, tc.want)
@@ -44,8 +45,8 @@ func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
 // histogram (26 KB), and a timeline of 7,200 would cost 190 MB.
 func TestMergeFarApartRunsLeaveTheTimelineOut(t *testing.T) {
 	var a, b Result
-	_ = json.Unmarshal(fuzzRun(1767225600000, 200, 429), &a)
-	_ = json.Unmarshal(fuzzRun(1767225600000+2*3_600_000, 200, 200), &b)
+	_ = json.Unmarshal(asShard(fuzzRun(1767225600000, 200, 429), 0, 2), &a)
+	_ = json.Unmarshal(asShard(fuzzRun(1767225600000+2*3_600_000, 200, 200), 1, 2), &b)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	m, err := Merge([]Result{a, b}, 5*time.Millisecond)

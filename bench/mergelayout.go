@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ratelab/ratelab/internal/plural"
@@ -49,15 +50,22 @@ type layout struct {
 	names []string
 	// apart is set when the runs are not shards of one (apartLayout).
 	apart bool
+	// pseudonyms is Settings.Pseudonyms of the runs whose identities are
+	// pseudonyms; empty when none's are.
+	pseudonyms string
 }
 
 // oneRunLayout lays the runs' consumers over each other, as shards of one
 // run send them: consumer i of every run is consumer i of the merge.
 func oneRunLayout(runs []Result) (layout, error) {
-	l := layout{of: make([][]int32, len(runs)), names: runs[0].Config.Identities}
+	l := layout{of: make([][]int32, len(runs)), names: runs[0].Config.Identities, pseudonyms: runs[0].Config.Pseudonyms}
 	for i, r := range runs {
 		l.total = max(l.total, r.Config.Consumers)
-		if !slices.Equal(r.Config.Identities, runs[0].Config.Identities) {
+		switch {
+		case (r.Config.Pseudonyms == "") != (l.pseudonyms == ""):
+			return l, fmt.Errorf("run %d names its consumers otherwise than run 1: one by the identities sent (--show-identities, or "+
+				"a result written before pseudonyms), the other by pseudonyms; give every shard the same flags", i+1)
+		case !slices.Equal(r.Config.Identities, runs[0].Config.Identities):
 			return l, fmt.Errorf("run %d names its consumers otherwise than run 1 (config.identities)", i+1)
 		}
 	}
@@ -76,6 +84,9 @@ func oneRunLayout(runs []Result) (layout, error) {
 // followed by its run's label: "consumer-0 (a.json)".
 func apartLayout(runs []Result, labels []string) (layout, error) {
 	l := layout{of: make([][]int32, len(runs)), apart: true}
+	if err := onePseudonymKey(runs, labels, &l); err != nil {
+		return l, err
+	}
 	sum := 0
 	for _, r := range runs {
 		sum += r.Config.Consumers
@@ -132,6 +143,38 @@ func apartLayout(runs []Result, labels []string) (layout, error) {
 		l.names = nil
 	}
 	return l, nil
+}
+
+// onePseudonymKey sets l.pseudonyms to the runs' Settings.Pseudonyms,
+// and refuses runs whose identities are pseudonyms of different lists: an
+// identity two of them sent has a pseudonym in each, and would be two
+// consumers.
+func onePseudonymKey(runs []Result, labels []string, l *layout) error {
+	var keys []string
+	byKey := map[string][]string{}
+	for i, r := range runs {
+		k := r.Config.Pseudonyms
+		if k == "" || len(r.Config.Identities) == 0 {
+			continue
+		}
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], runLabel(labels, i, maxNameBytes))
+	}
+	if len(keys) > 1 {
+		parts := make([]string, len(keys))
+		for j, k := range keys {
+			parts[j] = strings.Join(byKey[k], ", ")
+		}
+		return fmt.Errorf("%s name their consumers by pseudonyms of different lists of identities (--consumers-from): "+
+			"an identity that more than one sent would be several consumers; run them with --show-identities to merge them as one run",
+			strings.Join(parts, " and "))
+	}
+	if len(keys) == 1 {
+		l.pseudonyms = keys[0]
+	}
+	return nil
 }
 
 // namer names the merged consumers.

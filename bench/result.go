@@ -34,6 +34,15 @@ type Settings struct {
 	// "body", a header's name, each followed by " (JWT)" when a token
 	// minted for the consumer carries it.
 	IdentityIn []string `json:"identity_in,omitempty"`
+	// Pseudonyms, when set, says that Identities, and every consumer the
+	// audit names by its identity, are pseudonyms that stand for the
+	// identities sent (pseudonyms.go): a result holds the identities of
+	// a file only when the run was told to show them. It is
+	// "hmac-sha256:" and a fingerprint of the pseudonyms' key, the same for
+	// runs of one list of identities. Empty when the identities are shown
+	// (or are consumer-N, or source addresses), and in results written
+	// before pseudonyms.
+	Pseudonyms string `json:"pseudonyms,omitempty"`
 	// SourceIPs are the addresses the consumers were sent from, one each,
 	// as --source-ips reads them ("127.0.0.2-127.0.0.60"); empty when
 	// they were not bound to addresses.
@@ -78,7 +87,15 @@ type Result struct {
 	// the same (HTTPConfig.RunID, or a hash of the settings they share),
 	// and report merge merges only results of one run. Empty in results
 	// written before results carried one.
-	RunID  string   `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Instance tells this run from every other, shards of one run and runs
+	// of one command one after the other (which share a run id) alike:
+	// random, 16 hex digits. Empty for a merge, whose Parts say which runs
+	// it holds, and in results written before instances.
+	Instance string `json:"instance,omitempty"`
+	// Parts are the runs a merge holds, each one load machine's run as it
+	// claimed to be; empty for a run, whose part is itself.
+	Parts  []Part   `json:"parts,omitempty"`
 	Config Settings `json:"config"`
 	// StartedUnixMillis is the wall-clock time at which the measured run
 	// began, so that runs from several machines can be lined up.

@@ -72,8 +72,10 @@ type RLSConfig struct {
 	// Identities, when set, are the consumers' identities (API keys,
 	// tenants …), Consumers of them, each sent where {consumer} stands in
 	// place of consumer-0 …; the audit and the result name the consumers
-	// by them.
-	Identities []string
+	// by them, or by their pseudonyms (pseudonyms.go) unless
+	// ShowIdentities.
+	Identities     []string
+	ShowIdentities bool
 
 	// ExpectLimit per ExpectWindow, when set, audits the service: each
 	// descriptor's counter (its values as sent, {consumer} rendered) is
@@ -510,6 +512,10 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 		}
 		p.sets = spread(weights)
 	}
+	ps := hidden(cfg.Identities, cfg.ShowIdentities)
+	if ps != nil {
+		p.pseudonyms = ps.names
+	}
 	d, stopProgress, err := drive(ctx, p, l)
 	if err != nil {
 		return Result{}, err
@@ -518,6 +524,9 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res := newResult(l, t, d.elapsed)
 	res.Command, res.Target, res.Config.Method = "bench_rls", cfg.Target, "ShouldRateLimit"
 	res.Config.Domain, res.Config.Descriptors, res.Config.Identities = cfg.Domain, cfg.descriptorTexts(), cfg.Identities
+	if ps != nil {
+		res.Config.Identities, res.Config.Pseudonyms = ps.names, ps.scheme()
+	}
 	for _, set := range cfg.Sets {
 		res.Config.DescriptorSets = append(res.Config.DescriptorSets, set.String())
 	}
@@ -527,12 +536,13 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 		}
 	}
 	res.StartedUnixMillis = p.start.Add(l.Warmup).UnixMilli()
-	res.RunID = runID
+	res.RunID, res.Instance = runID, newInstance()
 	d.fill(&res)
 	if p.audit {
 		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
 		res.Audit = &a
 		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+		ps.hideKeys(res.AuditSamples)
 	}
 	return res, ctx.Err()
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelab/ratelab/internal/randid"
 )
 
 // runIDPattern is what a run id given by hand (HTTPConfig.RunID) may be:
@@ -119,8 +121,10 @@ func verb(n int, one, many string) string {
 	return many
 }
 
-// oneRun is nil when runs are shards of one run, all with the same run
-// id; a *RunsError otherwise. One result alone is always one run.
+// oneRun is nil when runs are shards of one run: all with the same run
+// id, each claiming shards of its own. It is a *RunsError when their ids
+// differ, a *ShardsError when two claim one shard. One result alone is
+// always one run.
 func oneRun(runs []Result) error {
 	if len(runs) < 2 {
 		return nil
@@ -129,8 +133,150 @@ func oneRun(runs []Result) error {
 	for i, r := range runs {
 		ids[i] = r.RunID
 	}
-	if ids[0] != "" && !slices.ContainsFunc(ids, func(id string) bool { return id != ids[0] }) {
-		return nil
+	if ids[0] == "" || slices.ContainsFunc(ids, func(id string) bool { return id != ids[0] }) {
+		return &RunsError{IDs: ids}
 	}
-	return &RunsError{IDs: ids}
+	return claims(runs, false)
+}
+
+// Part is one load machine's run, as a merge keeps it (Result.Parts).
+type Part struct {
+	RunID string `json:"run_id"`
+	// Instance is the run's Result.Instance; empty for one written before
+	// results carried one.
+	Instance string `json:"instance"`
+	// Shard of Shards is the part of its run it claimed to be (0 of 1: the
+	// whole).
+	Shard  int `json:"shard"`
+	Shards int `json:"shards"`
+	// StartedUnixMillis is when it began.
+	StartedUnixMillis int64 `json:"started_unix_ms"`
+}
+
+// parts are the runs r holds: its Parts when it is a merge, else itself.
+func (r Result) parts() []Part {
+	if len(r.Parts) > 0 {
+		return r.Parts
+	}
+	return []Part{{RunID: r.RunID, Instance: r.Instance, Shard: r.Config.Shard, Shards: max(r.Config.Shards, 1),
+		StartedUnixMillis: r.StartedUnixMillis}}
+}
+
+// newInstance is a new run's Result.Instance: 8 random bytes in hex.
+func newInstance() string { return randid.Hex(8) }
+
+// Clash is a shard of one run that several results claim (ShardsError).
+type Clash struct {
+	// Runs are the results that claim it, from 0 in the order given.
+	Runs  []int
+	RunID string
+	// Shard of Shards is the shard they claim.
+	Shard, Shards int
+	// Twice says they hold the very same run (one Instance): a file given
+	// twice, or a merge and a run it holds.
+	Twice bool
+}
+
+// ShardsError refuses a merge of results that claim the same shard of
+// one run. Two runs of one command one after the other, not sharded,
+// have one run id and each claims the whole run, shard 0 of 1: merged as
+// shards, their requests would read as sent at once, and a limit held
+// twice would read as leaked.
+type ShardsError struct {
+	Clashes []Clash
+	// Twice says the clashes are each one run given twice, which
+	// --as-one-run does not merge either (they are said first, alone).
+	Twice bool
+}
+
+// maxClashesSaid bounds the clashes a ShardsError's text names.
+const maxClashesSaid = 10
+
+func (e *ShardsError) Error() string {
+	return "results claim the same shard of one run: " + e.Text(nil)
+}
+
+// Text names the results of each clash by their labels (their files), or
+// "run N" (from 1) when labels are missing: "a.json and b.json each
+// claim the whole of run 3f2a… (shard 0 of 1): runs of one command one
+// after the other, not shards of one".
+func (e *ShardsError) Text(labels []string) string {
+	parts := make([]string, 0, min(len(e.Clashes), maxClashesSaid)+1)
+	for _, c := range e.Clashes[:min(len(e.Clashes), maxClashesSaid)] {
+		names := make([]string, len(c.Runs))
+		for j, i := range c.Runs {
+			names[j] = fmt.Sprintf("run %d", i+1)
+			if i < len(labels) && labels[i] != "" {
+				names[j] = labels[i]
+			}
+		}
+		list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+		shard := fmt.Sprintf("shard %d of %d of run %s", c.Shard, c.Shards, c.RunID)
+		switch {
+		case c.Twice:
+			parts = append(parts, list+" hold the same run ("+shard+"): its requests would count twice")
+		case c.Shards == 1:
+			parts = append(parts, list+" each claim the whole of run "+c.RunID+" (shard 0 of 1): "+
+				"runs of one command one after the other, not shards of one")
+		default:
+			parts = append(parts, list+" each claim "+shard)
+		}
+	}
+	if n := len(e.Clashes) - maxClashesSaid; n > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", n))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// claims is a *ShardsError when results claim the same shard of one run:
+// any two that hold the same run (one Instance), and, unless onlyTwice,
+// any two that claim one shard of one run id. nil otherwise.
+func claims(runs []Result, onlyTwice bool) error {
+	type shard struct {
+		runID         string
+		shard, shards int
+	}
+	var clashes []Clash
+	group := map[any]int{} // an instance, or a shard, to its clash
+	note := func(key any, c Clash) {
+		j, ok := group[key]
+		switch {
+		case !ok:
+			group[key] = len(clashes)
+			clashes = append(clashes, c)
+		case !slices.Contains(clashes[j].Runs, c.Runs[0]):
+			clashes[j].Runs = append(clashes[j].Runs, c.Runs[0])
+		}
+	}
+	for i, r := range runs {
+		for _, p := range r.parts() {
+			c := Clash{Runs: []int{i}, RunID: p.RunID, Shard: p.Shard, Shards: max(p.Shards, 1)}
+			if p.Instance != "" {
+				t := c
+				t.Twice = true
+				note("instance "+p.Instance, t)
+			}
+			if !onlyTwice {
+				note(shard{c.RunID, c.Shard, c.Shards}, c)
+			}
+		}
+	}
+	// A run given twice claims its shard twice too: that is said alone.
+	var twice, same []Clash
+	for _, c := range clashes {
+		switch {
+		case len(c.Runs) < 2:
+		case c.Twice:
+			twice = append(twice, c)
+		default:
+			same = append(same, c)
+		}
+	}
+	switch {
+	case len(twice) > 0:
+		return &ShardsError{Clashes: twice, Twice: true}
+	case len(same) > 0:
+		return &ShardsError{Clashes: same}
+	}
+	return nil
 }

@@ -148,6 +148,7 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 	// gateway let 50 through: forced into one id, the merge says so.
 	for i := range runs {
 		runs[i].RunID, runs[i].Target = "one-key", runs[0].Target
+		runs[i].Config.Shard, runs[i].Config.Shards = i, len(runs)
 	}
 	if m, err := Merge(runs, 0); err != nil || m.Audit.Verdict != Leaked {
 		t.Fatalf("one run: %v, %v; want the leak", m.Audit, err)
@@ -246,4 +247,79 @@ func roundTripJSON(t *testing.T, r Result) Result {
 		t.Fatal(err)
 	}
 	return back
+}
+
+// Two runs of one command, one after the other and not sharded, share a
+// run id and each claims the whole run (shard 0 of 1): merged as shards,
+// a limit each held would read as leaked. The merge refuses them, naming
+// both; --as-one-run merges them. Shards of one run, each its own, merge;
+// one run given twice is refused even as one run, and so is a merge
+// given with a run it holds.
+func TestMergeRefusesOneShardClaimedTwice(t *testing.T) {
+	start := int64(1767225600000)
+	run := func(start int64, instance string, shard, shards int) Result {
+		r := keyRun(t, "http://127.0.0.1:8080/", start, 10)
+		r.Instance, r.Config.Shard, r.Config.Shards = instance, shard, shards
+		return r
+	}
+	a, b := run(start, "aaaa", 0, 1), run(start+5000, "bbbb", 0, 1)
+	if a.RunID != b.RunID || a.Audit.Verdict != Held || b.Audit.Verdict != Held {
+		t.Fatalf("run ids %q and %q, verdicts %s and %s: want one id, each held", a.RunID, b.RunID, a.Audit.Verdict, b.Audit.Verdict)
+	}
+	labels := []string{"a.json", "b.json"}
+	_, err := MergeWith([]Result{a, b}, MergeOptions{Labels: labels})
+	var se *ShardsError
+	if !errors.As(err, &se) || se.Twice || !strings.Contains(se.Text(labels), "a.json and b.json each claim the whole of run "+a.RunID+" (shard 0 of 1)") {
+		t.Fatalf("two whole runs merged as shards: %v; want a ShardsError naming both", err)
+	}
+	if m, err := MergeWith([]Result{a, b}, MergeOptions{AsOneRun: true, Labels: labels}); err != nil || m.Audit.Verdict != Held || m.Config.Consumers != 2 {
+		t.Fatalf("as one run: %v, %+v; want two consumers, held", err, m.Audit)
+	}
+	// Written before results carried an instance, they claim it alike.
+	a.Instance, b.Instance = "", ""
+	if _, err := Merge([]Result{a, b}, 0); !errors.As(err, &se) {
+		t.Fatalf("two old whole runs: %v; want a ShardsError", err)
+	}
+
+	s0, s1 := run(start, "s0", 0, 2), run(start, "s1", 1, 2)
+	m, err := MergeWith([]Result{s0, s1}, MergeOptions{Labels: []string{"s0.json", "s1.json"}})
+	if err != nil {
+		t.Fatalf("two shards: %v", err)
+	}
+	if len(m.Parts) != 2 || m.Parts[1] != (Part{RunID: s1.RunID, Instance: "s1", Shard: 1, Shards: 2, StartedUnixMillis: start}) || m.Instance != "" {
+		t.Fatalf("parts %+v, instance %q: want both shards, no instance", m.Parts, m.Instance)
+	}
+	again := roundTripJSON(t, m)
+	for _, tc := range []struct {
+		name string
+		runs []Result
+		want string
+	}{
+		{"a run given twice", []Result{s0, s0}, "x.json and y.json hold the same run (shard 0 of 2 of run " + s0.RunID + ")"},
+		{"a merge and a shard it holds", []Result{again, s1}, "x.json and y.json hold the same run (shard 1 of 2 of run " + s0.RunID + ")"},
+	} {
+		for _, asOne := range []bool{false, true} {
+			_, err := MergeWith(tc.runs, MergeOptions{AsOneRun: asOne, Labels: []string{"x.json", "y.json"}})
+			if !errors.As(err, &se) || !se.Twice || !strings.Contains(se.Text([]string{"x.json", "y.json"}), tc.want) {
+				t.Errorf("%s (as one run: %v): %v; want %q", tc.name, asOne, err, tc.want)
+			}
+		}
+	}
+	// Another shard claiming what a merge holds is refused; a shard the
+	// merge lacks joins it.
+	s1again := run(start, "s1-again", 1, 2)
+	if _, err := Merge([]Result{again, s1again}, 0); !errors.As(err, &se) || se.Twice {
+		t.Fatalf("a merge and another run of a shard it holds: %v; want a ShardsError", err)
+	}
+	t0, t1, t2 := run(start, "t0", 0, 3), run(start, "t1", 1, 3), run(start, "t2", 2, 3)
+	for _, r := range []*Result{&t0, &t1, &t2} {
+		r.RunID = "three"
+	}
+	part, err := Merge([]Result{t0, t1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, err := Merge([]Result{roundTripJSON(t, part), t2}, 0); err != nil || len(whole.Parts) != 3 || whole.Requests != 60 {
+		t.Fatalf("a merge of two shards and the third: %v, %d parts, %d requests", err, len(whole.Parts), whole.Requests)
+	}
 }

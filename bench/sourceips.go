@@ -79,10 +79,14 @@ func (p *plan) localAddr(consumer int) net.Addr {
 
 // consumerName names consumer c as the audit does: by its source
 // address when it has one (the gateway tells consumers apart by it), else
-// as the requests name it.
+// by its identity's pseudonym when the result may not show it, else as the
+// requests name it.
 func (p *plan) consumerName(c int32) string {
 	if c >= 0 && int(c) < len(p.sources) {
 		return p.sources[c].String()
+	}
+	if c >= 0 && int(c) < len(p.pseudonyms) {
+		return p.pseudonyms[c]
 	}
 	if p.req == nil { // not HTTP: its identity, or consumer-N
 		if c >= 0 && int(c) < len(p.identities) {

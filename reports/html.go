@@ -23,7 +23,8 @@ import (
 
 // Page is what an HTML report shows: saved results of every kind, each
 // with the name it is shown by (its file, say). bench http runs are drawn
-// together, one series per run; the others one after another.
+// together, one series per run, and bench rls runs apart from them, alike;
+// the others one after another.
 type Page struct {
 	Bench   []Named[bench.Result]
 	Race    []Named[race.Report]
@@ -92,8 +93,8 @@ th{background:#f4f4f4}td:first-child{text-align:left}p.note{color:#555;font-size
 names its values when pointed at; a run, or an algorithm, keeps its colour in every chart. Marks drawn with a red outline
 break the limit they are drawn against.</p>
 `)
-	if len(p.Bench) > 0 {
-		benchSection(&b, p.Bench)
+	for _, g := range benchGroups(p.Bench) {
+		benchSection(&b, g, len(p.Bench) > 1)
 	}
 	for i, r := range p.Race {
 		raceSection(&b, i, r)
@@ -120,14 +121,58 @@ func note(b *strings.Builder, text string) {
 	fmt.Fprintf(b, "<p class=\"note\">%s</p>\n", html.EscapeString(text))
 }
 
-func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
-	heading(b, 2, strings.TrimPrefix(benchTitle(runs[0].Result), "ratelab "))
+// benchGroup is the runs of one command (bench http, bench rls), drawn
+// together in a section of their own, and how that section speaks of them.
+type benchGroup struct {
+	runs []Named[bench.Result]
+	// title is the section's heading; id begins its charts' ids.
+	title, id string
+	// call names what the runs sent (request, call), answers what came
+	// back (responses, answers), and by what they are told apart (status,
+	// code).
+	call, answers, by string
+	// classes are the timeline's status classes drawn, each with its
+	// label: 2xx and 429 for HTTP; a rate limit service's codes, which
+	// its runs keep as statuses (OK as 200, OVER_LIMIT as 429, UNKNOWN as
+	// 500), for bench rls.
+	classes [][2]string
+}
+
+// benchGroups splits runs by command, bench http's first, each keeping
+// the order given.
+func benchGroups(runs []Named[bench.Result]) []benchGroup {
+	httpRuns := benchGroup{title: "bench http", id: "bench", call: "request", answers: "responses", by: "status", classes: [][2]string{
+		{"2xx", "2xx"}, {"429", "429"}, {"4xx", "4xx"}, {"5xx", "5xx"}, {"errors", "errors"}, {"1xx", "1xx"}, {"3xx", "3xx"}}}
+	rlsRuns := benchGroup{title: "bench rls", id: "rls", call: "call", answers: "answers", by: "code", classes: [][2]string{
+		{"2xx", "OK"}, {"429", "OVER_LIMIT"}, {"5xx", "UNKNOWN"}, {"errors", "gRPC errors"},
+		{"4xx", "other code (4xx)"}, {"1xx", "other code (1xx)"}, {"3xx", "other code (3xx)"}}}
+	for _, r := range runs {
+		if r.Result.Command == "bench_rls" {
+			rlsRuns.runs = append(rlsRuns.runs, r)
+		} else {
+			httpRuns.runs = append(httpRuns.runs, r)
+		}
+	}
+	var gs []benchGroup
+	for _, g := range []benchGroup{httpRuns, rlsRuns} {
+		if len(g.runs) > 0 {
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
+// benchSection draws a group's runs; labelled, when the page holds
+// several runs, names the run of each audit paragraph.
+func benchSection(b *strings.Builder, g benchGroup, labelled bool) {
+	heading(b, 2, g.title)
+	runs := g.runs
 	for _, r := range runs {
 		note(b, r.Name+": "+benchSummary(r.Result))
 	}
-	throughput := chart{id: "bench-throughput", title: "Throughput over time", xLabel: "time (s)", yLabel: "responses/s"}
-	latency := chart{id: "bench-latency", title: "Latency over time (from when each request was due)", xLabel: "time (s)", yLabel: "latency (ms)"}
-	spectrum := chart{id: "bench-spectrum", title: "Latency by percentile", xLabel: "percentile", yLabel: "latency (ms)",
+	throughput := chart{id: g.id + "-throughput", title: "Throughput over time", xLabel: "time (s)", yLabel: g.answers + "/s"}
+	latency := chart{id: g.id + "-latency", title: "Latency over time (from when each " + g.call + " was due)", xLabel: "time (s)", yLabel: "latency (ms)"}
+	spectrum := chart{id: g.id + "-spectrum", title: "Latency by percentile", xLabel: "percentile", yLabel: "latency (ms)",
 		xLog: true, xTicks: spectrumTicks()}
 	for i, r := range runs {
 		tl := r.Result.Timeline
@@ -152,15 +197,15 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 	}
 	b.WriteString(throughput.svg() + latency.svg())
 	for i, r := range runs {
-		status := chart{id: fmt.Sprintf("bench-status-%d", i), title: "Responses by status over time: " + r.Name,
-			xLabel: "time (s)", yLabel: "responses per interval"}
-		for _, class := range []string{"2xx", "429", "4xx", "5xx", "errors", "1xx", "3xx"} {
+		status := chart{id: fmt.Sprintf("%s-status-%d", g.id, i), title: strings.ToUpper(g.answers[:1]) + g.answers[1:] + " by " + g.by + " over time: " + r.Name,
+			xLabel: "time (s)", yLabel: g.answers + " per interval"}
+		for _, class := range g.classes {
 			var pts []point
 			for _, iv := range r.Result.Timeline.Intervals {
-				pts = append(pts, point{x: float64(iv.StartMillis) / 1000, y: float64(iv.Status[class])})
+				pts = append(pts, point{x: float64(iv.StartMillis) / 1000, y: float64(iv.Status[class[0]])})
 			}
 			if sum(pts) > 0 {
-				status.series = append(status.series, series{name: class, points: pts})
+				status.series = append(status.series, series{name: class[1], points: pts})
 			}
 		}
 		b.WriteString(status.svg())
@@ -171,28 +216,28 @@ func benchSection(b *strings.Builder, runs []Named[bench.Result]) {
 		if a == nil || len(a.Limits) == 0 {
 			continue
 		}
-		drawn := true
 		for k, lim := range a.Limits {
 			if lim.Descriptor != "" || lim.Verdict == bench.NotJudged {
 				continue // drawn per consumer: a rules limit counts on counters of its own
 			}
-			if drawn = auditChart(b, r, i, k, lim, a); !drawn {
+			if !auditChart(b, g.id, r, i, k, lim, a) {
 				break
 			}
 		}
-		if !drawn {
-			continue
-		}
 		for _, n := range benchNotes(r.Result)[1:] {
+			if labelled {
+				n = r.Name + ": " + n
+			}
 			note(b, n)
 		}
 	}
 }
 
 // auditChart draws the admissions of each consumer (the worst eight) in
-// each window of the audit's limit k of run i. It says false when the
-// run's responses were not kept, and nothing can be drawn of it.
-func auditChart(b *strings.Builder, r Named[bench.Result], i, k int, lim bench.LimitAudit, a *bench.Audit) bool {
+// each window of the audit's limit k of run i of the group whose charts'
+// ids begin with group. It says false when the run's responses were not
+// kept, and nothing can be drawn of it.
+func auditChart(b *strings.Builder, group string, r Named[bench.Result], i, k int, lim bench.LimitAudit, a *bench.Audit) bool {
 	windows, err := r.Result.RollingAdmissionsOf(k, max(r.Result.Config.Consumers, 1))
 	if err != nil {
 		note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")
@@ -212,9 +257,9 @@ func auditChart(b *strings.Builder, r Named[bench.Result], i, k int, lim bench.L
 	if len(a.Limits) > 1 {
 		title += " (" + lim.Label() + ")"
 	}
-	id := fmt.Sprintf("bench-audit-%d", i)
+	id := fmt.Sprintf("%s-audit-%d", group, i)
 	if k > 0 {
-		id = fmt.Sprintf("bench-audit-%d-%d", i, k)
+		id = fmt.Sprintf("%s-audit-%d-%d", group, i, k)
 	}
 	c := chart{id: id, title: title, xLabel: "window start (s)", yLabel: "admitted in the window"}
 	for _, cw := range shown {

@@ -73,9 +73,9 @@ query, in any --header's value and in --body; {jwt} for an HS256 token minted pe
 for -H 'NAME: {consumer}', and its default, X-Consumer-Id, is left out when {consumer} or {jwt}
 stands anywhere else.
 
---expect-limit audits the consumers, named by the identities sent: admissions against the limit
-(by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
-the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
+--expect-limit audits the consumers, named by the identities sent (those of --consumers-from by
+pseudonyms, unless --show-identities): admissions against the limit (by --expect-algorithm's
+own guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
 enforces several limits at once, or --expect-rules with the gateway's own rules file: each limit
 is judged by its own guarantee, on its own counters, and reported on its own line; headers are
 held to the policy they name. --path mixes routes by weight, and --consumer-values sends a
@@ -116,7 +116,7 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f := http.Flags()
 	opts.loadFlags.bind(http, loadFields{Rate: &opts.Rate, Connections: &opts.Connections, Duration: &opts.Duration, Requests: &opts.Requests,
 		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
-		NoProbes: &opts.NoProbes}, loadHelp{Request: "request", Connection: "keep-alive connections, each with one request in flight at a time",
+		NoProbes: &opts.NoProbes, ShowIdentities: &opts.ShowIdentities}, loadHelp{Request: "request", Connection: "keep-alive connections, each with one request in flight at a time",
 		ErrorRate:  "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)",
 		FailOnLeak: "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers",
 		NoProbes:   "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)", RunID: "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)",

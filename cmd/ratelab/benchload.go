@@ -30,6 +30,9 @@ type loadFlags struct {
 	// consumersSet says whether --consumers was given.
 	consumersFrom string
 	consumersSet  bool
+	// showIdentities is the config's ShowIdentities, bound to
+	// --show-identities.
+	showIdentities *bool
 }
 
 // loadFields are a config's fields of the load, which bench.HTTPConfig and
@@ -45,6 +48,7 @@ type loadFields struct {
 	SharedConsumers *bool
 	RunID           *string
 	NoProbes        *bool
+	ShowIdentities  *bool
 }
 
 // loadHelp is what the help of the shared flags says differently for each
@@ -82,14 +86,21 @@ func (l *loadFlags) bind(cmd *cobra.Command, to loadFields, help loadHelp) {
 		"the next multiple of D on the UTC clock at least 15s ahead (next:1m: the next whole minute)")
 	f.StringVar(to.RunID, "run-id", "", help.RunID)
 	f.StringVar(&l.consumersFrom, "consumers-from", "", help.ConsumersFrom)
+	l.showIdentities = to.ShowIdentities
+	f.BoolVar(to.ShowIdentities, "show-identities", false, "name consumers by the identities of --consumers-from in the output "+
+		"(they may be secrets); by default each is named by a pseudonym, id- and 16 hex digits")
 	l.output.bind(cmd)
 }
 
 // identities reads --consumers-from: the identities that name the
-// consumers in place of consumer-0 …, nil without it. --consumers, when
-// given, must be their number (consumers is its value).
+// consumers in place of consumer-0 …, nil without it (and then
+// --show-identities, which would show nothing, is refused). --consumers,
+// when given, must be their number (consumers is its value).
 func (l *loadFlags) identities(consumers int) ([]string, error) {
 	if l.consumersFrom == "" {
+		if l.showIdentities != nil && *l.showIdentities {
+			return nil, usagef("--show-identities shows the identities of --consumers-from, which is not given")
+		}
 		return nil, nil
 	}
 	f, err := os.Open(l.consumersFrom)

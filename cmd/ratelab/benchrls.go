@@ -50,8 +50,8 @@ its own, with one call in flight at a time.
 Every call has --domain and the --descriptor values in order, each key=value[,key=value…] one
 descriptor (\, is a comma inside a value, \\ a backslash; any other backslash is refused, so
 'path=/a\,b' sends the value /a,b); {consumer} in a value stands for the consumer (consumer-0 …
-consumer-K-1 over --consumers K, or the lines of --consumers-from, by which the audit and report
-merge then name the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
+consumer-K-1 over --consumers K, or the lines of --consumers-from, by whose pseudonyms, or with
+--show-identities by which, the audit and report merge then name the consumers), {{ for a literal {. --hits-addend sets the call's hits_addend.
 
 --call WEIGHT:DESCRIPTOR[;DESCRIPTOR…], in place of --descriptor and repeatable, mixes kinds of
 call: each call sends the descriptors of one --call, picked by weight as bench http's --path
@@ -107,7 +107,7 @@ docs/envoy.md says more.`,
 	f.BoolVar(&opts.mergeDomains, "merge-domains", false, "read --expect-config as ratelab rls --merge-domains reads it: the files of one domain merged")
 	opts.loadFlags.bind(cmd, loadFields{Rate: &opts.Rate, Connections: &opts.Connections, Duration: &opts.Duration, Requests: &opts.Requests,
 		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
-		NoProbes: &opts.NoProbes}, loadHelp{Request: "call", Connection: "gRPC channels, each with one call in flight at a time",
+		NoProbes: &opts.NoProbes, ShowIdentities: &opts.ShowIdentities}, loadHelp{Request: "call", Connection: "gRPC channels, each with one call in flight at a time",
 		ErrorRate:  "exit 3 when the share of failed calls (errors, and answers neither OK nor OVER_LIMIT) is above this (0 to 1; 0: exit 3 on any)",
 		FailOnLeak: "exit 3 unless the audit finds every limit held: a counter over it, no verdict, a false duration_until_reset, or inconsistent statuses",
 		NoProbes:   "skip the audit's probes of duration_until_reset (they wait up to it + 10 s after the run)",

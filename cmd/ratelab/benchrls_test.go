@@ -426,7 +426,8 @@ func TestBenchRLSShardsMerge(t *testing.T) {
 	if code, _, stderr := ratelab(t, "report", "html", files[0], files[1], "--out", page); code != exitOK {
 		t.Fatalf("report html: exit %d: %s", code, stderr)
 	}
-	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="bench-throughput"`) {
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<h2>bench rls</h2>") || !strings.Contains(string(b), `id="rls-throughput"`) ||
+		strings.Contains(string(b), "<h2>bench http</h2>") {
 		t.Fatalf("the page (%v) draws no bench rls run", err)
 	}
 }
@@ -605,11 +606,13 @@ func TestBenchRLSUnknownIsAdmitted(t *testing.T) {
 
 // TestBenchRLSConsumersFrom: --consumers-from sends its identities where
 // {consumer} stands, in place of consumer-0 …: the audit holds ratelab rls
-// by them, the result records them, and the audit's messages name the
-// consumers by them, when a service admits twice what is claimed and when
-// it claims half what is expected. Shards of one run, with the same file,
-// share a run id and merge, named by the identities; a run with other
-// identities is another run.
+// by them. With --show-identities the result records them, and the
+// audit's messages name the consumers by them, when a service admits
+// twice what is claimed and when it claims half what is expected; without
+// it, nothing the run writes (JSON, the terminal's report, its messages,
+// report html's page) holds one: each consumer is named by a pseudonym.
+// Shards of one run, with the same file, share a run id and merge, named
+// by the same pseudonyms; a run with other identities is another run.
 func TestBenchRLSConsumersFrom(t *testing.T) {
 	t.Parallel()
 	addr, domain := startRLS(t, "domain: DOMAIN\ndescriptors:\n"+
@@ -626,8 +629,14 @@ func TestBenchRLSConsumersFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := func(name string) bool { return slices.Contains(ids, name) }
-	base := []string{"bench", "rls", addr, "--domain", domain, "--consumers-from", keys, "--rate", "0", "--connections", "2",
+	base := []string{"bench", "rls", addr, "--domain", domain, "--consumers-from", keys, "--show-identities", "--rate", "0", "--connections", "2",
 		"--no-probes", "--fail-on-leak"}
+	hidden := func(t *testing.T, where, text string) {
+		t.Helper()
+		if strings.Contains(text, "tenant-") {
+			t.Fatalf("%s shows an identity:\n%s", where, text)
+		}
+	}
 
 	t.Run("holds", func(t *testing.T) {
 		code, stdout, stderr := ratelab(t, append(base, "--descriptor", "user=a-{consumer}", "--requests", "90",
@@ -675,6 +684,44 @@ func TestBenchRLSConsumersFrom(t *testing.T) {
 		})
 	}
 
+	t.Run("hidden", func(t *testing.T) {
+		args := []string{"bench", "rls", addr, "--domain", domain, "--consumers-from", keys, "--rate", "0", "--connections", "2",
+			"--no-probes", "--fail-on-leak", "--descriptor", "big=h-{consumer}", "--requests", "60", "--expect-limit", "6/1m:sliding-log"}
+		code, stdout, stderr := ratelab(t, args...)
+		if code != exitThreshold || !strings.Contains(stderr, "--fail-on-leak: big=h-{consumer}: id-") {
+			t.Fatalf("exit %d, stderr %q; want 3, naming a pseudonym\n%s", code, stderr, stdout)
+		}
+		hidden(t, "the terminal", stdout+stderr)
+		code, stdout, stderr = ratelab(t, append(args, "--descriptor", "user=h2-{consumer}", "-o", "json")...)
+		if code != exitThreshold {
+			t.Fatalf("exit %d (%s)", code, stderr)
+		}
+		hidden(t, "the JSON", stdout+stderr)
+		var res struct {
+			Config struct {
+				Identities []string
+				Pseudonyms string
+			}
+		}
+		decodeJSON(t, stdout, &res)
+		if len(res.Config.Identities) != 3 || !strings.HasPrefix(res.Config.Identities[0], "id-") || !strings.HasPrefix(res.Config.Pseudonyms, "hmac-sha256:") {
+			t.Fatalf("identities %q (%s): want pseudonyms", res.Config.Identities, res.Config.Pseudonyms)
+		}
+		dir := t.TempDir()
+		file, page := filepath.Join(dir, "run.json"), filepath.Join(dir, "report.html")
+		if err := os.WriteFile(file, []byte(stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := ratelab(t, "report", "html", file, "--out", page); code != exitOK {
+			t.Fatalf("report html: exit %d: %s", code, stderr)
+		}
+		b, err := os.ReadFile(page)
+		if err != nil || !strings.Contains(string(b), res.Config.Identities[0]) {
+			t.Fatalf("the page (%v) names no consumer by its pseudonym", err)
+		}
+		hidden(t, "the page", string(b))
+	})
+
 	t.Run("shards merge", func(t *testing.T) {
 		var files []string
 		run := func(name, file string, shard int) {
@@ -706,13 +753,22 @@ func TestBenchRLSConsumersFrom(t *testing.T) {
 			}
 		}
 		decodeJSON(t, stdout, &merged)
-		if code != exitOK || merged.Audit.Verdict != "held" || !slices.Equal(merged.Config.Identities, ids) || len(merged.Audit.Limits) != 1 ||
-			merged.Audit.Limits[0].Admitted != 18 || strings.HasPrefix(merged.RunID, "merged-") {
-			t.Fatalf("merge: exit %d (%s): run %q, identities %q, %+v", code, stderr, merged.RunID, merged.Config.Identities, merged.Audit)
+		var shard struct{ Config struct{ Identities []string } }
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
 		}
+		decodeJSON(t, string(b), &shard)
+		pseudonyms := shard.Config.Identities
+		if code != exitOK || merged.Audit.Verdict != "held" || len(pseudonyms) != 3 || !slices.Equal(merged.Config.Identities, pseudonyms) ||
+			len(merged.Audit.Limits) != 1 || merged.Audit.Limits[0].Admitted != 18 || strings.HasPrefix(merged.RunID, "merged-") {
+			t.Fatalf("merge: exit %d (%s): run %q, identities %q (shard 0's %q), %+v", code, stderr, merged.RunID, merged.Config.Identities,
+				pseudonyms, merged.Audit)
+		}
+		hidden(t, "the merge", stdout+stderr)
 		for _, c := range merged.Audit.Limits[0].WorstConsumers {
-			if !named(c.Consumer) {
-				t.Errorf("merged consumer %q: not an identity of the file", c.Consumer)
+			if !slices.Contains(pseudonyms, c.Consumer) {
+				t.Errorf("merged consumer %q: not a pseudonym of the shards", c.Consumer)
 			}
 		}
 		code, _, stderr = ratelab(t, "report", "merge", files[0], files[2], "-o", "json")
@@ -753,6 +809,8 @@ func TestBenchRLSConsumersFromRefused(t *testing.T) {
 		{"no file", []string{"--descriptor", "user={consumer}", "--consumers-from", filepath.Join(dir, "none")}, "--consumers-from: open "},
 		{"no {consumer}", []string{"--descriptor", "user=all", "--consumers-from", keys},
 			"--consumers-from names the consumers where {consumer} stands, and no value of --descriptor holds it"},
+		{"identities shown, none given", []string{"--descriptor", "user={consumer}", "--consumers", "2", "--show-identities"},
+			"--show-identities shows the identities of --consumers-from, which is not given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append(base, tc.args...)...)

@@ -61,6 +61,8 @@ func TestBenchIdentityRefusals(t *testing.T) {
 		{"identities and --consumers", []string{query, "--consumers-from", keys, "--consumers", "5"},
 			"--consumers 5 conflicts with --consumers-from, which holds 3 identities"},
 		{"no identities file", []string{query, "--consumers-from", filepath.Join(dir, "none")}, "--consumers-from: open "},
+		{"identities shown, none given", []string{url, "--consumers", "3", "--show-identities"},
+			"--show-identities shows the identities of --consumers-from, which is not given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := ratelab(t, append([]string{"bench", "http", "--requests", "5", "--rate", "0"}, tc.args...)...)

@@ -720,8 +720,8 @@ func TestBenchHTTP(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	runs := []string{dir + "/a.json", dir + "/b.json"}
-	for _, path := range runs {
-		code, stdout, stderr := ratelab(t, "bench", "http", srv.URL, "--rate", "200", "--duration", "500ms",
+	for i, path := range runs {
+		code, stdout, stderr := ratelab(t, "bench", "http", srv.URL, "--rate", "400", "--duration", "500ms", "--shard", fmt.Sprintf("%d/2", i), "--shared-consumers",
 			"--output", "json", "--hgrm", dir+"/run.hgrm")
 		if code != exitOK {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -831,7 +831,8 @@ func TestBenchAudit(t *testing.T) {
 	shared := leakyServer(t, 5).URL
 	for i := range jsons {
 		wg.Go(func() {
-			_, jsons[i], _ = ratelab(t, append([]string{"bench", "http", shared, "--no-probes", "-o", "json"}, args...)...)
+			_, jsons[i], _ = ratelab(t, "bench", "http", shared, "--no-probes", "-o", "json", "--rate", "80", "--duration", "2500ms",
+				"--consumers", "2", "--expect-limit", "5/1s", "--shard", fmt.Sprintf("%d/2", i), "--shared-consumers")
 		})
 	}
 	wg.Wait()

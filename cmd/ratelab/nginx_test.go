@@ -101,7 +101,9 @@ http {
 // clock), which is GCRA's guarantee for 20 per 2 s: the correct config
 // holds it (exit 0), and one that allows twice as much (20 per second,
 // burst 39) exits 3 with --fail-on-leak. The burst is generous, so that
-// admissions, not timing, decide; each message names an identity sent.
+// admissions, not timing, decide; each message names an identity sent
+// (--show-identities: a key of --consumers-from is otherwise named by its
+// pseudonym).
 func TestNginxLimitReqAudited(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -116,9 +118,9 @@ func TestNginxLimitReqAudited(t *testing.T) {
 		flags               []string
 		names               []string // the identities the messages may name
 	}{
-		{"apikey", "", "$arg_apikey", true, []string{"--consumers-from", keys},
+		{"apikey", "", "$arg_apikey", true, []string{"--consumers-from", keys, "--show-identities"},
 			[]string{"ak_live_3f9a1c", "ak_live_77be02", "ak_live_c41d5e"}},
-		{"bearer", bearer, "$token", false, []string{"-H", "Authorization: Bearer {consumer}", "--consumers-from", keys},
+		{"bearer", bearer, "$token", false, []string{"-H", "Authorization: Bearer {consumer}", "--consumers-from", keys, "--show-identities"},
 			[]string{"ak_live_3f9a1c", "ak_live_77be02", "ak_live_c41d5e"}},
 		{"jwt", bearer, "$token", false, []string{"-H", "Authorization: Bearer {jwt}", "--jwt-secret", "test secret",
 			"--jwt-claim", "sub=user-{consumer}", "--jwt-claim", "exp:=4102444800", "--consumers", "3"},

@@ -29,11 +29,15 @@ and reports them as one run: counts and throughput summed, histograms merged (ex
 timelines lined up, and one audit over every response.
 
 It merges only shards of one run: results with the same run id (run_id, which every shard of a
-run shares: the same target, load and --start-at, or the same --run-id). Files of different
-runs, or several written before results carried a run id, are refused, each named with its run.
---as-one-run merges them anyway, keying consumers by identity: one with an identity of its own
-(config.identities: a source address) is one consumer whichever files sent it; those named
-consumer-N are each file's own (named by file when two files' clash: "consumer-0 (a.json)").
+run shares: the same target, load and --start-at, or the same --run-id), each a shard of its own
+(--shard I/N). Files of different runs, several written before results carried a run id, and
+files that claim the same shard of one run (two runs of one command one after the other, each
+the whole run: shard 0 of 1) are refused, exit 2, each named with its run. --as-one-run merges
+them anyway, keying consumers by identity: one with an identity of its own (config.identities:
+a source address, or an identity of --consumers-from, which runs from the same file name by the
+same pseudonym) is one consumer whichever files sent it; those named consumer-N are each file's
+own (named by file when two files' clash: "consumer-0 (a.json)"). One run given twice is
+refused, --as-one-run or not.
 
 A FILE that holds *, ? or [ and names no file is a pattern report merge expands itself, for
 where no shell does (a container's command): /results/shard-*.json.`,
@@ -70,9 +74,16 @@ where no shell does (a container's command): /results/shard-*.json.`,
 			}
 			res, err := bench.MergeWith(runs, bench.MergeOptions{Tolerance: tolerance, AsOneRun: asOneRun, Labels: paths})
 			var re *bench.RunsError
-			if errors.As(err, &re) {
+			var se *bench.ShardsError
+			switch {
+			case errors.As(err, &re):
 				return usagef("report merge: the files are %s: merge each run's shards alone, or pass --as-one-run to merge them as one run",
 					re.Text(paths))
+			case errors.As(err, &se) && se.Twice:
+				return usagef("report merge: %s: give each run once", se.Text(paths))
+			case errors.As(err, &se):
+				return usagef("report merge: the files claim the same shard of one run: %s: merge each run alone, or pass --as-one-run to merge them as one run",
+					se.Text(paths))
 			}
 			if err != nil {
 				return &usageError{err}
@@ -86,7 +97,7 @@ where no shell does (a container's command): /results/shard-*.json.`,
 	output.bind(merge)
 	merge.Flags().DurationVar(&tolerance, "clock-tolerance", 5*time.Millisecond,
 		"how far the load machines' clocks may disagree: the merged audit widens every response's flight by it")
-	merge.Flags().BoolVar(&asOneRun, "as-one-run", false, "merge results of different runs as one: consumers keyed by identity, each file's consumer-N its own")
+	merge.Flags().BoolVar(&asOneRun, "as-one-run", false, "merge results of different runs (or of one shard) as one: consumers keyed by identity, each file's consumer-N its own")
 	merge.Flags().BoolVar(&thresholds.FailOnLeak, "fail-on-leak", false, "exit 3 when the merged audit does not find that the limit held, or there is none")
 	merge.Flags().BoolVar(&thresholds.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass a merged audit that could not judge (a shared limit still fails)")
 	merge.Flags().Var(optionalFloat{&thresholds.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
@@ -99,12 +110,14 @@ func newReportHTMLCmd(io *ioStreams) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "html RESULT.json...",
-		Short: "Draw saved results (bench http, race, compare, skew, drill) as one self-contained HTML page",
+		Short: "Draw saved results (bench http, bench rls, race, compare, skew, drill) as one self-contained HTML page",
 		Long: `report html reads JSON results written with --output json and draws them in one page that
-needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid, each
-in one colour in every chart (throughput, latency and status classes over time, the latency
-percentile spectrum, and each audited run's admissions per consumer in every window that ended
-within the run, against the limit: every consumer, or the worst eight), race (admitted per trial against the
+needs nothing from the network (inline SVG and CSS, no script): bench http runs overlaid, and
+bench rls runs overlaid apart from them, each run in one colour in every chart (throughput,
+latency and status classes over time, a bench rls run's answers by code: OK, OVER_LIMIT,
+UNKNOWN; the latency percentile spectrum, and each audited run's admissions per consumer in
+every window that ended within the run, against the limit: every consumer, or the worst eight),
+each audit's paragraphs named by their run when the page holds several, race (admitted per trial against the
 limit, latency by percentile and each trial's p99, and each trial explained with --explain as
 swimlanes, one goroutine each on Redis's time axis), compare (the trade table, the boundary and hammer timelines,
 memory per client by limit), skew (over-admission against the skew) and drill (each run over
