@@ -3,6 +3,7 @@ package bench_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -248,6 +249,24 @@ func TestAuditHoldsABurstApartFromTheLimit(t *testing.T) {
 			a := only(t, res.Audit)
 			if a.Burst != tc.claim || !strings.HasPrefix(a.Rule, fmt.Sprintf("a burst of %d, then 5 per 1s", tc.claim)) {
 				t.Fatalf("audit of burst %d, rule %q: want the burst claimed", a.Burst, a.Rule)
+			}
+			// Saved and merged, the run is judged again by the same burst.
+			js, err := json.Marshal(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var saved bench.Result
+			if err := json.Unmarshal(js, &saved); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := bench.Merge([]bench.Result{saved}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := only(t, merged.Audit); m.Burst != a.Burst || m.Rule != a.Rule || m.Verdict != a.Verdict || m.OverAdmitted != a.OverAdmitted ||
+				m.UnderAdmitted != a.UnderAdmitted {
+				t.Fatalf("merged: %s burst %d %q, over %d, under %d; the run: %s burst %d %q, over %d, under %d", m.Verdict, m.Burst, m.Rule,
+					m.OverAdmitted, m.UnderAdmitted, a.Verdict, a.Burst, a.Rule, a.OverAdmitted, a.UnderAdmitted)
 			}
 			if !tc.held {
 				if a.Verdict != bench.Leaked || a.OverAdmitted == 0 {
