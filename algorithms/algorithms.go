@@ -25,16 +25,32 @@ import (
 	"github.com/ratelab/ratelab/internal/field"
 )
 
-// Policy is the limit a limiter enforces: Limit requests per Window.
+// Policy is the limit a limiter enforces: Limit requests per Window, and
+// for the algorithms that have one (token bucket, GCRA) a Burst.
 type Policy struct {
 	// Limit is the number of requests admitted per Window; at least 1.
 	Limit int64
 	// Window is the length of the window; a positive whole number of milliseconds.
 	Window time.Duration
+	// Burst is, for the token bucket and GCRA, the most admitted at one
+	// instant: the bucket's capacity, which refills at Limit per Window.
+	// Zero means Limit. nginx's limit_req burst=B is a Burst of B + 1;
+	// go-redis/redis_rate's and Traefik's burst is this Burst.
+	Burst int64
+}
+
+// Capacity is the most p admits at one instant under an algorithm with a
+// burst: Burst, or Limit when Burst is zero. Under the others it is Limit
+// (Burst is refused there: HasBurst).
+func (p Policy) Capacity() int64 {
+	if p.Burst > 0 {
+		return p.Burst
+	}
+	return p.Limit
 }
 
 // Validate reports whether p can be enforced. Errors are *field.Error
-// naming Limit or Window.
+// naming Limit, Window or Burst.
 func (p Policy) Validate() error {
 	if p.Limit < 1 {
 		return field.Errorf("Limit", "must be at least 1 (got %d)", p.Limit)
@@ -45,15 +61,28 @@ func (p Policy) Validate() error {
 	if p.Window%time.Millisecond != 0 {
 		return field.Errorf("Window", "must be a whole number of milliseconds (got %s)", p.Window)
 	}
-	// The scripts multiply the two; Lua's numbers are exact below 2^53.
+	// The scripts multiply the limit and the burst by the window; Lua's
+	// numbers are exact below 2^53.
 	if p.Limit > (1<<53)/p.windowMillis() {
 		return field.Errorf("Limit", "× {Window} in ms must be below 2^53 (got %d × %d)", p.Limit, p.windowMillis())
+	}
+	if p.Burst < 0 {
+		return field.Errorf("Burst", "must be at least 1 (got %d)", p.Burst)
+	}
+	if p.Burst > (1<<53)/p.windowMillis() {
+		return field.Errorf("Burst", "× {Window} in ms must be below 2^53 (got %d × %d)", p.Burst, p.windowMillis())
 	}
 	return nil
 }
 
-// String renders p as "5/10s".
-func (p Policy) String() string { return fmt.Sprintf("%d/%s", p.Limit, p.Window) }
+// String renders p as ParsePolicy reads it: "5/10s", or "10/1s:burst=6"
+// with a burst.
+func (p Policy) String() string {
+	if p.Burst > 0 {
+		return fmt.Sprintf("%d/%s:burst=%d", p.Limit, p.Window, p.Burst)
+	}
+	return fmt.Sprintf("%d/%s", p.Limit, p.Window)
+}
 
 // windowMillis is the window in milliseconds, as the scripts take it.
 func (p Policy) windowMillis() int64 { return p.Window.Milliseconds() }
@@ -283,12 +312,12 @@ func registry() []entry {
 		{Info{Name: "sliding-counter", Description: "this window's count plus the last one's, weighted: an estimate in two small keys",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Algorithm: true, Guarantee: WeightedWindows},
 			scripted("sliding-counter", slidingCounterSource, memberNone, 2)},
-		{Info{Name: "token-bucket", Description: "limit tokens, refilled at limit per window: smooth rate, bursts up to the limit",
+		{Info{Name: "token-bucket", Description: "burst tokens (the limit by default), refilled at limit per window: smooth rate, bursts up to the burst",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
-			scripted("token-bucket", tokenBucketSource, memberNone, 1)},
-		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit",
+			scripted("token-bucket", tokenBucketSource, memberBurst, 1)},
+		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit unless given",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
-			scripted("gcra", gcraSource, memberNone, 1)},
+			scripted("gcra", gcraSource, memberBurst, 1)},
 	}
 }
 
@@ -386,6 +415,9 @@ func New(name string, client redis.UniversalClient, p Policy, opts ...Option) (L
 	for _, e := range registry() {
 		if e.info.Name != name {
 			continue
+		}
+		if p.Burst != 0 && e.info.Guarantee != BurstRefill {
+			return nil, field.Errorf("Burst", "is for token-bucket and gcra: %s has none (got burst=%d)", name, p.Burst)
 		}
 		l := e.make(client, p, o)
 		if ls, ok := l.(LimitSet); ok {

@@ -524,6 +524,9 @@ func TestPolicyValidate(t *testing.T) {
 		{algorithms.Policy{Limit: 0, Window: time.Second}, "Limit must be at least 1 (got 0)"},
 		{algorithms.Policy{Limit: 5, Window: -time.Second}, "Window must be positive (got -1s)"},
 		{algorithms.Policy{Limit: 5, Window: 1500 * time.Microsecond}, "Window must be a whole number of milliseconds (got 1.5ms)"},
+		{algorithms.Policy{Limit: 5, Window: time.Second, Burst: 6}, ""},
+		{algorithms.Policy{Limit: 5, Window: time.Second, Burst: -1}, "Burst must be at least 1 (got -1)"},
+		{algorithms.Policy{Limit: 5, Window: 2 * time.Millisecond, Burst: 1 << 53}, "Burst × Window in ms must be below 2^53 (got 9007199254740992 × 2)"},
 	} {
 		err := tc.p.Validate()
 		if got := errString(err); got != tc.want {

@@ -23,10 +23,12 @@ type Check struct {
 	Key string
 	// Algorithm is one of Algorithms().
 	Algorithm string
-	// Policy is the limit: Policy.Limit requests per Policy.Window.
+	// Policy is the limit: Policy.Limit requests per Policy.Window, and
+	// for token-bucket and gcra at most Policy.Burst at one instant.
 	Policy Policy
-	// Cost is what the request takes, from 0 to Policy.Limit; 0 checks
-	// without consuming: it admits while a request of cost 1 would be.
+	// Cost is what the request takes, from 0 to Policy.Capacity(); 0
+	// checks without consuming: it admits while a request of cost 1 would
+	// be.
 	Cost int64
 	// Shadow limits are counted and reported, and never deny.
 	Shadow bool
@@ -114,7 +116,7 @@ func (d *Decider) Load(ctx context.Context) error {
 }
 
 // Validate reports whether c can be decided. Errors are *field.Error naming
-// Key, Algorithm, Policy's Limit or Window, or Cost.
+// Key, Algorithm, Policy's Limit, Window or Burst, or Cost.
 func (c Check) Validate() error {
 	if c.Key == "" {
 		return field.Errorf("Key", "must not be empty")
@@ -125,8 +127,15 @@ func (c Check) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
-	if c.Cost < 0 || c.Cost > c.Policy.Limit {
-		return field.Errorf("Cost", "must be from 0 to the limit, %d (got %d)", c.Policy.Limit, c.Cost)
+	if err := CheckBurst(c.Algorithm, c.Policy); err != nil {
+		return err
+	}
+	if c.Cost < 0 || c.Cost > c.Policy.Capacity() {
+		most := "the limit"
+		if c.Policy.Burst > 0 {
+			most = "the burst"
+		}
+		return field.Errorf("Cost", "must be from 0 to %s, %d (got %d)", most, c.Policy.Capacity(), c.Cost)
 	}
 	return nil
 }
@@ -279,7 +288,7 @@ func (cl call) consumed(j int) bool {
 // run runs decide.lua in mode over checks and reads its reply.
 func (d *Decider) run(ctx context.Context, mode string, checks []Check, members []string, marks []int64, now string) (decideReply, int, error) {
 	keys := make([]string, 0, len(checks)+1)
-	args := make([]any, 0, 3+7*len(checks))
+	args := make([]any, 0, 3+8*len(checks))
 	args = append(args, mode, now, len(checks))
 	shadows := make([]bool, len(checks))
 	for j, c := range checks {
@@ -292,7 +301,7 @@ func (d *Decider) run(ctx context.Context, mode string, checks []Check, members 
 			mark = marks[j]
 		}
 		shadows[j] = c.Shadow
-		args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark)
+		args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark, c.Policy.Capacity())
 	}
 	reply, trips, err := d.script.run(ctx, d.client, keys, args...)
 	if err != nil {

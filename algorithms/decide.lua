@@ -23,11 +23,14 @@
 -- ARGV[1]  "decide" or "refund"
 -- ARGV[2]  now in milliseconds from the caller, or "" to read Redis's TIME
 -- ARGV[3]  the number of limits
--- then 7 per limit:
+-- then 8 per limit:
 --          algorithm, limit, window in ms, cost (0 checks without
 --          consuming), shadow (1 counts but never denies), for sliding-log
---          the base of this request's members ("" otherwise), and for a
---          refund the mark the decision returned ("0" otherwise)
+--          the base of this request's members ("" otherwise), for a refund
+--          the mark the decision returned ("0" otherwise), and the burst:
+--          for token-bucket and gcra the most admitted at one instant (the
+--          bucket's capacity, refilled at limit per window), the limit
+--          otherwise
 --
 -- Returns {allowed, then per limit: allowed, remaining, retry_after_ms,
 -- reset_ms, mark}: remaining after this request (when it was consumed) or
@@ -62,7 +65,7 @@ local check, commit = {}, {}
 -- time and garbage: only the algorithms this call names get theirs.
 local used = {}
 for i = 1, tonumber(ARGV[3]) do
-  used[ARGV[3 + (i - 1) * 7 + 1]] = true
+  used[ARGV[3 + (i - 1) * 8 + 1]] = true
 end
 
 -- Fixed window: one hash per client, w = window number, n = admitted in it.
@@ -213,11 +216,12 @@ if used['sliding-counter'] then
 end
 
 -- Token bucket: a hash, u = units held (a token is `window` units, refilled
--- at `limit` units per ms), t = time of the last update.
+-- at `limit` units per ms, at most `burst` tokens), t = time of the last
+-- update.
 if used['token-bucket'] then
   check['token-bucket'] = function(c)
     local t, window, limit = now, c.window, c.limit
-    local full = limit * window
+    local full = c.burst * window
     local stored = redis.call('HMGET', c.keys[1], 'u', 't')
     local units = full
     if stored[1] then
@@ -248,11 +252,13 @@ if used['token-bucket'] then
   end
 end
 
--- GCRA: a hash, t = time of the last update, d = (TAT - t) * limit.
+-- GCRA: a hash, t = time of the last update, d = (TAT - t) * limit; a
+-- request is admitted while the TAT it sets is within `burst` emission
+-- intervals (each `window` scaled) of now.
 if used['gcra'] then
   check['gcra'] = function(c)
     local window, limit = c.window, c.limit
-    local burst = window * limit
+    local burst = window * c.burst
     local d = 0
     local stored = redis.call('HMGET', c.keys[1], 't', 'd')
     if stored[1] then
@@ -306,7 +312,7 @@ if mode == 'refund' then
   refund['token-bucket'] = function(c)
     local stored = redis.call('HMGET', c.keys[1], 'u', 't')
     if stored[1] then
-      local full = c.limit * c.window
+      local full = c.burst * c.window
       redis.call('HSET', c.keys[1], 'u', math.min(tonumber(stored[1]) + c.take * c.window, full))
     end
   end
@@ -323,7 +329,7 @@ local checks = {}
 local allowed = true
 local k = 1
 for i = 1, n do
-  local a = 3 + (i - 1) * 7
+  local a = 3 + (i - 1) * 8
   local c = {
     alg = ARGV[a + 1],
     limit = tonumber(ARGV[a + 2]),
@@ -332,6 +338,7 @@ for i = 1, n do
     shadow = ARGV[a + 5] == '1',
     member = ARGV[a + 6],
     mark = tonumber(ARGV[a + 7]),
+    burst = tonumber(ARGV[a + 8]),
   }
   if not check[c.alg] then
     return redis.error_reply('ERR unknown algorithm ' .. tostring(c.alg))

@@ -58,14 +58,20 @@ func TestDecideMatchesLimiter(t *testing.T) {
 		}
 		c := redistest.Client(t, server)
 		for _, name := range algorithms.Algorithms() {
-			t.Run(string(server.Mode)+"/"+name, func(t *testing.T) { decideMatchesLimiter(t, c, name) })
+			p := algorithms.Policy{Limit: 5, Window: window}
+			t.Run(string(server.Mode)+"/"+name, func(t *testing.T) { decideMatchesLimiter(t, c, name, p) })
+			if algorithms.HasBurst(name) {
+				for _, burst := range []int64{2, 9} {
+					p.Burst = burst
+					t.Run(fmt.Sprintf("%s/%s/burst-%d", server.Mode, name, burst), func(t *testing.T) { decideMatchesLimiter(t, c, name, p) })
+				}
+			}
 		}
 	}
 }
 
-func decideMatchesLimiter(t *testing.T, c redis.UniversalClient, name string) {
+func decideMatchesLimiter(t *testing.T, c redis.UniversalClient, name string, p algorithms.Policy) {
 	t.Helper()
-	p := algorithms.Policy{Limit: 5, Window: window}
 	stretch := time.Duration(window / (10 * time.Second))
 	clock := &fakeClock{now: alignedStart(window).Add(3 * window / 10)}
 	l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))

@@ -47,9 +47,10 @@ const (
 	// lifetime, a window that starts at the key's first write. Windows are not
 	// aligned to anything a caller can see.
 	ExpiryWindows Guarantee = "expiry-windows"
-	// BurstRefill is the token bucket's and GCRA's rule (burst = Limit):
-	// at most Limit + floor(Limit × d / Window) in a span whose stamps are d ms
-	// apart: a full bucket, then the refill.
+	// BurstRefill is the token bucket's and GCRA's rule: at most
+	// Burst + floor(Limit × d / Window) in a span whose stamps are d ms
+	// apart, Burst being Policy.Capacity() (the limit unless given): a full
+	// bucket, then the refill.
 	BurstRefill Guarantee = "burst-refill"
 	// WeightedWindows is the sliding-window counter's rule: at most Limit per
 	// aligned window, and in the current window at most
@@ -72,7 +73,7 @@ func (g Guarantee) Rule(p Policy) string {
 	case ExpiryWindows:
 		return fmt.Sprintf("at most %d per %s key lifetime", p.Limit, w)
 	case BurstRefill:
-		return fmt.Sprintf("a burst of %d, then %d per %s", p.Limit, p.Limit, w)
+		return fmt.Sprintf("a burst of %d, then %d per %s", p.Capacity(), p.Limit, w)
 	case WeightedWindows:
 		return fmt.Sprintf("at most %d per aligned %s window, less the last window's weighted count", p.Limit, w)
 	}
@@ -130,19 +131,37 @@ func (g Guarantee) SlotWithin(p Policy) time.Duration {
 }
 
 // Lookback is how far back a decision under g looks at the client's
-// admissions: a request is denied only when at least Limit of them were
-// made by decisions stamped within the Lookback before its own (stamps
-// after its stamp less the Lookback), on the clock that decides. A denial
-// with fewer is one the guarantee would have admitted. Each aligned window
-// (fixed window), key lifetime, sliding log and bucket (token bucket,
-// GCRA: k admissions within a window leave room for Limit − k more) looks
-// back a window; the sliding counter weighs the last aligned window too,
-// and so looks back two.
+// admissions: a request is denied only when at least Capacity of them
+// were made by decisions stamped within the Lookback before its own
+// (stamps after its stamp less the Lookback), on the clock that decides.
+// A denial with fewer is one the guarantee would have admitted. Each
+// aligned window (fixed window), key lifetime and sliding log looks back a
+// window; the sliding counter weighs the last aligned window too, and so
+// looks back two. A bucket (token bucket, GCRA) of Burst refilling Limit
+// per Window forgets after Burst × Window / Limit, rounded up to the
+// scripts' milliseconds (a window, when Burst is Limit): in that time it
+// refills at least Burst, so k admissions within it leave room for
+// Burst − k more.
 func (g Guarantee) Lookback(p Policy) time.Duration {
-	if g == WeightedWindows {
+	switch g {
+	case WeightedWindows:
 		return 2 * p.Window
+	case BurstRefill:
+		// Burst × window in ms is below 2^53 (Policy.Validate).
+		return time.Duration(ceilDiv(p.Capacity()*p.windowMillis(), p.Limit)) * time.Millisecond
 	}
 	return p.Window
+}
+
+// Capacity is how many admissions within the Lookback before a decision
+// make a denial due under g: a denial with fewer is one the guarantee
+// would have admitted. It is Policy.Capacity() for a bucket (the burst,
+// which may be below or above the limit), and the limit for every window.
+func (g Guarantee) Capacity(p Policy) int64 {
+	if g == BurstRefill {
+		return p.Capacity()
+	}
+	return p.Limit
 }
 
 // SlotFreesAfter is the latest moment at which a client admitted at the
@@ -188,7 +207,7 @@ func (g Guarantee) maxStamped(p Policy, a, b int64, fresh bool) int64 {
 		}
 		return mulSat(l, ceilDiv(d, w)+1)
 	case BurstRefill:
-		return addSat(l, refill(l, d, w))
+		return addSat(p.Capacity(), refill(l, d, w))
 	case WeightedWindows:
 		wa, wb := floorDiv(a, w), floorDiv(b, w)
 		if wa == wb {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
@@ -316,5 +318,263 @@ func TestDenialsLookBack(t *testing.T) {
 				t.Fatalf("%d denials, %d at exactly the limit: the test proves nothing", denials, tight)
 			}
 		})
+	}
+}
+
+// TestBurstFormulas pins BurstRefill with a burst apart from the limit:
+// nginx's rate=10r/s burst=5 (6 at one instant, then one every 100 ms),
+// and a burst above the limit.
+func TestBurstFormulas(t *testing.T) {
+	g := algorithms.BurstRefill
+	for _, tc := range []struct {
+		p        algorithms.Policy
+		in       time.Duration // MaxIn's span
+		want     int64
+		lookback time.Duration
+		rule     string
+	}{
+		{algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6}, 0, 6, 600 * time.Millisecond, "a burst of 6, then 10 per 1s"},
+		{algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6}, 99 * time.Millisecond, 6, 600 * time.Millisecond, ""},
+		{algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6}, 100 * time.Millisecond, 7, 600 * time.Millisecond, ""},
+		{algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6}, 3 * time.Second, 36, 600 * time.Millisecond, ""},
+		{algorithms.Policy{Limit: 10, Window: time.Second, Burst: 40}, time.Second, 50, 4 * time.Second, "a burst of 40, then 10 per 1s"},
+		{algorithms.Policy{Limit: 3, Window: time.Second, Burst: 2}, 0, 2, 667 * time.Millisecond, ""}, // 2 × 1000 / 3, rounded up
+		{algorithms.Policy{Limit: 10, Window: time.Second}, 0, 10, time.Second, "a burst of 10, then 10 per 1s"},
+	} {
+		if got := g.MaxIn(tc.p, tc.in); got != tc.want {
+			t.Errorf("%s: MaxIn(%s) = %d, want %d", tc.p, tc.in, got, tc.want)
+		}
+		if got := g.Lookback(tc.p); got != tc.lookback {
+			t.Errorf("%s: Lookback = %s, want %s", tc.p, got, tc.lookback)
+		}
+		if got := g.Capacity(tc.p); got != tc.p.Capacity() {
+			t.Errorf("%s: Capacity = %d, want the burst", tc.p, got)
+		}
+		if got := g.SlotWithin(tc.p); got != time.Duration((tc.p.Window.Milliseconds()+tc.p.Limit-1)/tc.p.Limit)*time.Millisecond {
+			t.Errorf("%s: SlotWithin = %s, want one emission interval", tc.p, got)
+		}
+		if got := g.Rule(tc.p); tc.rule != "" && got != tc.rule {
+			t.Errorf("%s: Rule = %q, want %q", tc.p, got, tc.rule)
+		}
+	}
+	// Every other guarantee is judged by the limit.
+	p := algorithms.Policy{Limit: 10, Window: time.Second}
+	for _, o := range algorithms.Guarantees() {
+		if got := o.Capacity(p); got != 10 {
+			t.Errorf("%s: Capacity = %d, want the limit", o, got)
+		}
+	}
+	full := []time.Time{time.UnixMilli(0), time.UnixMilli(0), time.UnixMilli(0), time.UnixMilli(0), time.UnixMilli(0), time.UnixMilli(0)}
+	if got, want := g.SlotFreesAfter(algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6}, full), time.UnixMilli(99); !got.Equal(want) {
+		t.Errorf("6 at once under 10/1s:burst=6: a slot frees after %v, want %v", got, want)
+	}
+}
+
+// burstPolicies are the limits with a burst that the bucket tests drive,
+// each on the hour-long window: below the limit (nginx's rate and burst),
+// above it, a burst of one, a limit of one, and the default (the limit).
+var burstPolicies = []algorithms.Policy{
+	{Limit: 10, Window: window, Burst: 6},
+	{Limit: 10, Window: window, Burst: 25},
+	{Limit: 7, Window: window, Burst: 1},
+	{Limit: 1, Window: window, Burst: 4},
+	{Limit: 3, Window: window},
+}
+
+// bucketPaths are the two ways a bucket is decided: its own script (the
+// Limiter: ratelab compare, the race) and decide.lua (the Decider: the
+// gateways, the rate limit service and the nginx module).
+var bucketPaths = []string{"limiter", "decider"}
+
+// bucket decides one client's requests under the burst algorithm name
+// with policy p on clock, by path; decisions through the Decider carry
+// Reset.
+func bucket(t *testing.T, c redis.UniversalClient, path, name string, p algorithms.Policy, clock *fakeClock) func() algorithms.Decision {
+	t.Helper()
+	key := algorithms.Key(redistest.Prefix(t), name)
+	t.Cleanup(func() { c.Del(context.Background(), key) })
+	if path == "limiter" {
+		l := newLimiter(t, name, c, p, algorithms.WithNow(clock.Now))
+		return func() algorithms.Decision { return allow(t, l, key) }
+	}
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now))
+	return func() algorithms.Decision {
+		return decide(t, d, algorithms.Check{Key: key, Algorithm: name, Policy: p, Cost: 1}).Checks[0]
+	}
+}
+
+// TestBurstGuaranteesHoldAndAreReached drives the token bucket and GCRA,
+// through their own scripts and through decide.lua, for several limits,
+// windows and bursts, with a greedy client that asks until denied at every
+// step of a caller clock moved a hundredth of the window at a time: it is
+// admitted exactly what BurstRefill allows over the run (the burst at
+// once, then the refill) and never more over any sub-span; every remaining
+// is what the same instant then admits, and every retry-after is within
+// SlotWithin.
+func TestBurstGuaranteesHoldAndAreReached(t *testing.T) {
+	c := redistest.Client(t, srv)
+	g := algorithms.BurstRefill
+	for _, p := range burstPolicies {
+		step := p.Window.Milliseconds() / 100
+		for _, name := range []string{"token-bucket", "gcra"} {
+			for _, path := range bucketPaths {
+				for _, steps := range []int64{0, 1, 37, 250} {
+					t.Run(fmt.Sprintf("%d-per-%s-burst-%d/%s/%s/%d", p.Limit, p.Window, p.Capacity(), name, path, steps), func(t *testing.T) {
+						start := alignedStart(p.Window).UnixMilli() + 13*step
+						end := start + steps*step
+						clock := &fakeClock{now: time.UnixMilli(start)}
+						ask := bucket(t, c, path, name, p, clock)
+						var stamps []int64
+						for ms := start; ms <= end; ms += step {
+							clock.Set(time.UnixMilli(ms))
+							promised := int64(-1) // the remaining the last admission told
+							for range 3*p.Capacity() + 3 {
+								dec := ask()
+								if !dec.Allowed {
+									if promised > 0 {
+										t.Fatalf("%d ms in: denied after an admission said %d remained", ms-start, promised)
+									}
+									if slot := g.SlotWithin(p); dec.RetryAfter <= 0 || dec.RetryAfter > slot {
+										t.Fatalf("retry-after %s: want within the guarantee's %s", dec.RetryAfter, slot)
+									}
+									break
+								}
+								if promised == 0 {
+									t.Fatalf("%d ms in: admitted after an admission said 0 remained", ms-start)
+								}
+								if dec.Remaining > p.Capacity()-1 {
+									t.Fatalf("remaining %d after an admission: the burst is %d", dec.Remaining, p.Capacity())
+								}
+								promised = dec.Remaining
+								stamps = append(stamps, ms)
+							}
+						}
+						for i := range stamps {
+							for j := i; j < len(stamps); j++ {
+								if n, bound := int64(j-i+1), g.Max(p, span(stamps[i], stamps[j])); n > bound {
+									t.Fatalf("%d admitted stamped %d..%d ms in, guarantee %d", n, stamps[i]-start, stamps[j]-start, bound)
+								}
+							}
+						}
+						// A bucket that holds two tokens or more never overflows
+						// with a step's refill (under one) on top of a drained
+						// bucket's fraction: the bound is reached. A bucket of
+						// one may overflow and lose the fraction.
+						got, want := int64(len(stamps)), g.Max(p, span(start, end))
+						if got > want || (p.Capacity() >= 2 && got != want) {
+							t.Fatalf("greedy client admitted %d over %d steps, guarantee %d", got, steps, want)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestBurstRetryAfterAndResetAreHonest: after a denial, the bucket admits
+// again exactly when its retry-after says (not a millisecond before), and
+// through decide.lua an admission's reset is when the bucket holds its
+// whole burst again: a client that waits that long is admitted the burst
+// at once. The clock moves in random steps, the client asks in random
+// bursts.
+func TestBurstRetryAfterAndResetAreHonest(t *testing.T) {
+	c := redistest.Client(t, srv)
+	for _, p := range burstPolicies {
+		for _, name := range []string{"token-bucket", "gcra"} {
+			for _, path := range bucketPaths {
+				t.Run(fmt.Sprintf("%s/%s/%s", p, name, path), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(3, uint64(p.Limit*100+p.Burst)))
+					clock := &fakeClock{now: alignedStart(p.Window).Add(7 * time.Minute)}
+					ask := bucket(t, c, path, name, p, clock)
+					step := p.Window / 200
+					retries, resets := 0, 0
+					for range 300 {
+						clock.Add(time.Duration(rng.IntN(5)) * step)
+						dec := ask()
+						if !dec.Allowed {
+							retries++
+							if dec.RetryAfter > time.Millisecond {
+								clock.Add(dec.RetryAfter - time.Millisecond)
+								if early := ask(); early.Allowed {
+									t.Fatalf("admitted a millisecond before the retry-after of %s", dec.RetryAfter)
+								}
+								clock.Add(time.Millisecond)
+							} else {
+								clock.Add(dec.RetryAfter)
+							}
+							if dec = ask(); !dec.Allowed {
+								t.Fatalf("denied after waiting the retry-after of %s", dec.RetryAfter)
+							}
+						}
+						if path == "decider" && rng.IntN(4) == 0 {
+							resets++
+							clock.Add(dec.Reset)
+							for i := range p.Capacity() {
+								if !ask().Allowed {
+									t.Fatalf("after the reset of %s: request %d of the burst of %d denied", dec.Reset, i+1, p.Capacity())
+								}
+							}
+							if ask().Allowed {
+								t.Fatalf("more than the burst of %d admitted at once", p.Capacity())
+							}
+						}
+					}
+					if retries < 10 || (path == "decider" && resets < 3) {
+						t.Fatalf("%d denials, %d resets: the test proves nothing", retries, resets)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestBurstDenialsLookBack is TestDenialsLookBack for buckets with a
+// burst apart from the limit: each denial follows at least the guarantee's
+// Capacity (the burst) of admissions within its Lookback (burst × window /
+// limit), through both scripts, and some follow exactly that many, so
+// that neither bound is loose.
+func TestBurstDenialsLookBack(t *testing.T) {
+	c := redistest.Client(t, srv)
+	g := algorithms.BurstRefill
+	for _, p := range burstPolicies {
+		for _, name := range []string{"token-bucket", "gcra"} {
+			for _, path := range bucketPaths {
+				t.Run(fmt.Sprintf("%s/%s/%s", p, name, path), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(11, uint64(p.Limit*100+p.Burst)))
+					step := g.Lookback(p) / 20
+					clock := &fakeClock{now: alignedStart(p.Window).Add(-13 * step)}
+					ask := bucket(t, c, path, name, p, clock)
+					back, need := g.Lookback(p).Milliseconds(), g.Capacity(p)
+					var admitted []int64
+					denials, tight := 0, 0
+					for range 800 {
+						clock.Add(time.Duration(rng.IntN(4)) * step)
+						now := clock.Now().UnixMilli()
+						for range rng.IntN(int(min(p.Capacity(), 6)) + 2) {
+							if ask().Allowed {
+								admitted = append(admitted, now)
+								continue
+							}
+							denials++
+							var n int64
+							for _, a := range admitted {
+								if a > now-back {
+									n++
+								}
+							}
+							if n < need {
+								t.Fatalf("denied at %d ms with %d admitted in the %d ms before: the guarantee admits it", now, n, back)
+							}
+							if n == need {
+								tight++
+							}
+						}
+					}
+					if denials == 0 || tight == 0 {
+						t.Fatalf("%d denials, %d at exactly the burst: the test proves nothing", denials, tight)
+					}
+				})
+			}
+		}
 	}
 }

@@ -55,6 +55,7 @@ const (
 	memberNone   memberMode = iota // the script keeps no per-request members
 	memberUnique                   // a unique member per request
 	memberShared                   // the same member for every request (a bug, kept to be raced)
+	memberBurst                    // no members; the bucket's capacity follows the time (token bucket, GCRA)
 )
 
 // sharedMember is what the broken lua-shared-member limiter writes for every
@@ -130,7 +131,8 @@ func newScripted(name string, c scriptClient, p Policy, o Options, src string, k
 
 // policyArgs is the ARGV of this package's scripts: limit, window in ms,
 // the caller's time and, for a log, the request's member (unique, or the
-// same for every request with memberShared).
+// same for every request with memberShared), or for a bucket its capacity
+// (memberBurst).
 func policyArgs(p Policy, mode memberMode) argvFunc {
 	ms := newMembers()
 	return func(now string) ([]any, string) {
@@ -141,6 +143,8 @@ func policyArgs(p Policy, mode memberMode) argvFunc {
 			return append(args, m), m
 		case memberShared:
 			return append(args, sharedMember), sharedMember
+		case memberBurst:
+			return append(args, p.Capacity()), ""
 		}
 		return args, ""
 	}

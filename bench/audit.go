@@ -113,6 +113,10 @@ type LimitAudit struct {
 	// limit's requests per unit over its cost).
 	Limit        int64 `json:"limit"`
 	WindowMillis int64 `json:"window_ms"`
+	// Burst is, for token-bucket and gcra, the most the limit admits at
+	// one instant, in its own units as the rules or --expect-limit give it
+	// (over Cost in whole requests); omitted when it is the limit.
+	Burst int64 `json:"burst,omitempty"`
 	// Quota is the limit in units per WindowMillis, when a request takes
 	// several (Cost above 1): a token bucket, GCRA or sliding counter
 	// admits by units, which Limit, rounded down, does not tell.
@@ -283,10 +287,12 @@ type expectation struct {
 	id         string
 	names      []string
 	descriptor string
-	// quota is the limit as the gateway advertises it (before cost); cost
-	// is what one request takes (1 but in rules); shadow and unlimited as
-	// in rules.Limit.
+	// quota is the limit as the gateway advertises it (before cost), and
+	// burst its burst in the same units (0 when it has none); cost is what
+	// one request takes (1 but in rules); shadow and unlimited as in
+	// rules.Limit.
 	quota             int64
+	burst             int64
 	cost              int64
 	shadow, unlimited bool
 	// refusedMaySpend says a request refused may still have spent this
@@ -303,14 +309,22 @@ type expectation struct {
 // newExpectation makes the expectation of limit per window under
 // algorithm ("" for the sliding-window rule).
 func newExpectation(limit int64, window time.Duration, algorithm string) (expectation, error) {
-	e := expectation{policy: algorithms.Policy{Limit: limit, Window: window}, algorithm: algorithm, guarantee: algorithms.SlidingWindow,
-		quota: limit, cost: 1}
+	return expectationOf(algorithms.Policy{Limit: limit, Window: window}, algorithm)
+}
+
+// expectationOf makes the expectation of policy p under algorithm (""
+// for the sliding-window rule, which has no burst).
+func expectationOf(p algorithms.Policy, algorithm string) (expectation, error) {
+	e := expectation{policy: p, algorithm: algorithm, guarantee: algorithms.SlidingWindow, quota: p.Limit, burst: p.Burst, cost: 1}
 	if algorithm != "" {
 		info, ok := algorithms.Lookup(algorithm)
 		if !ok || !info.Algorithm {
 			return e, field.Errorf("ExpectAlgorithm", "%q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
 		}
 		e.guarantee = info.Guarantee
+	}
+	if err := algorithms.CheckBurst(algorithm, p); err != nil {
+		return e, field.Errorf("ExpectBurst", "%d: a burst is for token-bucket and gcra, not %s", p.Burst, cmp.Or(algorithm, "the sliding-window rule"))
 	}
 	return e, nil
 }

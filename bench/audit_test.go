@@ -3,6 +3,7 @@ package bench_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -207,6 +208,82 @@ func auditEdge(t *testing.T, name string, batched int) {
 	if ra := a.RetryAfter; ra.Honest != nil && (!*ra.Honest || ra.Probes == 0) ||
 		ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
 		t.Fatalf("retry-after: %+v", a.RetryAfter)
+	}
+}
+
+// TestAuditHoldsABurstApartFromTheLimit: ratelab's gateway enforcing 5
+// per second with a burst below the limit, and one above it, passes the
+// audit that claims its rate and burst, whose remaining counts down from
+// the burst (above the limit for the deeper bucket, which the header
+// checks take as honest); claiming a smaller burst than the gateway's,
+// the audit finds the burst over-admitted.
+func TestAuditHoldsABurstApartFromTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	t.Parallel()
+	redistest.Client(t, srv) // skips, or fails under CI, without redis-server
+	for _, tc := range []struct {
+		algorithm    string
+		burst, claim int64
+		held         bool
+	}{
+		{"gcra", 3, 3, true},
+		{"token-bucket", 12, 12, true},
+		{"gcra", 12, 3, false},
+	} {
+		t.Run(fmt.Sprintf("%s/burst %d/claimed %d", tc.algorithm, tc.burst, tc.claim), func(t *testing.T) {
+			t.Parallel()
+			uc := redis.NewUniversalClient(limiter.RedisOptions(redis.UniversalOptions{Addrs: []string{srv.Addr}}, time.Second, 64))
+			defer uc.Close()
+			h := ruledGateway(t, uc, fmt.Sprintf("5/1s:%s:burst=%d", tc.algorithm, tc.burst), limiter.Config{Timeout: 5 * time.Second})
+			defer h.Close()
+			server := httptest.NewServer(h)
+			defer server.Close()
+			res, err := bench.RunHTTP(context.Background(), bench.HTTPConfig{Target: server.URL, Rate: 40, Duration: 3 * time.Second,
+				Consumers: 2, ConsumerHeader: "X-Consumer-Id", ExpectLimit: 5, ExpectWindow: time.Second, ExpectAlgorithm: tc.algorithm,
+				ExpectBurst: tc.claim, NoProbes: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := only(t, res.Audit)
+			if a.Burst != tc.claim || !strings.HasPrefix(a.Rule, fmt.Sprintf("a burst of %d, then 5 per 1s", tc.claim)) {
+				t.Fatalf("audit of burst %d, rule %q: want the burst claimed", a.Burst, a.Rule)
+			}
+			// Saved and merged, the run is judged again by the same burst.
+			js, err := json.Marshal(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var saved bench.Result
+			if err := json.Unmarshal(js, &saved); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := bench.Merge([]bench.Result{saved}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := only(t, merged.Audit); m.Burst != a.Burst || m.Rule != a.Rule || m.Verdict != a.Verdict || m.OverAdmitted != a.OverAdmitted ||
+				m.UnderAdmitted != a.UnderAdmitted {
+				t.Fatalf("merged: %s burst %d %q, over %d, under %d; the run: %s burst %d %q, over %d, under %d", m.Verdict, m.Burst, m.Rule,
+					m.OverAdmitted, m.UnderAdmitted, a.Verdict, a.Burst, a.Rule, a.OverAdmitted, a.UnderAdmitted)
+			}
+			if !tc.held {
+				if a.Verdict != bench.Leaked || a.OverAdmitted == 0 {
+					t.Fatalf("%s %q: a burst of %d claimed as %d went unseen", a.Verdict, a.Reasons, tc.burst, tc.claim)
+				}
+				return
+			}
+			if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted < tc.burst {
+				t.Fatalf("%s %q: admitted %d in %d ms where %d were allowed", a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
+			}
+			if a.DenialsJudged == 0 || a.UnderAdmitted != 0 {
+				t.Fatalf("%d of %d denials judged under-admitted", a.UnderAdmitted, a.DenialsJudged)
+			}
+			if a.Headers.Checked == 0 || a.Headers.Violations != 0 {
+				t.Fatalf("headers: %+v", a.Headers)
+			}
+		})
 	}
 }
 

@@ -18,15 +18,28 @@ type ExpectedLimit struct {
 	// Algorithm is the algorithm whose guarantee it is held to; empty for
 	// the sliding-window rule (at most Limit in any Window).
 	Algorithm string
+	// Burst is, for token-bucket and gcra, the most admitted at one
+	// instant; zero means Limit. (Left out of the run's id when zero, so
+	// that runs without one keep theirs.)
+	Burst int64 `json:"Burst,omitempty"`
 }
 
-// String is the limit as --expect-limit takes it: 5/1s, 100/1m0s:gcra.
+// String is the limit as --expect-limit takes it: 5/1s, 100/1m:gcra,
+// 10/1s:gcra:burst=6.
 func (e ExpectedLimit) String() string {
 	s := fmt.Sprintf("%d/%s", e.Limit, rules.Window(e.Window))
 	if e.Algorithm != "" {
 		s += ":" + e.Algorithm
 	}
+	if e.Burst > 0 {
+		s += fmt.Sprintf(":burst=%d", e.Burst)
+	}
 	return s
+}
+
+// policy is the limit's policy.
+func (e ExpectedLimit) policy() algorithms.Policy {
+	return algorithms.Policy{Limit: e.Limit, Window: e.Window, Burst: e.Burst}
 }
 
 // maxExpected bounds the limits of one audit: a request's limits are a
@@ -34,29 +47,36 @@ func (e ExpectedLimit) String() string {
 const maxExpected = 64
 
 // ParseExpectedLimits reads an --expect-limit value: a comma list of
-// LIMIT/WINDOW or LIMIT/WINDOW:ALGORITHM (5/1s,12/10s:gcra); a limit that
-// names no algorithm gets algorithm ("" for the sliding-window rule).
+// LIMIT/WINDOW, then optionally :ALGORITHM and, for token-bucket and
+// gcra, :burst=N (5/1s,12/10s:gcra, 10/1s:gcra:burst=6), as
+// algorithms.ParseLimit reads them; a limit that names no algorithm gets
+// algorithm ("" for the sliding-window rule).
 func ParseExpectedLimits(s, algorithm string) ([]ExpectedLimit, error) {
 	var out []ExpectedLimit
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
-		pol, alg, ok := strings.Cut(item, ":")
-		if !ok {
-			alg = algorithm
-		}
-		p, err := algorithms.ParsePolicy(pol)
+		l, err := algorithms.ParseLimit(item)
 		if err != nil {
-			// ParsePolicy's error names the policy already: "0/1s": ...
+			// ParseLimit's error names the limit already: "0/1s": ...
 			return nil, field.Errorf("ExpectLimits", "%v", err)
 		}
-		e := ExpectedLimit{Limit: p.Limit, Window: p.Window, Algorithm: alg}
-		switch {
-		case !ok && !knownAlgorithm(alg):
-			return nil, field.Errorf("ExpectAlgorithm", "%q: want one of %s", alg, strings.Join(algorithms.Algorithms(), ", "))
-		case !knownAlgorithm(alg):
-			return nil, field.Errorf("ExpectLimits", "%q: %q is not an algorithm (want %s)", item, alg, strings.Join(algorithms.Algorithms(), ", "))
+		alg := l.Algorithm
+		if alg == "" {
+			if !knownAlgorithm(algorithm) {
+				return nil, field.Errorf("ExpectAlgorithm", "%q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
+			}
+			alg = algorithm
 		}
-		out = append(out, e)
+		if algorithms.CheckBurst(alg, l.Policy) != nil {
+			// A named algorithm was checked: this one is {ExpectAlgorithm}'s, or none.
+			why := "it names no algorithm"
+			if alg != "" {
+				why = "{ExpectAlgorithm} is " + alg
+			}
+			return nil, field.Errorf("ExpectLimits", "%q: a burst is for token-bucket and gcra, and %s: name one, as in %s", item, why,
+				algorithms.Limit{Policy: l.Policy, Algorithm: "gcra"})
+		}
+		out = append(out, ExpectedLimit{Limit: l.Policy.Limit, Window: l.Policy.Window, Algorithm: alg, Burst: l.Policy.Burst})
 	}
 	return out, nil
 }
@@ -71,11 +91,16 @@ func knownAlgorithm(name string) bool {
 	return ok && info.Algorithm
 }
 
+// expectPolicy is ExpectLimit per ExpectWindow, with ExpectBurst.
+func (c HTTPConfig) expectPolicy() algorithms.Policy {
+	return algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow, Burst: c.ExpectBurst}
+}
+
 // expected is every limit of ExpectLimit and ExpectLimits, in order.
 func (c HTTPConfig) expected() []ExpectedLimit {
 	var all []ExpectedLimit
 	if c.ExpectLimit > 0 {
-		all = append(all, ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm})
+		all = append(all, ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm, Burst: c.ExpectBurst})
 	}
 	return append(all, c.ExpectLimits...)
 }
@@ -101,11 +126,14 @@ func (c HTTPConfig) validateExpect() error {
 		return field.Errorf("ExpectLimits", "audit per consumer: they need {ConsumerHeader}")
 	}
 	for i, e := range all {
-		if err := (algorithms.Policy{Limit: e.Limit, Window: e.Window}).Validate(); err != nil {
+		if err := e.policy().Validate(); err != nil {
 			return field.Errorf("ExpectLimits", "%s: %v", e, err)
 		}
 		if !knownAlgorithm(e.Algorithm) {
 			return field.Errorf("ExpectLimits", "%s: %q is not an algorithm (want %s)", e, e.Algorithm, strings.Join(algorithms.Algorithms(), ", "))
+		}
+		if err := algorithms.CheckBurst(e.Algorithm, e.policy()); err != nil {
+			return field.Errorf("ExpectLimits", "%s: %v", e, err)
 		}
 		if j := slices.IndexFunc(all[:i], func(o ExpectedLimit) bool { return o.Window == e.Window }); j >= 0 {
 			return field.Errorf("ExpectLimits", "%s and %s are two limits on one window (%s): keep one", all[j], e, rules.Window(e.Window))
@@ -121,7 +149,7 @@ func (c HTTPConfig) expectations() []expectation {
 	}
 	var exps []expectation
 	for _, e := range c.expected() {
-		exp, _ := newExpectation(e.Limit, e.Window, e.Algorithm) // validated
+		exp, _ := expectationOf(e.policy(), e.Algorithm) // validated
 		exp.id = e.String()
 		exps = append(exps, exp)
 	}
@@ -133,7 +161,8 @@ func rulesExpectations(set *rules.Set) []expectation {
 	var exps []expectation
 	for _, l := range set.Limits() {
 		exp := expectation{policy: l.Policy, algorithm: l.Algorithm, guarantee: algorithms.SlidingWindow, id: l.ID,
-			names: []string{l.ID}, descriptor: descriptorText(l.Descriptor), shadow: l.Shadow, unlimited: l.Unlimited, cost: l.Cost, quota: l.Policy.Limit}
+			names: []string{l.ID}, descriptor: descriptorText(l.Descriptor), shadow: l.Shadow, unlimited: l.Unlimited, cost: l.Cost, quota: l.Policy.Limit,
+			burst: l.Policy.Burst}
 		if l.Name != "" && l.Name != l.ID {
 			exp.names = append(exp.names, l.Name)
 		}
@@ -143,6 +172,7 @@ func rulesExpectations(set *rules.Set) []expectation {
 		if l.Cost > 1 && !l.Unlimited {
 			// What one request takes: the limit admits whole requests.
 			exp.policy.Limit = l.Policy.Limit / l.Cost
+			exp.policy.Burst = l.Policy.Burst / l.Cost
 		}
 		exps = append(exps, exp)
 	}
@@ -173,7 +203,7 @@ func descriptorText(d *rules.Descriptor) string {
 // each window, which policy.Limit counts exactly.
 func (e expectation) units() (algorithms.Policy, int64) {
 	if e.cost > 1 && e.quota > 0 && !e.unlimited {
-		return algorithms.Policy{Limit: e.quota, Window: e.policy.Window}, e.cost
+		return algorithms.Policy{Limit: e.quota, Window: e.policy.Window, Burst: e.burst}, e.cost
 	}
 	return e.policy, 1
 }

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -97,6 +96,9 @@ type HTTPConfig struct {
 	// guarantee (algorithms.Algorithms()) for ExpectLimit per ExpectWindow,
 	// instead of the sliding-window rule.
 	ExpectAlgorithm string
+	// ExpectBurst, when set, is ExpectLimit's burst: the most admitted at
+	// one instant, for ExpectAlgorithm token-bucket or gcra.
+	ExpectBurst int64
 	// ExpectLimits are limits the endpoint enforces on each consumer all at
 	// once (5 per 1s and 12 per 10s), each judged by its own guarantee;
 	// with ExpectLimit, that one first. No two on one window.
@@ -185,10 +187,10 @@ func (c HTTPConfig) Validate() error {
 		}
 	}
 	if c.ExpectLimit > 0 {
-		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
+		if err := c.expectPolicy().Validate(); err != nil {
 			return field.Errorf("ExpectLimit", ": %v", err)
 		}
-		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
+		if _, err := expectationOf(c.expectPolicy(), c.ExpectAlgorithm); err != nil {
 			return err
 		}
 	}

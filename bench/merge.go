@@ -269,7 +269,8 @@ func (r Result) mergeable(first int64) error {
 // valid policies, cannot judge by).
 func (a *LimitAudit) policy() (algorithms.Policy, error) {
 	ms := a.WindowMillis
-	p := algorithms.Policy{Limit: a.Limit}
+	// Burst is in the limit's units, Limit in whole requests.
+	p := algorithms.Policy{Limit: a.Limit, Burst: a.Burst / max(a.Cost, 1)}
 	if ms >= 1 && ms <= math.MaxInt64/int64(time.Millisecond) {
 		p.Window = time.Duration(ms) * time.Millisecond
 		if p.Validate() == nil {
@@ -430,11 +431,13 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	}
 	exps := make([]expectation, len(first))
 	for k, l := range first {
-		exp, err := newExpectation(l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Algorithm)
+		// The burst is in the limit's units, the limit in whole requests.
+		p := algorithms.Policy{Limit: l.Limit, Window: time.Duration(l.WindowMillis) * time.Millisecond, Burst: l.Burst / max(l.Cost, 1)}
+		exp, err := expectationOf(p, l.Algorithm)
 		if err != nil {
 			return mergedAudit{}, fmt.Errorf("run 1: audit: %w", err)
 		}
-		exp.id = l.ID
+		exp.id, exp.burst = l.ID, l.Burst
 		if counters != nil { // a rules limit, as the run's audit described it
 			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
 			exp.quota = l.Limit * max(l.Cost, 1)

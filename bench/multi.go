@@ -131,7 +131,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			}
 			lookback := exp.guarantee.Lookback(exp.policy)
 			forCounters(samples, m.of[k], func(ss []sample, idx []int32) {
-				eachDenial(ss, exp.policy.Limit, lookback, cov, func(i int, yes bool) {
+				eachDenial(ss, exp.guarantee.Capacity(exp.policy), lookback, cov, func(i int, yes bool) {
 					if yes {
 						surely[idx[i]] |= 1 << k
 					}
@@ -163,6 +163,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		}
 		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0)
 		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
+		l.Burst = exp.burst
 		if _, cost := exp.units(); cost > 1 {
 			l.Quota = exp.quota
 		}

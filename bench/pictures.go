@@ -68,7 +68,7 @@ func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
 		return nil, err
 	}
 	span := p.Window - time.Millisecond
-	exp, err := newExpectation(p.Limit, p.Window, a.Algorithm)
+	exp, err := expectationOf(p, a.Algorithm)
 	if err != nil {
 		return nil, err
 	}

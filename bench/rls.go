@@ -85,6 +85,9 @@ type RLSConfig struct {
 	ExpectLimit     int64
 	ExpectWindow    time.Duration
 	ExpectAlgorithm string
+	// ExpectBurst, when set, is ExpectLimit's burst in hits: the most
+	// admitted at one instant, for ExpectAlgorithm token-bucket or gcra.
+	ExpectBurst int64
 	// ExpectConfig, when set, audits the service by its own configuration
 	// of Domain (envoyproxy/ratelimit's file, parsed for the service): each
 	// descriptor is held to the limits it meets there, each by its own
@@ -570,6 +573,9 @@ func (c RLSConfig) runID() string {
 		Requests: c.Requests, Connections: c.Connections, Consumers: c.Consumers, Identities: c.Identities, Shards: c.Shards,
 		SharedConsumers: c.SharedConsumers, StartAt: c.StartAt, ExpectLimit: c.ExpectLimit, ExpectWindow: c.ExpectWindow, ExpectAlgorithm: c.ExpectAlgorithm,
 		Body: []byte(fmt.Sprintf("%q %s %d %v", c.Domain, calls, c.HitsAddend, c.ExpectConfig != nil))}
+	if c.ExpectBurst > 0 { // left out when none, so that runs without one keep their id
+		h.Body = fmt.Appendf(h.Body, " burst=%d", c.ExpectBurst)
+	}
 	return h.runID()
 }
 

@@ -41,10 +41,11 @@ func (c RLSConfig) validateExpect() error {
 		return field.Errorf("ExpectConfig", "%s: at most %d limits (got %d)", c.ExpectConfig.File, maxExpected, len(c.ExpectConfig.Limits()))
 	}
 	if c.ExpectLimit > 0 {
-		if err := (algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow}).Validate(); err != nil {
+		p := algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow, Burst: c.ExpectBurst}
+		if err := p.Validate(); err != nil {
 			return field.Errorf("ExpectLimit", ": %v", err)
 		}
-		if _, err := newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm); err != nil {
+		if _, err := expectationOf(p, c.ExpectAlgorithm); err != nil {
 			return err
 		}
 	}
@@ -205,7 +206,7 @@ func descriptorLabel(entries []rules.Entry) string {
 func (c RLSConfig) expectation(k int) expectation {
 	var exp expectation
 	if c.ExpectConfig == nil {
-		exp, _ = newExpectation(c.ExpectLimit, c.ExpectWindow, c.ExpectAlgorithm) // validated
+		exp, _ = expectationOf(algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow, Burst: c.ExpectBurst}, c.ExpectAlgorithm) // validated
 		exp.descriptor = c.descriptors()[k].String()
 		exp.id = exp.descriptor
 	} else {
@@ -214,6 +215,7 @@ func (c RLSConfig) expectation(k int) expectation {
 	exp.cost = c.cost()
 	if !exp.unlimited {
 		exp.policy.Limit = exp.quota / exp.cost
+		exp.policy.Burst = exp.burst / exp.cost
 	}
 	return exp
 }

@@ -31,7 +31,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 				turnedAway++
 			}
 		}
-		checkAdvertised(s, p.Limit, &l.Headers, name)
+		checkAdvertised(s, p.Limit, exp.guarantee.Capacity(p), &l.Headers, name)
 		if exp.refusedAtZero && s.denied() && !s.otherMayDeny && s.remaining > 0 {
 			// Refused, and by this limit alone: nothing remained of it.
 			l.Headers.Violations++
@@ -105,7 +105,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 		}
 		together := worstSpan(ok, exp)
-		_, under := falseDenials(samples, p.Limit, lookback, cov)
+		_, under := falseDenials(samples, exp.guarantee.Capacity(p), lookback, cov)
 		l.SharedLimit = together.admitted <= together.allowed && 10*under <= l.UnderAdmitted
 	}
 
@@ -210,7 +210,7 @@ func judgeConsumer(ss []sample, exp expectation, lookback time.Duration, cov cov
 	}
 	j.worst = worstSpan(j.ok, exp)
 	if cov.skipUnder == "" {
-		j.judged, j.under = falseDenials(ss, exp.policy.Limit, lookback, cov)
+		j.judged, j.under = falseDenials(ss, exp.guarantee.Capacity(exp.policy), lookback, cov)
 	}
 	return j
 }
@@ -294,8 +294,8 @@ func mostOffered(per [][]sample, exp expectation) span {
 }
 
 // checkAdvertised checks the limit and remaining a response advertised
-// against the expected limit.
-func checkAdvertised(s sample, limit int64, h *HeadersAudit, name func(int32) string) {
+// against the expected limit, remaining up to most (a bucket's burst).
+func checkAdvertised(s sample, limit, most int64, h *HeadersAudit, name func(int32) string) {
 	if s.limit < 0 && s.remaining < 0 {
 		return
 	}
@@ -304,7 +304,7 @@ func checkAdvertised(s sample, limit int64, h *HeadersAudit, name func(int32) st
 	switch {
 	case s.limit >= 0 && s.limit != limit:
 		bad = "advertised a limit of " + strconv.FormatInt(s.limit, 10)
-	case s.remaining > limit:
+	case s.remaining > most:
 		bad = "advertised " + strconv.FormatInt(s.remaining, 10) + " remaining"
 	}
 	if bad != "" {

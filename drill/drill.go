@@ -204,6 +204,9 @@ func (c Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	if err := algorithms.CheckBurst(c.Algorithm, c.Policy); err != nil {
+		return err
+	}
 	switch {
 	case c.FaultDuration < 100*time.Millisecond || c.FaultDuration > MaxPhase:
 		return field.Errorf("FaultDuration", "must be between 100ms and %s (got %s)", MaxPhase, c.FaultDuration)

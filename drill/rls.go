@@ -33,9 +33,13 @@ const (
 // rlsConfig is the service's configuration file: cfg's limit on every
 // consumer.
 func rlsConfig(cfg Config) string {
+	burst := ""
+	if cfg.Policy.Burst > 0 {
+		burst = ", burst: " + strconv.FormatInt(cfg.Policy.Burst, 10)
+	}
 	return "domain: " + rlsDomain + "\ndescriptors:\n  - key: " + rlsKey + "\n    rate_limit: {window: " +
 		strconv.FormatInt(cfg.Policy.Window.Milliseconds(), 10) + "ms, requests_per_unit: " +
-		strconv.FormatInt(cfg.Policy.Limit, 10) + ", algorithm: " + cfg.Algorithm + "}\n"
+		strconv.FormatInt(cfg.Policy.Limit, 10) + ", algorithm: " + cfg.Algorithm + burst + "}\n"
 }
 
 // rlsService serves ratelab rls (rls.Serve) with r's mode and cfg's

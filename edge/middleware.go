@@ -157,7 +157,11 @@ func tooMany(w http.ResponseWriter, retry time.Duration, states []limiter.State)
 	var names, violated []string
 	for _, s := range states {
 		if !s.Allowed {
-			names = append(names, fmt.Sprintf("%q (%d per %dms)", s.Name, s.Policy.Limit, s.Policy.Window.Milliseconds()))
+			burst := ""
+			if s.Policy.Burst > 0 {
+				burst = fmt.Sprintf(", burst %d", s.Policy.Burst)
+			}
+			names = append(names, fmt.Sprintf("%q (%d per %dms%s)", s.Name, s.Policy.Limit, s.Policy.Window.Milliseconds(), burst))
 			violated = append(violated, s.Name)
 		}
 	}

@@ -13,7 +13,8 @@ import (
 // requests with (edge/openresty/ratelimit.lua's rules mode): the set's
 // version and file, which its /healthz shows, and the tree of
 // descriptors grouped by key, as rules.Set.Match walks it, with every
-// limit's ID, algorithm, policy, cost, shadow mode and replaces. The module
+// limit's ID, algorithm, policy (its burst 0 when none), cost, shadow mode
+// and replaces. The module
 // derives the same counter keys as the Go gateway. A key the module cannot
 // read is refused as a *rules.Error naming its line and field.
 func RenderRules(set *rules.Set) (string, error) {
@@ -122,8 +123,9 @@ func renderNode(b *strings.Builder, set *rules.Set, d *rules.Descriptor, indent 
 	}
 	fmt.Fprintf(b, "%slimits = {\n", in)
 	for _, l := range d.Limits {
-		fmt.Fprintf(b, "%s  { id = %s, name = %s, algorithm = %s, limit = %d, window_ms = %d, cost = %d, shadow = %t, unlimited = %t, replaces = {",
-			in, luaString(l.ID), luaString(l.Name), luaString(l.Algorithm), l.Policy.Limit, l.Policy.Window.Milliseconds(), l.Cost, l.Shadow, l.Unlimited)
+		fmt.Fprintf(b, "%s  { id = %s, name = %s, algorithm = %s, limit = %d, window_ms = %d, burst = %d, cost = %d, shadow = %t, unlimited = %t, replaces = {",
+			in, luaString(l.ID), luaString(l.Name), luaString(l.Algorithm), l.Policy.Limit, l.Policy.Window.Milliseconds(), l.Policy.Burst, l.Cost,
+			l.Shadow, l.Unlimited)
 		for i, r := range l.Replaces {
 			if i > 0 {
 				b.WriteString(", ")

@@ -146,6 +146,81 @@ func TestOpenRestyRulesSameAsGo(t *testing.T) {
 	}
 }
 
+// TestOpenRestyBurstSameAsGo: limits with a burst apart from their rate
+// (nginx's rate=10r/s burst=5, and a bucket deeper than its refill) are
+// decided and advertised alike by both engines: the burst admitted at
+// once, RateLimit-Policy's q and w the rate with the burst as
+// ratelab-burst, remaining counting down from the burst (above q for the
+// deeper bucket), and the 429 naming the limit and its burst.
+func TestOpenRestyBurstSameAsGo(t *testing.T) {
+	t.Parallel()
+	src := fmt.Sprintf(`domain: %s
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: nginx-like, window: 1h, requests_per_unit: 10, algorithm: gcra, burst: 6}
+      - {name: deep, window: 1h, requests_per_unit: 2, algorithm: token-bucket, burst: 9}
+`, redistest.Prefix(t))
+	set, err := rules.Parse("rules.yaml", []byte(src), rules.ForGateway())
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := edge.RenderRules(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := startRules(t, rulesSetup{src: src})
+	nc := startNginx(t, srv, edge.NginxConfig{Rules: text})
+	times := regexp.MustCompile(`t=\d+`)
+	answers := func(addr, consumer string) []string {
+		var out []string
+		for range 8 {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+			req.Header.Set("X-Consumer-Id", consumer)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				Detail   string   `json:"detail"`
+				Violated []string `json:"violated-policies"`
+			}
+			if resp.StatusCode == http.StatusTooManyRequests {
+				if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+					t.Fatalf("%s: a 429's body: %v", addr, err)
+				}
+			}
+			resp.Body.Close()
+			h := resp.Header
+			out = append(out, fmt.Sprintf("%d policy=[%s] ratelimit=[%s] legacy=%s/%s detail=%q violated=%v", resp.StatusCode,
+				h.Get("RateLimit-Policy"), times.ReplaceAllString(h.Get("RateLimit"), "t=T"), h.Get("RateLimit-Limit"),
+				h.Get("RateLimit-Remaining"), body.Detail, body.Violated))
+		}
+		return out
+	}
+	prefix := redistest.Prefix(t)
+	goAnswers := answers(g.Addr(), "go-"+prefix)
+	nginxAnswers := answers(nc.Listen, "nginx-"+prefix)
+	if strings.Join(goAnswers, "\n") != strings.Join(nginxAnswers, "\n") {
+		t.Fatalf("the engines answer differently:\ngo:\n%s\nnginx:\n%s", strings.Join(goAnswers, "\n"), strings.Join(nginxAnswers, "\n"))
+	}
+	want := []string{
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=5;t=T] legacy=10/5`,
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=4;t=T] legacy=10/4`,
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=3;t=T] legacy=10/3`,
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=2;t=T] legacy=10/2`,
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=1;t=T] legacy=10/1`,
+		`200 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=0;t=T] legacy=10/0`,
+		`429 policy=["nginx-like";q=10;w=3600;ratelab-burst=6, "deep";q=2;w=3600;ratelab-burst=9] ratelimit=["nginx-like";r=0;t=T] legacy=10/0 ` +
+			`detail="rate limit exceeded: \"nginx-like\" (10 per 3600000ms, burst 6)" violated=[nginx-like]`,
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(goAnswers[i], w) {
+			t.Fatalf("request %d: %s\nwant %s", i+1, goAnswers[i], w)
+		}
+	}
+}
+
 // TestOpenRestyDenyCacheAfterReload: the module's deny cache holds a
 // refusal for the limit's counter and its policy, as the Go gateway's
 // does: once nginx reloads rules that raise the limit, the consumer it

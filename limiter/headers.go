@@ -67,7 +67,8 @@ func (s State) reset() int64 {
 // that denied, the one that admits again last (its retry-after is then the
 // response's Retry-After, so that no t the response gives is later). When
 // all admitted: the one closest to exhaustion, the least remaining as a
-// share of its limit, then the least remaining, then the latest reset.
+// share of what it can hold (its limit, or its burst), then the least
+// remaining, then the latest reset.
 func tightest(states []State) (int, bool) {
 	best, denied := -1, false
 	for i, s := range states {
@@ -83,8 +84,9 @@ func tightest(states []State) (int, bool) {
 		case denied:
 		default:
 			b := states[best]
-			// s.Remaining/s.Limit < b.Remaining/b.Limit, without division.
-			l, r := s.Remaining*b.Policy.Limit, b.Remaining*s.Policy.Limit
+			// s.Remaining/s.Capacity < b.Remaining/b.Capacity, without
+			// division: a bucket's remaining counts up to its burst.
+			l, r := s.Remaining*b.Policy.Capacity(), b.Remaining*s.Policy.Capacity()
 			if l < r || l == r && (s.Remaining < b.Remaining || s.Remaining == b.Remaining && s.reset() > b.reset()) {
 				best = i
 			}
@@ -98,7 +100,14 @@ func tightest(states []State) (int, bool) {
 // Retry-After a denial carries (zero when every limit admitted):
 //
 //   - RateLimit-Policy lists every limit: "per-second";q=5;w=1, "per-10s";q=12;w=10;
+//     q is the limit and w its window, the rate; a limit with a burst (token
+//     bucket, GCRA) adds it as ratelab-burst, a parameter of this
+//     implementation's own, as the draft has them prefixed:
+//     "default";q=10;w=1;ratelab-burst=6;
 //   - RateLimit gives the tightest (see tightest): "per-second";r=0;t=1;
+//     r is what it admits now, which for a bucket counts up to its burst
+//     (above q when the burst is above the limit), and t when it is whole
+//     again;
 //   - RateLimit-Limit, -Remaining and -Reset describe the same one;
 //   - on a denial, Retry-After is when every limit that denied admits again,
 //     the longest of their retry-afters: never earlier than the t given.
@@ -116,6 +125,9 @@ func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 				b.WriteString(", ")
 			}
 			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, CeilSeconds(s.Policy.Window))
+			if s.Policy.Burst > 0 {
+				fmt.Fprintf(&b, ";ratelab-burst=%d", s.Policy.Burst)
+			}
 		}
 		h.Set("RateLimit-Policy", b.String())
 		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.Name, max(t.Remaining, 0), reset))

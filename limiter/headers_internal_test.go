@@ -16,6 +16,8 @@ import (
 func TestLimitHeaders(t *testing.T) {
 	sec := algorithms.Policy{Limit: 5, Window: time.Second}
 	ten := algorithms.Policy{Limit: 12, Window: 10 * time.Second}
+	nginx := algorithms.Policy{Limit: 10, Window: time.Second, Burst: 6} // rate=10r/s burst=5
+	deep := algorithms.Policy{Limit: 10, Window: time.Second, Burst: 40}
 	for _, tc := range []struct {
 		name              string
 		states            []State
@@ -42,6 +44,13 @@ func TestLimitHeaders(t *testing.T) {
 			{Name: "per-second", Policy: sec, Allowed: false, RetryAfter: 300 * time.Millisecond},
 			{Name: "per-10s", Policy: ten, Allowed: false, RetryAfter: 4 * time.Second},
 		}, `"per-10s";r=0;t=4`, "12/0/4", 4 * time.Second},
+		{"a burst above the limit: remaining above q", []State{
+			{Name: "deep", Policy: deep, Allowed: true, Remaining: 30, Reset: time.Second},
+		}, `"deep";r=30;t=1`, "10/30/1", 0},
+		{"closest to exhaustion as a share of the burst", []State{
+			{Name: "deep", Policy: deep, Allowed: true, Remaining: 8}, // 8/40 beside 2/6
+			{Name: "nginx", Policy: nginx, Allowed: true, Remaining: 2},
+		}, `"deep";r=8;t=1`, "10/8/1", 0},
 		{"a reset the decider knows", []State{
 			{Name: "per-10s", Policy: ten, Allowed: true, Remaining: 3, Reset: 2500 * time.Millisecond},
 		}, `"per-10s";r=3;t=3`, "12/3/3", 0},
@@ -55,6 +64,9 @@ func TestLimitHeaders(t *testing.T) {
 					policy += ", "
 				}
 				policy += `"` + s.Name + `";q=` + itoa(s.Policy.Limit) + ";w=" + itoa(CeilSeconds(s.Policy.Window))
+				if s.Policy.Burst > 0 { // q and w are the rate; the burst is this implementation's parameter
+					policy += ";ratelab-burst=" + itoa(s.Policy.Burst)
+				}
 			}
 			if got := h.Get("RateLimit-Policy"); got != policy {
 				t.Errorf("RateLimit-Policy %q, want %q", got, policy)

@@ -326,7 +326,7 @@ func planChecks(p Plan) checks {
 		cs.list = append(cs.list, lim.Check)
 	}
 	for j, c := range cs.list {
-		if c.Cost <= c.Policy.Limit {
+		if c.Cost <= c.Policy.Capacity() {
 			continue
 		}
 		// More than the limit, one limit or several descriptors together:
@@ -574,7 +574,11 @@ func (l *Limiter) count(p Plan, cs checks, a Answer) {
 // cacheKey names a limit in the deny cache: its counter and its policy, so
 // that a reload that changes a limit never meets the old one's denials.
 func cacheKey(c algorithms.Check) string {
-	return c.Key + "|" + strconv.FormatInt(c.Policy.Limit, 10) + "/" + strconv.FormatInt(c.Policy.Window.Milliseconds(), 10)
+	k := c.Key + "|" + strconv.FormatInt(c.Policy.Limit, 10) + "/" + strconv.FormatInt(c.Policy.Window.Milliseconds(), 10)
+	if c.Policy.Burst > 0 {
+		k += "/" + strconv.FormatInt(c.Policy.Burst, 10)
+	}
+	return k
 }
 
 // cached answers p from the deny cache when a limit it meets, not in

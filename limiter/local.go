@@ -35,10 +35,16 @@ func NewLocalLimiter(nodes int) (*LocalLimiter, error) {
 		stop: func() { client.Close(); srv.Stop() }}, nil
 }
 
-// Share is p at one node's share of a fleet of nodes: its limit over the
-// nodes, rounded down, at least 1, per the same window.
+// Share is p at one node's share of a fleet of nodes: its limit (and its
+// burst, when it has one) over the nodes, rounded down, at least 1, per the
+// same window.
 func Share(p algorithms.Policy, nodes int) algorithms.Policy {
-	return algorithms.Policy{Limit: max(p.Limit/int64(max(nodes, 1)), 1), Window: p.Window}
+	n := int64(max(nodes, 1))
+	s := algorithms.Policy{Limit: max(p.Limit/n, 1), Window: p.Window}
+	if p.Burst > 0 {
+		s.Burst = max(p.Burst/n, 1)
+	}
+	return s
 }
 
 // LocalAnswer is what the local limiter decided: whether it admitted and,
@@ -67,6 +73,9 @@ func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (L
 		}
 		c.Policy = Share(c.Policy, l.nodes)
 		c.Policy.Limit = max(c.Policy.Limit, c.Cost)
+		if c.Policy.Burst > 0 {
+			c.Policy.Burst = max(c.Policy.Burst, c.Cost)
+		}
 		shares = append(shares, c)
 	}
 	out, err := l.decider.Decide(ctx, shares)

@@ -157,7 +157,7 @@ func TestEnvoyDocConfig(t *testing.T) {
 		desc("method", "write", "remote_address", "10.0.0.1")), false,
 		st{limit: 1000, unit: second, remaining: 999},
 		st{limit: 50, unit: second, remaining: 49},
-		st{limit: 600, unit: minute, remaining: 599},
+		st{limit: 600, unit: minute, remaining: 19}, // the rate; remaining counts down from the burst of 20
 		st{limit: 20, unit: minute, remaining: 19})
 	resp := s.call(t, "edge_proxy", 0, desc("remote_address", "10.0.0.2"), desc("plan", "free", "user", "bob"))
 	checkResp(t, resp, false, st{limit: 50, unit: second, remaining: 49}, st{limit: 60, unit: minute, remaining: 59})

@@ -203,8 +203,9 @@ func hitsAddend(req *pb.RateLimitRequest, d *rlpb.RateLimitDescriptor) int64 {
 }
 
 // take is what a request of hits takes of a limit whose requests each cost
-// cost, capped at one more than limit: a take over the limit is over it
-// whatever Redis holds (and consumes nothing), however far over.
+// cost, capped at one more than limit (the most the limit holds: its
+// Policy.Capacity()): a take over it is over the limit whatever Redis holds
+// (and consumes nothing), however far over.
 func take(hits, cost, limit int64) int64 {
 	if cost == 0 || hits == 0 {
 		return 0
@@ -290,7 +291,7 @@ func (s *Service) plan(req *pb.RateLimitRequest, set *rules.Set) called {
 			}
 			c.limits = append(c.limits, currentLimit(l))
 			c.plan.Limits = append(c.plan.Limits, limiter.Limit{ID: l.ID, Group: i, Blocks: l.Blocks, Hidden: l.Shadow,
-				Check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: take(hits, l.Cost, l.Policy.Limit), Shadow: l.Shadow}})
+				Check: algorithms.Check{Key: h.Key, Algorithm: l.Algorithm, Policy: l.Policy, Cost: take(hits, l.Cost, l.Policy.Capacity()), Shadow: l.Shadow}})
 		}
 	}
 	return c

@@ -9,7 +9,7 @@ import (
 
 // String says in words what the limit does: "requests with header X-Plan
 // = gold: per value of header X-Consumer-Id, at most 50 per 1s
-// (sliding-log)".
+// (sliding-log)", or with a burst "… a burst of 6, then 10 per 1s (gcra)".
 func (l *Limit) String() string {
 	var conds, per []string
 	var path []*Descriptor
@@ -54,7 +54,11 @@ func (l *Limit) String() string {
 	if l.Unlimited {
 		b.WriteString("unlimited (answered without Redis)")
 	} else {
-		fmt.Fprintf(&b, "at most %d per %s (%s)", l.Policy.Limit, Window(l.Policy.Window), l.Algorithm)
+		if l.Policy.Burst > 0 {
+			fmt.Fprintf(&b, "a burst of %d, then %d per %s (%s)", l.Policy.Burst, l.Policy.Limit, Window(l.Policy.Window), l.Algorithm)
+		} else {
+			fmt.Fprintf(&b, "at most %d per %s (%s)", l.Policy.Limit, Window(l.Policy.Window), l.Algorithm)
+		}
 		switch l.Cost {
 		case 1:
 		case 0:
@@ -123,7 +127,7 @@ func plural(n int) string {
 }
 
 // Summary names the set's limits on one line: "2 limits: per-1s 5 per 1s
-// (sliding-log), global unlimited".
+// (sliding-log), per-1m 100 per 1m0s (gcra, burst 20), global unlimited".
 func (s *Set) Summary() string {
 	parts := make([]string, len(s.limits))
 	for i, l := range s.limits {
@@ -131,7 +135,11 @@ func (s *Set) Summary() string {
 			parts[i] = l.ID + " unlimited"
 			continue
 		}
-		parts[i] = fmt.Sprintf("%s %d per %s (%s)", l.ID, l.Policy.Limit, l.Policy.Window, l.Algorithm)
+		burst := ""
+		if l.Policy.Burst > 0 {
+			burst = fmt.Sprintf(", burst %d", l.Policy.Burst)
+		}
+		parts[i] = fmt.Sprintf("%s %d per %s (%s%s)", l.ID, l.Policy.Limit, l.Policy.Window, l.Algorithm, burst)
 	}
 	return fmt.Sprintf("%d limit%s: %s", len(parts), plural(len(parts)), strings.Join(parts, ", "))
 }

@@ -61,7 +61,7 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 		p.replaces(l, f, join(path, "replaces"))
 	}
 	if l.Unlimited {
-		for _, name := range []string{"unit", "window", "unit_multiplier", "requests_per_unit", "algorithm", "cost"} {
+		for _, name := range []string{"unit", "window", "unit_multiplier", "requests_per_unit", "algorithm", "burst", "cost"} {
 			f, ok := fields[name]
 			switch {
 			case !ok:
@@ -83,6 +83,9 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 				l.Algorithm = s
 			}
 		}
+		if f, ok := fields["burst"]; ok {
+			p.burst(l, f, join(path, "burst"))
+		}
 		if f, ok := fields["cost"]; ok {
 			if c, ok := p.integer(f, join(path, "cost")); ok {
 				switch {
@@ -90,6 +93,8 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 					p.errorf(f.val, join(path, "cost"), "must be 0 or more (got %d)", c)
 				case l.Policy.Limit > 0 && c > l.Policy.Limit:
 					p.errorf(f.val, join(path, "cost"), "%d is more than requests_per_unit (%d): no request could be admitted", c, l.Policy.Limit)
+				case l.Policy.Burst > 0 && c > l.Policy.Burst:
+					p.errorf(f.val, join(path, "cost"), "%d is more than the burst (%d): no request could be admitted", c, l.Policy.Burst)
 				}
 				l.Cost = c
 			}
@@ -99,6 +104,26 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 		return nil
 	}
 	return l
+}
+
+// burst reads burst into l.Policy.Burst: the most admitted at one instant,
+// for the algorithms that have one (token-bucket, gcra), read once the
+// algorithm and the window are.
+func (p *parser) burst(l *Limit, f field, path string) {
+	b, ok := p.integer(f, path)
+	if !ok {
+		return
+	}
+	switch {
+	case b < 1:
+		p.errorf(f.val, path, "must be at least 1 (got %d)", b)
+	case !algorithms.HasBurst(l.Algorithm):
+		p.errorf(f.key, path, "%s has no burst: a burst is for algorithm: token-bucket or gcra", l.Algorithm)
+	case l.Policy.Window > 0 && (algorithms.Policy{Limit: 1, Window: l.Policy.Window, Burst: b}).Validate() != nil:
+		p.errorf(f.val, path, "× the window in ms must be below 2^53 (got %d × %d)", b, l.Policy.Window.Milliseconds())
+	default:
+		l.Policy.Burst = b
+	}
 }
 
 // window reads unit (with unit_multiplier) or window into l.Policy.Window.

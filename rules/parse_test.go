@@ -204,6 +204,21 @@ descriptors:
 `, true, 4, "descriptors[0].fallback_key", "is read only by the gateway"},
 		{"nested too deep", "domain: api\ndescriptors:\n" + deep(maxDepth+1), false, 0, "descriptors", "nested deeper than 16 levels"},
 		{"a merge key", "domain: api\nbase: &b {key: path}\n", false, 2, "base", "unknown field"},
+		{"burst of an algorithm without one", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, burst: 8}", 1), false, 4,
+			"descriptors[0].rate_limit.burst", "sliding-log has no burst: a burst is for algorithm: token-bucket or gcra"},
+		{"burst of a fixed window", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: fixed-window, burst: 8}", 1), true, 4,
+			"descriptors[0].rate_limit.burst", "fixed-window has no burst"},
+		{"burst 0", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: gcra, burst: 0}", 1), false, 4,
+			"descriptors[0].rate_limit.burst", "must be at least 1 (got 0)"},
+		{"burst not whole", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: gcra, burst: 1.5}", 1), false, 4,
+			"descriptors[0].rate_limit.burst", `"1.5" is not a whole number`},
+		{"burst × window beyond 2^53", strings.Replace(consumer, "unit: second, requests_per_unit: 5}",
+			"unit: year, requests_per_unit: 5, algorithm: token-bucket, burst: 4000000000}", 1), false, 4,
+			"descriptors[0].rate_limit.burst", "must be below 2^53"},
+		{"cost above the burst", strings.Replace(consumer, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: gcra, burst: 2, cost: 3}", 1), false, 4,
+			"descriptors[0].rate_limit.cost", "3 is more than the burst (2): no request could be admitted"},
+		{"burst of an unlimited limit", strings.Replace(consumer, "{name: per-second, unit: second, requests_per_unit: 5}", "{unlimited: true, burst: 3}", 1), false, 4,
+			"descriptors[0].rate_limit.burst", "an unlimited limit has no burst"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var opts []Option
@@ -226,6 +241,39 @@ descriptors:
 				t.Errorf("%q does not start with the file and line", e.Error())
 			}
 		})
+	}
+}
+
+// TestParseBurst: burst reads into the limit's policy, in rules files and
+// in envoyproxy/ratelimit's files for the service alike (where, as
+// algorithm and window, it extends Envoy's format), and is said in words.
+func TestParseBurst(t *testing.T) {
+	src := `domain: api
+descriptors:
+  - key: header:X-Consumer-Id
+    rate_limits:
+      - {name: nginx-like, unit: second, requests_per_unit: 10, algorithm: gcra, burst: 6}
+      - {name: deep, window: 1m, requests_per_unit: 100, algorithm: token-bucket, burst: 250}
+      - {name: plain, unit: hour, requests_per_unit: 1000, algorithm: gcra}
+`
+	for _, opts := range [][]Option{{ForGateway()}, {ForService()}} {
+		s, err := Parse("rules.yaml", []byte(src), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := s.Limits()
+		if ls[0].Policy.Burst != 6 || ls[0].Policy.Capacity() != 6 || ls[1].Policy.Burst != 250 || ls[2].Policy.Burst != 0 || ls[2].Policy.Capacity() != 1000 {
+			t.Fatalf("bursts %+v %+v %+v", ls[0].Policy, ls[1].Policy, ls[2].Policy)
+		}
+		var b strings.Builder
+		if err := s.Describe(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"a burst of 6, then 10 per 1s (gcra)", "a burst of 250, then 100 per 1m (token-bucket)", "at most 1000 per 1h (gcra)"} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("described as\n%s\nwithout %q", b.String(), want)
+			}
+		}
 	}
 }
 

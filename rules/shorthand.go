@@ -17,8 +17,10 @@ const ShorthandDomain = "ratelab"
 // one identity (ratelab edge --limit 5/1s --limit 12/10s --key-by
 // header:X-Consumer-Id).
 type Shorthand struct {
-	// Limits are LIMIT/WINDOW or LIMIT/WINDOW:ALGORITHM (5/1s, 100/1m:gcra),
-	// at least one, no two on one window.
+	// Limits are LIMIT/WINDOW, then optionally :ALGORITHM and :burst=N for
+	// token-bucket and gcra (5/1s, 100/1m:gcra, 10/1s:gcra:burst=6; nginx's
+	// 10r/s reads as 10/1s), as algorithms.ParseLimit reads them: at least
+	// one, no two on one window.
 	Limits []string
 	// KeyBy is who a request is from: ip (the client's address), or
 	// header:NAME (a request without the header is counted by its address).
@@ -67,16 +69,15 @@ func (s Shorthand) Set() (*Set, error) {
 	}
 	var ls []limit
 	for _, spec := range s.Limits {
-		pol, a, hasAlg := strings.Cut(spec, ":")
-		if !hasAlg {
-			a = alg
-		} else if !slices.Contains(algorithms.Algorithms(), a) {
-			return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%q: %q is not an algorithm (want %s)", spec, a,
-				strings.Join(algorithms.Algorithms(), ", "))}
-		}
-		p, err := algorithms.ParsePolicy(pol)
+		parsed, err := algorithms.ParseLimit(spec)
 		if err != nil {
 			return nil, &Error{Field: "Limits", Message: err.Error()}
+		}
+		p, a := parsed.Policy, cmp.Or(parsed.Algorithm, alg)
+		if err := algorithms.CheckBurst(a, p); err != nil {
+			// The algorithm is the default: one named would have been checked.
+			return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%q: burst is for token-bucket and gcra, and the algorithm is %s: "+
+				"name one, as in %s", spec, a, algorithms.Limit{Policy: p, Algorithm: "gcra"})}
 		}
 		if p.Window > maxWindow {
 			return nil, &Error{Field: "Limits", Message: fmt.Sprintf("%q: a window is at most a year (8760h)", spec)}
@@ -100,8 +101,12 @@ func (s Shorthand) Set() (*Set, error) {
 		if len(ls) > 1 {
 			name = "per-" + Window(l.p.Window)
 		}
-		fmt.Fprintf(&b, "      - {name: %s, window: %s, requests_per_unit: %d, algorithm: %s}\n",
-			strconv.Quote(name), strconv.Quote(l.p.Window.String()), l.p.Limit, l.alg)
+		burst := ""
+		if l.p.Burst > 0 {
+			burst = ", burst: " + strconv.FormatInt(l.p.Burst, 10)
+		}
+		fmt.Fprintf(&b, "      - {name: %s, window: %s, requests_per_unit: %d, algorithm: %s%s}\n",
+			strconv.Quote(name), strconv.Quote(l.p.Window.String()), l.p.Limit, l.alg, burst)
 	}
 	set, err := Parse("--limit", []byte(b.String()), ForGateway())
 	if err != nil {

@@ -42,6 +42,27 @@ func TestShorthand(t *testing.T) {
 	}
 }
 
+// TestShorthandBurst: a burst on a limit, or nginx's rate, reads into the
+// rules the shorthand stands for, for the limit's algorithm or the
+// default one.
+func TestShorthandBurst(t *testing.T) {
+	s, err := Shorthand{Limits: []string{"10r/s:gcra:burst=6", "100/1m:burst=150"}, KeyBy: "ip", Algorithm: "token-bucket"}.Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := s.Limits()
+	if len(ls) != 2 || ls[0].Algorithm != "gcra" || ls[0].Policy.Limit != 10 || ls[0].Policy.Window != time.Second || ls[0].Policy.Burst != 6 ||
+		ls[1].Algorithm != "token-bucket" || ls[1].Policy.Burst != 150 {
+		t.Fatalf("limits %+v %+v", ls[0].Policy, ls[1].Policy)
+	}
+	if got := ls[0].String(); !strings.HasSuffix(got, "a burst of 6, then 10 per 1s (gcra)") {
+		t.Errorf("described as %q", got)
+	}
+	if got := s.Summary(); got != "2 limits: per-1s 10 per 1s (gcra, burst 6), per-1m 100 per 1m0s (token-bucket, burst 150)" {
+		t.Errorf("summary %q", got)
+	}
+}
+
 func TestShorthandMistakes(t *testing.T) {
 	for _, tc := range []struct {
 		s            Shorthand
@@ -59,6 +80,11 @@ func TestShorthandMistakes(t *testing.T) {
 		{Shorthand{Limits: []string{"5/1s"}, KeyBy: "cookie:x"}, "KeyBy", `unknown key "cookie:x"`},
 		{Shorthand{Limits: []string{"5/1s"}, KeyBy: "header:"}, "KeyBy", "is not a header name"},
 		{Shorthand{Limits: []string{"5/1s"}, KeyBy: "ip", Algorithm: "lua"}, "Algorithm", `"lua" is not an algorithm`},
+		{Shorthand{Limits: []string{"10/1s:burst=6"}, KeyBy: "ip"}, "Limits",
+			`"10/1s:burst=6": burst is for token-bucket and gcra, and the algorithm is sliding-log: name one, as in 10/1s:gcra:burst=6`},
+		{Shorthand{Limits: []string{"10/1s:fixed-window:burst=6"}, KeyBy: "ip"}, "Limits", "fixed-window has none"},
+		{Shorthand{Limits: []string{"10/1s:gcra:burst=0"}, KeyBy: "ip"}, "Limits", "burst must be at least 1 (got 0)"},
+		{Shorthand{Limits: []string{"10/s"}, KeyBy: "ip"}, "Limits", `the window "s" needs a number: a window such as 1s`},
 	} {
 		_, err := tc.s.Set()
 		var e *Error

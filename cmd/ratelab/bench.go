@@ -44,7 +44,7 @@ type benchOptions struct {
 // bench.Thresholds' fields.
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
-	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
+	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectBurst": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
 	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "Routes": "--path", "ConsumerValues": "--consumer-values",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
@@ -130,7 +130,8 @@ every shard of one run shares): report merge merges only one run's shards.`,
 	f.StringArrayVar(&opts.jwtClaims, "jwt-claim", nil, "a claim of the tokens: NAME=VALUE, a string ({consumer} in it: sub={consumer}), or NAME:=JSON (exp:=4102444800) (repeatable)")
 	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify an https target's certificate (for test gateways)")
 	f.StringArrayVar(&opts.expectLimits, "expect-limit", nil, "audit the endpoint against LIMIT/WINDOW per consumer, such as 100/1m, "+
-		"or LIMIT/WINDOW:ALGORITHM (repeatable, or a comma list: 5/1s,12/10s: every limit at once, each judged by its own guarantee)")
+		"or LIMIT/WINDOW:ALGORITHM, with :burst=N for token-bucket and gcra (10/1s:gcra:burst=6: 6 at once, then 10 a second; "+
+		"nginx's rate=10r/s burst=5) (repeatable, or a comma list: 5/1s,12/10s: every limit at once, each judged by its own guarantee)")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the endpoint to this algorithm's guarantee for the --expect-limit values that name none: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.StringVar(&opts.expectRules, "expect-rules", "", "audit the endpoint by the gateway's own rules FILE: each request judged by the limits it meets, "+

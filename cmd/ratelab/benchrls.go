@@ -99,7 +99,8 @@ docs/envoy.md says more.`,
 	f.StringVar(&opts.TLSKeyFile, "tls-key", "", "PEM file of --tls-cert's key")
 	f.StringVar(&opts.TLSServerName, "tls-server-name", "", "the name the service's certificate is verified for (default: ADDR's host; implies --tls)")
 	f.BoolVar(&opts.Insecure, "insecure", false, "do not verify the service's certificate (for test services; implies --tls)")
-	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit each descriptor's counter against LIMIT/WINDOW in hits, such as 100/1m, or LIMIT/WINDOW:ALGORITHM")
+	f.StringVar(&opts.expectLimit, "expect-limit", "", "audit each descriptor's counter against LIMIT/WINDOW in hits, such as 100/1m, or LIMIT/WINDOW:ALGORITHM, "+
+		"with :burst=N for token-bucket and gcra (10/1s:gcra:burst=6: 6 at once, then 10 a second)")
 	f.StringVar(&opts.ExpectAlgorithm, "expect-algorithm", "", "hold the service to this algorithm's guarantee for --expect-limit: "+
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.StringVar(&opts.expectConfig, "expect-config", "", "audit the service by its own configuration DIR (envoyproxy/ratelimit's files): "+
@@ -194,7 +195,7 @@ func rlsExpect(cfg *bench.RLSConfig, opts benchRLSOptions) error {
 		if len(ls) != 1 {
 			return usagef("--expect-limit %q: give one LIMIT/WINDOW, which every descriptor is held to (or --expect-config)", opts.expectLimit)
 		}
-		cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm = ls[0].Limit, ls[0].Window, ls[0].Algorithm
+		cfg.ExpectLimit, cfg.ExpectWindow, cfg.ExpectAlgorithm, cfg.ExpectBurst = ls[0].Limit, ls[0].Window, ls[0].Algorithm, ls[0].Burst
 	}
 	if opts.expectConfig != "" {
 		d, _, err := limiter.ReadRules(context.Background(), rls.Options{ConfigDir: opts.expectConfig, MergeDomains: opts.mergeDomains}.RulesConfig())

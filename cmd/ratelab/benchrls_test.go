@@ -304,6 +304,58 @@ func TestBenchRLSAuditHolds(t *testing.T) {
 	}
 }
 
+// TestBenchRLSAuditBurst: ratelab rls with limits whose burst is apart
+// from their rate (burst: in its configuration) passes bench rls's audit
+// that claims that rate and burst, by --expect-limit and by the
+// configuration, remaining counting down from a burst above the limit
+// with no header held against it; a claim of a smaller burst than the
+// service's is caught (exit 3).
+func TestBenchRLSAuditBurst(t *testing.T) {
+	t.Parallel()
+	const config = "domain: DOMAIN\ndescriptors:\n" +
+		"  - key: app\n    rate_limit: {unit: minute, requests_per_unit: 9, algorithm: gcra, burst: 4}\n" +
+		"  - key: deep\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token-bucket, burst: 8}\n"
+	addr, domain := startRLS(t, config)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(strings.ReplaceAll(config, "DOMAIN", domain)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		admits int64 // each consumer's, at once
+	}{
+		{"gcra by --expect-limit", []string{"--descriptor", "app=a{consumer}", "--expect-limit", "9/1m:gcra:burst=4"}, exitOK, 4},
+		{"token-bucket by --expect-limit", []string{"--descriptor", "deep=a{consumer}", "--expect-limit", "3/1m:token-bucket:burst=8"}, exitOK, 8},
+		{"both by --expect-config", []string{"--descriptor", "app=b{consumer}", "--descriptor", "deep=b{consumer}", "--expect-config", dir}, exitOK, 4},
+		{"a smaller burst claimed", []string{"--descriptor", "deep=c{consumer}", "--expect-limit", "3/1m:token-bucket:burst=2"}, exitThreshold, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench", "rls", addr, "--domain", domain, "--consumers", "3", "--rate", "0", "--connections", "4",
+				"--requests", "90", "--no-probes", "--fail-on-leak", "-o", "json"}, tc.args...)
+			code, stdout, stderr := ratelab(t, args...)
+			var res rlsAudit
+			decodeJSON(t, stdout, &res)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (%s): %+v", code, tc.code, stderr, res.Audit)
+			}
+			for _, l := range res.Audit.Limits {
+				if l.Admitted < 3*tc.admits || l.Headers.Checked == 0 {
+					t.Errorf("limit %+v: want each consumer's burst of %d admitted", l, tc.admits)
+				}
+				// Claimed smaller, the burst's remaining is above it.
+				if tc.code == exitOK && (l.Verdict != "held" || l.Denials == 0 || l.Headers.Violations != 0) {
+					t.Errorf("limit %+v: want held, every header honest", l)
+				}
+			}
+			if tc.code == exitThreshold && (res.Audit.Verdict != "leaked" || !strings.Contains(stderr, "a burst of 2, then 3 per 1m")) {
+				t.Fatalf("%s, stderr %q: want leaked against a burst of 2", res.Audit.Verdict, stderr)
+			}
+		})
+	}
+}
+
 // TestBenchRLSAuditCatchesLeak: a service that admits twice what it
 // claims is caught, by --expect-limit and by a configuration of half its
 // limits: exit 3, naming the descriptor. Calls whose descriptors meet no
@@ -447,6 +499,9 @@ func TestBenchRLSAuditFlags(t *testing.T) {
 		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-config"},
 		{[]string{"--expect-limit", "5"}, "--expect-limit"},
 		{[]string{"--expect-limit", "5/1s,6/1m"}, "give one LIMIT/WINDOW"},
+		{[]string{"--expect-limit", "5/s:gcra"}, `--expect-limit "5/s:gcra": the window "s" needs a number: a window such as 1s`},
+		{[]string{"--expect-limit", "5/1s:fixed-window:burst=8"}, "burst is for token-bucket and gcra: fixed-window has none"},
+		{[]string{"--expect-limit", "5/1s:burst=8"}, "a burst is for token-bucket and gcra, and it names no algorithm"},
 		{[]string{"--expect-limit", "5/1s", "--expect-algorithm", "magic"}, `--expect-algorithm "magic": want one of`},
 		{[]string{"--expect-algorithm", "gcra"}, "--expect-algorithm needs --expect-limit"},
 		{[]string{"--expect-limit", "5/1s", "--expect-config", dir}, "--expect-config and --expect-limit are two audits"},

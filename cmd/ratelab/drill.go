@@ -28,7 +28,7 @@ type drillOptions struct {
 var drillNames = flagNames{"Engines": "--engine", "Faults": "--faults", "Modes": "--on-redis-error", "Latencies": "--fault-latency",
 	"FaultDuration": "--fault-duration", "Steady": "--steady", "After": "--after", "Algorithm": "--algorithm",
 	"Consumers": "--consumers", "Load": "--load", "Nodes": "--nodes", "Timeout": "--redis-timeout", "Batch": "--redis-batch",
-	"BreakerFailures": "--breaker-failures", "DownAfter": "--down-after", "Limit": "--limit", "Window": "--limit"}
+	"BreakerFailures": "--breaker-failures", "DownAfter": "--down-after", "Limit": "--limit", "Window": "--limit", "Burst": "--limit"}
 
 func newDrillCmd(io *ioStreams) *cobra.Command {
 	var opts drillOptions
@@ -71,7 +71,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 	f.DurationVar(&opts.FaultDuration, "fault-duration", 5*time.Second, "how long each fault lasts")
 	f.DurationVar(&opts.Steady, "steady", 2*time.Second, "load before the fault")
 	f.DurationVar(&opts.After, "after", 3*time.Second, "load after the fault")
-	f.StringVar(&opts.limit, "limit", "10/1s", "each consumer's limit: requests/window")
+	f.StringVar(&opts.limit, "limit", "10/1s", "each consumer's limit: requests/window, with :burst=N for --algorithm token-bucket or gcra")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
 	f.IntVar(&opts.Consumers, "consumers", 20, "consumers")
 	f.Float64Var(&opts.Load, "load", 1.5, "each consumer's rate as a multiple of its limit")

@@ -94,7 +94,8 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	f.StringVar(&opts.Listen, "listen", ":8080", "address clients connect to")
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of /metrics, /healthz and /__ratelab/forwarded; with --engine openresty, of /healthz and /__ratelab/forwarded (empty: none)")
 	f.StringVar(&opts.Upstream, "upstream", "", "URL to proxy to, or builtin (a 200 responder that counts per consumer)")
-	f.StringArrayVar(&opts.limits, "limit", []string{"100/1m"}, "a limit: requests/window, such as 100/1m or 10/1s, optionally :ALGORITHM (5/1s:gcra); "+
+	f.StringArrayVar(&opts.limits, "limit", []string{"100/1m"}, "a limit: requests/window, such as 100/1m or 10/1s, optionally :ALGORITHM (5/1s:gcra) and, for token-bucket and gcra, "+
+		":burst=N, the most admitted at once (10/1s:gcra:burst=6, nginx's rate=10r/s burst=5); "+
 		"repeatable, every limit on the identity --key-by, decided together; off serves with no limiter")
 	f.StringVar(&opts.RulesFile, "rules", "", "a rules file (docs/rules.md) instead of --limit and --key-by; it reloads on SIGHUP and when the file changes")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))

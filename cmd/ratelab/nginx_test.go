@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,4 +196,99 @@ func containsAny(text string, names []string) bool {
 		}
 	}
 	return false
+}
+
+// burstAudit is bench http's audit of url against claim, at 100 requests
+// a second for each of three consumers, ten times the rate of the limits
+// audited with it, for three seconds: a burst comes within a few tens of
+// milliseconds, too soon for the refill to hide it. It returns the exit,
+// the audit and stderr.
+func burstAudit(t *testing.T, url, claim string) (int, *bench.Audit, string) {
+	t.Helper()
+	code, stdout, stderr := ratelab(t, "bench", "http", url, "--consumers", "3", "--rate", "300", "--connections", "6", "--duration", "3s",
+		"--expect-limit", claim, "--no-probes", "--fail-on-leak", "--fail-on-under", "0.01", "-o", "json")
+	var res bench.Result
+	decodeJSON(t, stdout, &res)
+	if res.Audit == nil || len(res.Audit.Limits) != 1 || res.Failures() != 0 || res.StatusCounts["429"] == 0 {
+		t.Fatalf("exit %d, stderr %q: statuses %v, audit %+v", code, stderr, res.StatusCounts, res.Audit)
+	}
+	return code, res.Audit, stderr
+}
+
+// TestNginxRateAndBurst: nginx's limit_req_zone $arg_key rate=10r/s with
+// limit_req burst=5 nodelay, keyed by ?key=, is stated as 10/1s:gcra:burst=6
+// (nginx admits its burst and one more at once): that claim holds, with no
+// denial the rule would have admitted (--fail-on-under 0.01, exit 0); a
+// claim of a smaller burst (3) or of a slower rate (5/1s with the same
+// burst) is caught as a leak (exit 3).
+func TestNginxRateAndBurst(t *testing.T) {
+	t.Parallel()
+	url := limitReq(t, "", "$arg_key", 10, 5)
+	for i, tc := range []struct {
+		claim string
+		code  int
+	}{
+		{"10/1s:gcra:burst=6", exitOK},
+		{"10/1s:gcra:burst=3", exitThreshold},
+		{"5/1s:gcra:burst=6", exitThreshold},
+	} {
+		t.Run(tc.claim, func(t *testing.T) {
+			// Keys of their own: each audit begins with full buckets.
+			code, a, stderr := burstAudit(t, fmt.Sprintf("%s?key=run%d-{consumer}", url, i), tc.claim)
+			l := a.Limits[0]
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr %q; audit %s %q, limit %+v", code, tc.code, stderr, a.Verdict, a.Reasons, l)
+			}
+			if tc.code == exitOK {
+				if a.Verdict != bench.Held || l.OverAdmitted != 0 || l.DenialsJudged == 0 || l.UnderAdmitted != 0 || l.WorstWindowAdmitted < 6 {
+					t.Fatalf("%s %q: nginx's limit_req accused under its own rate and burst: %+v", a.Verdict, a.Reasons, l)
+				}
+				return
+			}
+			if a.Verdict != bench.Leaked || l.OverAdmitted == 0 || !strings.Contains(stderr, "--fail-on-leak") {
+				t.Fatalf("%s %q, stderr %q: a claim nginx exceeds went unseen", a.Verdict, a.Reasons, stderr)
+			}
+		})
+	}
+}
+
+// TestEdgeRateAndBurst: ratelab edge with --limit 10/1s:ALG:burst=6, on
+// either engine, admits 6 at one instant to a consumer it has not seen
+// (RateLimit's remaining counts down from 5, RateLimit-Policy gives the
+// rate as q and w and the burst beside them) and passes the audit nginx's
+// limit_req passes (TestNginxRateAndBurst).
+func TestEdgeRateAndBurst(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ engine, algorithm string }{
+		{"go", "gcra"},
+		{"go", "token-bucket"},
+		{"openresty", "gcra"},
+	} {
+		t.Run(tc.engine+"/"+tc.algorithm, func(t *testing.T) {
+			t.Parallel()
+			needNginx(t, tc.engine)
+			limit := "10/1s:" + tc.algorithm + ":burst=6"
+			e := serveEdge(t, "--redis", srv.URL(), "--engine", tc.engine, "--limit", limit, "--key-by", "header:X-Consumer-Id",
+				"--on-redis-error", "closed")
+			consumer := redistest.Prefix(t) + "at-once"
+			for i := range 6 {
+				resp := e.getAs(t, consumer)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("request %d of the burst: %d", i+1, resp.StatusCode)
+				}
+				if i == 0 {
+					if got := resp.Header.Get("RateLimit"); got != `"default";r=5;t=1` {
+						t.Errorf("RateLimit %q after the first request: want 5 remaining of the burst", got)
+					}
+					if got := resp.Header.Get("RateLimit-Policy"); got != `"default";q=10;w=1;ratelab-burst=6` {
+						t.Errorf("RateLimit-Policy %q", got)
+					}
+				}
+			}
+			code, a, stderr := burstAudit(t, e.url(), "10/1s:"+tc.algorithm+":burst=6")
+			if l := a.Limits[0]; code != exitOK || a.Verdict != bench.Held || l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Headers.Violations != 0 {
+				t.Fatalf("exit %d, stderr %q: %s %q, limit %+v", code, stderr, a.Verdict, a.Reasons, l)
+			}
+		})
+	}
 }

@@ -264,7 +264,8 @@ func TestRulesCheckService(t *testing.T) {
 	dir := t.TempDir()
 	for name, src := range map[string]string{
 		"a.yaml": "domain: a\ndescriptors:\n  - key: api_key\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
-		"b.yml":  "domain: b\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500, algorithm: gcra}\n",
+		"b.yml": "domain: b\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500, algorithm: gcra}\n" +
+			"  - key: database\n    value: orders\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 6}\n",
 		"README": "not a config",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
@@ -279,6 +280,7 @@ func TestRulesCheckService(t *testing.T) {
 		"as ratelab rls reads it", ", 2 domains.\n", "is a fixed window aligned to its unit",
 		"domain a, version ", "per value of api_key, at most 5 per 1m (fixed-window)",
 		"domain b, version ", "requests with database = users: one shared counter, at most 500 per 1s (gcra)",
+		"requests with database = orders: one shared counter, a burst of 6, then 10 per 1s (gcra)",
 		"warning: " + filepath.Join(dir, "a.yaml") + ":4: descriptors[0].value_to_metric: ",
 		"not read (only *.yaml and *.yml files are): README",
 	} {

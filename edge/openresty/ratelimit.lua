@@ -218,6 +218,15 @@ local function run(s, nkeys, argv)
   return res
 end
 
+-- capacity is the most a limit admits at one instant: its burst (token
+-- bucket, GCRA) when the rules give one, else its limit.
+local function capacity(l)
+  if (l.burst or 0) > 0 then
+    return l.burst
+  end
+  return l.limit
+end
+
 -- decide_checks decides checks (hits: a limit and its counter's key) in
 -- one call of decide.lua, all or nothing; member is the base of a
 -- sliding log's members. The reply is checked before anything reads it.
@@ -239,7 +248,7 @@ local function decide_checks(checks, member)
     if l.shadow then
       shadow = 1
     end
-    for _, a in ipairs({ l.algorithm, l.limit, l.window_ms, l.cost, shadow, m, "0" }) do
+    for _, a in ipairs({ l.algorithm, l.limit, l.window_ms, l.cost, shadow, m, "0", capacity(l) }) do
       args[#args + 1] = a
     end
   end
@@ -559,7 +568,7 @@ local function tightest(states)
         best = s
       end
     elseif not denied then
-      local l, r = s.remaining * best.limit.limit, best.remaining * s.limit.limit
+      local l, r = s.remaining * capacity(best.limit), best.remaining * capacity(s.limit)
       if l < r or l == r and (s.remaining < best.remaining or s.remaining == best.remaining and reset_of(s) > reset_of(best)) then
         best = s
       end
@@ -580,7 +589,11 @@ local function set_headers(states)
   if cfg.headers ~= "legacy" then
     local parts = {}
     for _, s in ipairs(states) do
-      parts[#parts + 1] = string.format('"%s";q=%d;w=%d', s.limit.id, s.limit.limit, ceil_seconds(s.limit.window_ms))
+      local p = string.format('"%s";q=%d;w=%d', s.limit.id, s.limit.limit, ceil_seconds(s.limit.window_ms))
+      if (s.limit.burst or 0) > 0 then
+        p = p .. ";ratelab-burst=" .. s.limit.burst
+      end
+      parts[#parts + 1] = p
     end
     ngx.header["RateLimit-Policy"] = table.concat(parts, ", ")
     ngx.header["RateLimit"] = string.format('"%s";r=%d;t=%d', t.limit.id, remaining, reset)
@@ -601,7 +614,11 @@ local function too_many(retry_ms, states)
   local names, violated = {}, {}
   for _, s in ipairs(states) do
     if not s.ok then
-      names[#names + 1] = string.format('\\"%s\\" (%d per %dms)', s.limit.id, s.limit.limit, s.limit.window_ms)
+      local burst = ""
+      if (s.limit.burst or 0) > 0 then
+        burst = ", burst " .. s.limit.burst
+      end
+      names[#names + 1] = string.format('\\"%s\\" (%d per %dms%s)', s.limit.id, s.limit.limit, s.limit.window_ms, burst)
       violated[#violated + 1] = s.limit.id
     end
   end
@@ -614,7 +631,11 @@ end
 -- the Go gateway's, so that rules reloaded with another limit never meet
 -- the old one's refusals (the shared dict outlives a reload).
 local function deny_key(h)
-  return h.key .. "|" .. h.limit.limit .. "/" .. h.limit.window_ms
+  local k = h.key .. "|" .. h.limit.limit .. "/" .. h.limit.window_ms
+  if (h.limit.burst or 0) > 0 then
+    k = k .. "/" .. h.limit.burst
+  end
+  return k
 end
 
 -- access decides the request: a 429 or a 503 ends it; anything else goes
