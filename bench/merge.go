@@ -435,6 +435,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	}
 	for k := range exps { // bench rls: see rlsAudit
 		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
+		exps[k].noPolicies = exps[k].refusedAtZero
 	}
 	if len(runs[0].Config.Descriptors) > 1 {
 		for k := range exps {
