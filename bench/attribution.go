@@ -268,7 +268,7 @@ func unjudgedReason(uncounted *[maxExpected]int64, late int64, exps []expectatio
 		var named []string
 		for _, c := range causes {
 			_, lookback, _ := exps[c.k].fullWindow()
-			named = append(named, fmt.Sprintf("%s's look-back of %s (%d)", exps[c.k].id, rules.Window(lookback), c.n))
+			named = append(named, fmt.Sprintf("%s (a look-back of %s; %d denials)", exps[c.k].id, rules.Window(lookback), c.n))
 		}
 		where, after := "the run's start", "the first "+rules.Window(longest)
 		if cov.from > 0 {

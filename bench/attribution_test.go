@@ -148,8 +148,8 @@ func TestOwnFullWindowIsNeverUnderAdmission(t *testing.T) {
 		}
 		stingy := decideAll(reqs, decide, []limiterLog{{2, window}, {100000, time.Hour}}, everyLog)
 		s := audit(stingy, []expectation{short, long}, consumers, whole, consumerName).Limits[0]
-		want := "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: long's look-back of 1h (" +
-			strconv.FormatInt(s.DenialsUnjudged, 10) + ")"
+		want := "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: long (a look-back of 1h; " +
+			strconv.FormatInt(s.DenialsUnjudged, 10) + " denials)"
 		if s.UnderAdmitted != 0 || s.DenialsUnjudged == 0 || !strings.HasPrefix(s.UnjudgedReason, want) ||
 			!strings.HasSuffix(s.UnjudgedReason, "in a run longer than 1h, those sent after the first 1h are judged") {
 			t.Fatalf("trial %d, a stingy gateway beside an hour's limit: %d under, %d unjudged (%s)", trial, s.UnderAdmitted,
