@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -34,10 +35,16 @@ import (
 // A denial that one limit alone justifies, with no other limit full or
 // possibly denying, is that limit's own (LimitAudit.DenialsAttributed): it
 // shows that the load pushed that limit to its cap. A limit whose state is
-// unknown is taken by what the samples show of it: the run alone never
-// filled it. A denial some limit justifies or may have made is no
-// under-admission; one that every limit met would surely have admitted
-// is; one that neither can be told of is not judged.
+// unknown is taken by what the samples show of it (an hour's limit in a
+// run of seconds: the run alone never filled it), unless what came before
+// shows: a denial on its counter, while its state is unknown, that nothing
+// in the run explains (no limit it met full, or possibly denying), as
+// when an earlier run's requests still count. Such a denial is put down
+// to the unknown limits of the shortest lookback among those it met (the
+// most recent requests before the run), and their counter's unknown state
+// may have denied any request then. A denial some limit justifies
+// or may have made is no under-admission; one that every limit met would
+// surely have admitted is; one that neither can be told of is not judged.
 
 // fullWindow is what fills limit e's window on one counter: need
 // admissions decided within lookback before a decision. The guarantee
@@ -140,10 +147,12 @@ const (
 // not): all but unjudged.
 func (j denialJudgement) judgedUnder() bool { return j != notDenied && j != unjudged }
 
-// denialBook keeps, for each denial of a run, the limits in each state.
+// denialBook keeps, for each denial of a run, the limits in each state,
+// and those of the unknown ones whose counter shows what came before
+// (suspect).
 type denialBook struct {
-	at                   []int32 // the denials' indexes among the samples, in order
-	full, may, uncounted []uint64
+	at                            []int32 // the denials' indexes among the samples, in order
+	full, may, uncounted, suspect []uint64
 }
 
 func newDenialBook(samples []sample) *denialBook {
@@ -154,8 +163,47 @@ func newDenialBook(samples []sample) *denialBook {
 		}
 	}
 	n := len(b.at)
-	b.full, b.may, b.uncounted = make([]uint64, n), make([]uint64, n), make([]uint64, n)
+	b.full, b.may, b.uncounted, b.suspect = make([]uint64, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
 	return b
+}
+
+// markSuspects finds the counters whose state before the samples shows:
+// limit j's counter is suspect when a denial on it, while j's state is
+// unknown, met no limit (of enforcing) full or possibly denying, and no
+// unknown one of a shorter lookback (lookbacks, by limit). It then marks,
+// at each denial, the unknown limits whose counter is suspect.
+func (b *denialBook) markSuspects(m meeting, enforcing uint64, lookbacks []time.Duration) {
+	shows := make([][]bool, len(m.of)) // per limit, per counter
+	for j, lc := range m.of {
+		if enforcing&(1<<j) == 0 {
+			continue
+		}
+		shows[j] = make([]bool, len(lc.names))
+		for p, i := range lc.idx {
+			d, ok := slices.BinarySearch(b.at, i)
+			met := m.met[i] & enforcing
+			if !ok || b.uncounted[d]&(1<<j) == 0 || (b.full[d]|b.may[d])&met != 0 {
+				continue
+			}
+			shortest := true
+			for u := b.uncounted[d] & met; u != 0; u &= u - 1 {
+				shortest = shortest && lookbacks[bits.TrailingZeros64(u)] >= lookbacks[j]
+			}
+			if shortest {
+				shows[j][lc.counter[p]] = true
+			}
+		}
+	}
+	for j, lc := range m.of {
+		if shows[j] == nil || !slices.Contains(shows[j], true) {
+			continue
+		}
+		for p, i := range lc.idx {
+			if d, ok := slices.BinarySearch(b.at, i); ok && b.uncounted[d]&(1<<j) != 0 && shows[j][lc.counter[p]] {
+				b.suspect[d] |= 1 << j
+			}
+		}
+	}
 }
 
 // note records that limit k was in state st at denial i (its index among
@@ -182,9 +230,10 @@ type denialView struct {
 	// otherMayDeny: another limit met would not surely have admitted it.
 	otherMayDeny bool
 	// rivals are the other limits that justify it or may have made it,
-	// when k justifies it too; uncounted, when unjudged, the limits whose
-	// count is not known.
-	rivals, uncounted uint64
+	// when k justifies it too, and unsure those of them whose unknown
+	// state did (suspect); uncounted, when unjudged, the limits whose count
+	// is not known.
+	rivals, unsure, uncounted uint64
 }
 
 // view is what denial i (its index among the samples) is to limit k, of
@@ -196,19 +245,19 @@ func (b *denialBook) view(i int32, k int, met uint64, skipUnder bool) denialView
 		return denialView{}
 	}
 	own := uint64(1) << k
-	full, may, uncounted := b.full[j]&met, b.may[j]&met, b.uncounted[j]&met
+	full, may, uncounted, suspect := b.full[j]&met, b.may[j]&met, b.uncounted[j]&met, b.suspect[j]&met
 	v := denialView{otherMayDeny: (full|may|uncounted)&^own != 0}
 	if skipUnder {
 		v.otherMayDeny = met&^own != 0
 	}
+	rivals := (full | may | suspect) &^ own
 	switch {
-	case full == own && may == 0:
+	case full == own && rivals == 0:
 		v.judgement = ownDenial
+	case full&own != 0:
+		v.judgement, v.rivals, v.unsure = elsewhere, rivals, suspect&^own
 	case (full|may)&^own != 0:
 		v.judgement = elsewhere
-		if full&own != 0 {
-			v.rivals = (full | may) &^ own
-		}
 	case may == own:
 		v.judgement = mayBeOwn
 	case uncounted != 0:
@@ -221,10 +270,12 @@ func (b *denialBook) view(i int32, k int, met uint64, skipUnder bool) denialView
 
 // denialNotes are what a limit's denials say beyond their counts, for its
 // reasons: how many its full window justified that another limit may
-// have made, and which; and why some were not judged.
+// have made, and which (unsure: those whose count before the run showed);
+// and why some were not judged.
 type denialNotes struct {
 	sharedFull int64
 	rivals     string
+	unsure     string
 	unjudged   string
 }
 
@@ -268,7 +319,7 @@ func unjudgedReason(uncounted *[maxExpected]int64, late int64, exps []expectatio
 		var named []string
 		for _, c := range causes {
 			_, lookback, _ := exps[c.k].fullWindow()
-			named = append(named, fmt.Sprintf("%s (a look-back of %s; %d denials)", exps[c.k].id, rules.Window(lookback), c.n))
+			named = append(named, fmt.Sprintf("%s (a look-back of %s; %s)", exps[c.k].id, rules.Window(lookback), plural.Count(c.n, "denial")))
 		}
 		where, after := "the run's start", "the first "+rules.Window(longest)
 		if cov.from > 0 {

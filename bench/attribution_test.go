@@ -318,3 +318,51 @@ func TestNeverAdvertised(t *testing.T) {
 		t.Fatalf("bench rls: never advertised %q", got)
 	}
 }
+
+// TestHistoryBeforeTheRunShows: a gateway that leaves /search's limit out,
+// audited while an earlier run's requests still count against the
+// consumer's limit, denies a /search request when /search's window is
+// full, for the consumer's limit: the run shows that by the requests it
+// denied that nothing in it explains, and the denial is not /search's
+// own. Audited fresh, the same gateway lets a third /search through.
+func TestHistoryBeforeTheRunShows(t *testing.T) {
+	perSecond := expectation{policy: policyOf(5, time.Second), guarantee: algorithms.SlidingWindow, quota: 5, cost: 1, id: "per-second"}
+	search := expectation{policy: policyOf(2, time.Second), guarantee: algorithms.SlidingWindow, quota: 2, cost: 1, id: "search"}
+	run := func(history int) LimitAudit {
+		var ss []sample
+		var decide []time.Duration
+		for i := range history { // an earlier run's, to /items
+			at := time.Duration(i-history) * 100 * time.Millisecond
+			ss = append(ss, sample{sent: at, done: at + time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+			decide = append(decide, at)
+		}
+		for i := range 15 { // three to /search, then /items: 600 ms
+			at := time.Duration(i) * 40 * time.Millisecond
+			s := sample{sent: at, done: at + time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+			if i < 3 {
+				s.route = 1
+			}
+			ss, decide = append(ss, s), append(decide, at)
+		}
+		ss = decideAll(ss, decide, []limiterLog{{5, time.Second}}, func(int, int) bool { return true })
+		ss = ss[history:] // what the run saw
+		m := meeting{met: make([]uint64, len(ss)), of: []limitCounters{{names: []string{"consumer-0"}}, {names: []string{"consumer-0"}}}}
+		for i, s := range ss {
+			for k := range 2 {
+				if k == 0 || s.route == 1 {
+					m.met[i] |= 1 << k
+					m.of[k].idx = append(m.of[k].idx, int32(i))
+					m.of[k].counter = append(m.of[k].counter, 0)
+				}
+			}
+		}
+		return auditLimits(ss, nil, []expectation{perSecond, search}, m, whole).Limits[1]
+	}
+	if s := run(3); s.Verdict != NotReached || s.DenialsAttributed != 0 || len(s.Reasons) != 1 ||
+		!strings.Contains(s.Reasons[0], "met per-second too, which may have denied it (what per-second counted before the run began is unknown") {
+		t.Errorf("after an earlier run: %s %q, %d its own", s.Verdict, s.Reasons, s.DenialsAttributed)
+	}
+	if s := run(0); s.Verdict != Leaked {
+		t.Errorf("fresh: %s %q", s.Verdict, s.Reasons)
+	}
+}

@@ -18,8 +18,9 @@ type meeting struct {
 	of []limitCounters
 }
 
-// limitCounters are the samples that met one limit, each with the counter
-// it counts against (0 … len(names)-1), and the counters' names.
+// limitCounters are the samples that met one limit (idx, in the samples'
+// order), each with the counter it counts against (0 … len(names)-1), and
+// the counters' names.
 type limitCounters struct {
 	idx, counter []int32
 	names        []string
@@ -132,6 +133,11 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			checkDenials(ss, exp, cov, func(i int, st limitState) { book.note(idx[i], k, st) })
 		})
 	}
+	lookbacks := make([]time.Duration, len(exps))
+	for k, exp := range exps {
+		_, lookbacks[k], _ = exp.fullWindow()
+	}
+	book.markSuspects(m, enforcing, lookbacks)
 	for k, exp := range exps {
 		lc := m.of[k]
 		var proj []sample
@@ -144,7 +150,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			proj = make([]sample, len(lc.idx))
 		}
 		var notes denialNotes
-		var rivals uint64
+		var rivals, unsure uint64
 		var uncounted [maxExpected]int64
 		var late int64
 		for j, i := range lc.idx {
@@ -155,7 +161,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 				s.judgement, s.otherMayDeny = v.judgement, v.otherMayDeny
 				if v.rivals != 0 {
 					notes.sharedFull++
-					rivals |= v.rivals
+					rivals, unsure = rivals|v.rivals, unsure|v.unsure
 				}
 				switch {
 				case v.judgement != unjudged:
@@ -170,7 +176,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			project(&s, advs, k, m.met[i], enforcing, exps)
 			proj[j] = s
 		}
-		notes.rivals = limitIDs(rivals, exps)
+		notes.rivals, notes.unsure = limitIDs(rivals, exps), limitIDs(unsure, exps)
 		if cov.skipUnder == "" {
 			notes.unjudged = unjudgedReason(&uncounted, late, exps, cov)
 		}

@@ -143,13 +143,18 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 // that filled it, why no denial was its own.
 func (l *LimitAudit) notReached(notes denialNotes) string {
 	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.Limit, rules.Window(time.Duration(l.WindowMillis)*time.Millisecond))
+	unsure := ""
+	if notes.unsure != "" {
+		unsure = fmt.Sprintf(" (what %s counted before the run began is unknown, and the run began with denials nothing in it explains: "+
+			"an earlier run's requests may still have counted)", notes.unsure)
+	}
 	switch {
 	case notes.sharedFull == 1:
-		return fmt.Sprintf("%s, but the one request denied while its window was full met %s too, which may have denied it: not tested",
-			got, notes.rivals)
+		return fmt.Sprintf("%s, but the one request denied while its window was full met %s too, which may have denied it%s: not tested",
+			got, notes.rivals, unsure)
 	case notes.sharedFull > 1:
-		return fmt.Sprintf("%s, but each of the %d requests denied while its window was full met %s too, which may have denied it: not tested",
-			got, notes.sharedFull, notes.rivals)
+		return fmt.Sprintf("%s, but each of the %d requests denied while its window was full met %s too, which may have denied it%s: not tested",
+			got, notes.sharedFull, notes.rivals, unsure)
 	case l.MostInWindow >= l.Limit:
 		return got + ", but none of its requests was denied while its window was seen full: not tested"
 	}
