@@ -77,13 +77,14 @@ stands anywhere else.
 (by --expect-algorithm's own guarantee), denials the rule would have admitted, Retry-After, and
 the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
 enforces several limits at once, or --expect-rules with the gateway's own rules file: each limit
-is judged by its own guarantee, on its own counters, and reported on its own line; headers are
+is judged by its own guarantee, on its own counters, and reported in a table; headers are
 held to the policy they name. --path mixes routes by weight, and --consumer-values sends a
 header whose value depends on the consumer (a plan tier), so that a rules file's routes and
 tiers are exercised.
-The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
-responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
-the gateway seems to share one limit across the identities sent: it says why.
+Each limit is held (the load pushed it to its cap: some denials only it can have made), leaked,
+not reached (none were: --allow-untested NAME lets --fail-on-leak pass it), or no verdict when
+the audit saw nothing it could judge (most responses neither 2xx nor 429, a consumer with no
+2xx) or the gateway seems to share one limit across the identities sent: it says why.
 A run in which no request got a response exits 1.
 Ctrl-C stops the run and still reports what was measured.
 
