@@ -76,7 +76,7 @@ func (l *loadFlags) bind(cmd *cobra.Command, to loadFields, help loadHelp) {
 	f.BoolVar(&l.FailOnLeak, "fail-on-leak", false, help.FailOnLeak)
 	f.BoolVar(&l.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass every limit the load never reached or the audit could not judge (a shared limit still fails)")
 	f.StringArrayVar(&l.AllowUntested, "allow-untested", nil, "with --fail-on-leak, pass these limits if the load never reached them or the audit could not judge them: "+
-		"NAME,… as the audit names them (5/1s, or a rules limit's ID; repeatable)")
+		"NAME,… as the audit names them (5/1s, a rules limit's ID, a descriptor; repeatable)")
 	f.Var(optionalFloat{&l.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
 	f.BoolVar(to.NoProbes, "no-probes", false, help.NoProbes)
 	f.StringVar(&l.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")

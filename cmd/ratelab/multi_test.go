@@ -361,7 +361,9 @@ func TestAuditRules(t *testing.T) {
 	t.Run("honoured", func(t *testing.T) {
 		t.Parallel()
 		srv := multiLimit(t, allAtOnce, perConsumer, search, trial)
-		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search:1", "--path", "/items:1"}, load...)...)
+		// Three requests in four to /search, so that its limit denies some
+		// that no other limit could have: each limit is tested.
+		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search:3", "--path", "/items:1"}, load...)...)
 		var res bench.Result
 		decodeJSON(t, stdout, &res)
 		if res.Audit == nil || len(res.Audit.Limits) != 3 {
