@@ -18,10 +18,13 @@ type sample struct {
 	consumer int32
 	status   int16  // 0 for a transport error
 	route    uint16 // the route of a mix (Routes) it was sent to
-	// otherMayDeny, on a denial judged for one limit, says that another
-	// limit the request met may have denied it: the denial is then not
-	// judged for under-admission of this one.
+	// otherMayDeny, on a denial projected on one limit, says that another
+	// limit the request met may have denied it: it would not surely have
+	// admitted it, or what it counted is not known.
 	otherMayDeny bool
+	// judgement is what the audit made of a denial, projected on one
+	// limit (see denialJudgement).
+	judgement denialJudgement
 	// adverts are the policies its response spoke of: advs[advAt:advAt+advN]
 	// of the slice kept beside the samples; then come the violated
 	// policies its 429's problem body named (violatedPolicies).
@@ -50,15 +53,20 @@ const maxSamples = 5_000_000
 type Verdict string
 
 // The verdicts, from the strongest: an over-admission is a fact whatever
-// else the audit found, so Leaked beats the others; NoVerdict is never
-// Held.
+// else the audit found, so Leaked beats the others; NoVerdict and
+// NotReached are never Held.
 const (
 	// Leaked: a consumer was admitted beyond the rule.
 	Leaked Verdict = "leaked"
 	// NoVerdict: the audit saw nothing it could judge, or saw that the
 	// gateway does not keep each identity's limit apart; Reasons says which.
 	NoVerdict Verdict = "no verdict"
-	// Held: the audit could judge, and no consumer got beyond the rule.
+	// NotReached: the load never pushed the limit to its cap, so nothing
+	// showed that the gateway enforces it: no denial was the limit's own
+	// (LimitAudit.DenialsAttributed). Reasons says how far the load got.
+	NotReached Verdict = "not reached"
+	// Held: the load pushed the limit to its cap (some of its denials were
+	// its own), and no consumer got beyond the rule.
 	Held Verdict = "held"
 	// NotJudged: a limit the audit reports and never judges (shadow,
 	// unlimited, cost 0); it never makes the verdict of the run.
@@ -67,9 +75,10 @@ const (
 
 // Audit is what the audit found. It runs when ExpectLimit is set.
 type Audit struct {
-	// Verdict is the worst of the limits' verdicts, and Reasons say why in
-	// words (when there are several limits, each names its limit); none
-	// when it held.
+	// Verdict is the worst of the limits' verdicts (leaked, no verdict,
+	// not reached, held), and Reasons say why in words (when there are
+	// several limits, each names its limit); none when it held. It is held
+	// only when every limit judged held.
 	Verdict Verdict  `json:"verdict"`
 	Reasons []string `json:"reasons"`
 	// Samples is the number of requests the audit judged: responses and
@@ -129,8 +138,11 @@ type LimitAudit struct {
 	// Verdict is this limit's, and Reasons say why (none when it held).
 	Verdict Verdict  `json:"verdict"`
 	Reasons []string `json:"reasons"`
-	// Consumers counts the consumers that got a response.
+	// Consumers counts the consumers (counters) that got a response.
 	Consumers int `json:"consumers"`
+	// MostInWindow is how far the load got: the most 2xx one counter got
+	// whose whole flights lie in one span of a window (less a millisecond).
+	MostInWindow int64 `json:"most_in_window"`
 	// WorstConsumer had the span of time in which it was admitted the most
 	// beyond what the rule allows: WorstWindowAdmitted successes in
 	// WorstSpanMillis, where WorstSpanAllowed were allowed; OverAdmitted is
@@ -144,22 +156,39 @@ type LimitAudit struct {
 	WorstSpanMillis     int64  `json:"worst_span_ms"`
 	WorstSpanAllowed    int64  `json:"worst_span_allowed"`
 	OverAdmitted        int64  `json:"over_admitted"`
-	// Denials counts the 429s, and DenialsJudged those the audit could
-	// judge for under-admission (see UnderSkipped): sent a lookback (the
-	// rule's memory, a window or two) after CompleteFromMillis, and
-	// answered before CappedFromMillis.
-	Denials       int64 `json:"denials"`
-	DenialsJudged int64 `json:"denials_judged"`
-	// DenialsElsewhere counts the denials not judged because the request
-	// met another limit that may have denied it (one that would not surely
-	// have admitted it): which one denied is not known.
+	// Denials counts the 429s of the requests that met the limit.
+	//
+	// A denial is justified by a limit whose own window was full on its
+	// own counter: at least as many 2xx as the guarantee allows had flights
+	// lying wholly within the limit's lookback (its memory, a window or
+	// two) before the denial's decision. DenialsAttributed counts those
+	// that only this limit can have made: it justifies them, and no other
+	// limit the request met was full or may have been (one whose lookback
+	// reaches before what the samples hold is taken by what they show of
+	// it). They show that the load tested the limit.
+	Denials           int64 `json:"denials"`
+	DenialsAttributed int64 `json:"denials_attributed"`
+	// DenialsJudged counts the denials judged for under-admission (see
+	// UnderSkipped): those some limit justifies or may have made, which
+	// are not under-admission, and those every limit the request met would
+	// surely have admitted, which are. DenialsElsewhere counts the judged
+	// denials that another limit justifies or may have made, and this one
+	// does not alone.
+	DenialsJudged    int64 `json:"denials_judged"`
 	DenialsElsewhere int64 `json:"denials_elsewhere"`
-	// UnderAdmitted counts the judged denials that the rule would surely
-	// have admitted: fewer than the limit of the consumer's other requests
-	// (any but a 429, a transport error included) had flights that reach
-	// into the lookback before the denial's decision. UnderAdmittedShare is
-	// its share of DenialsJudged, and WorstUnderConsumer had the most of
-	// them, WorstUnderAdmitted.
+	// DenialsUnjudged counts the denials judged neither way: no limit
+	// justifies them, and what some limit counted is not known (its
+	// lookback reaches before the samples begin, or past where they stop).
+	// UnjudgedReason says which, and what would make them judgeable. They
+	// never fail FailOnUnder by themselves.
+	DenialsUnjudged int64  `json:"denials_unjudged"`
+	UnjudgedReason  string `json:"unjudged_reason,omitempty"`
+	// UnderAdmitted counts the judged denials that every limit the request
+	// met would surely have admitted: for each, fewer than its limit of
+	// the counter's other requests (any but a 429, a transport error
+	// included) had flights that reach into its lookback before the
+	// denial's decision. UnderAdmittedShare is its share of DenialsJudged,
+	// and WorstUnderConsumer had the most of them, WorstUnderAdmitted.
 	UnderAdmitted      int64   `json:"under_admitted"`
 	UnderAdmittedShare float64 `json:"under_admitted_share"`
 	WorstUnderConsumer string  `json:"worst_under_consumer"`
@@ -232,6 +261,12 @@ type HeadersAudit struct {
 	Named int64 `json:"named,omitempty"`
 	// Example describes the first violation.
 	Example string `json:"example,omitempty"`
+	// NeverAdvertised, when set, says that the responses to the requests
+	// that met the limit named other policies in RateLimit-Policy, and
+	// never this one (by name, or by quota and window): a strong sign that
+	// the gateway leaves the limit out. It is no violation: a gateway may
+	// advertise some of its policies.
+	NeverAdvertised string `json:"never_advertised,omitempty"`
 	// Partial, when set, says why the checks that need every response
 	// of a consumer (how remaining falls, and remaining 0) were not made:
 	// other load machines send the same consumers. report merge makes
@@ -304,6 +339,10 @@ type expectation struct {
 	// unmet says why no request met the limit, when what was sent shows
 	// it (sentValues.unmetHint).
 	unmet string
+	// noPolicies says the responses speak of descriptors, not of policies
+	// (a rate limit service's statuses): a limit none of them names is not
+	// one the gateway left out.
+	noPolicies bool
 }
 
 // newExpectation makes the expectation of limit per window under
@@ -388,15 +427,18 @@ func overall(limits []LimitAudit) (Verdict, []string) {
 	return v, reasons
 }
 
-// rank orders the verdicts, the strongest first.
+// rank orders the verdicts, the strongest first: a leak, then what could
+// not be judged, then what was not tested, and held last.
 func rank(v Verdict) int {
 	switch v {
 	case Leaked:
 		return 0
 	case NoVerdict:
 		return 1
+	case NotReached:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // Label names the limit in messages: its ID, or LIMIT per WINDOW when it

@@ -156,6 +156,17 @@ func (c HTTPConfig) expectations() []expectation {
 	return exps
 }
 
+// LimitIDs are the IDs of the limits the audit may judge, as it labels
+// them (LimitAudit.Label): each --expect-limit's (5/1s), or each limit's
+// of the rules file.
+func (c HTTPConfig) LimitIDs() []string {
+	var ids []string
+	for _, e := range c.expectations() {
+		ids = append(ids, e.id)
+	}
+	return ids
+}
+
 // rulesExpectations are the limits of a rules file, in file order.
 func rulesExpectations(set *rules.Set) []expectation {
 	var exps []expectation

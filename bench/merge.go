@@ -449,6 +449,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	}
 	for k := range exps { // bench rls: see rlsAudit
 		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
+		exps[k].noPolicies = exps[k].refusedAtZero
 	}
 	if runs[0].Config.severalPerCall() {
 		for k := range exps {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,9 +217,10 @@ func policyOf(limit int64, window time.Duration) algorithms.Policy {
 	return algorithms.Policy{Limit: limit, Window: window}
 }
 
-// A denial is judged for under-admission of a limit only when every other
-// limit its request met would surely have admitted it; shadow limits are
-// reported and never judged, and never make the run's verdict.
+// A denial is the limit's own when its window alone was full; it is
+// under-admission only when every limit its request met would surely have
+// admitted it; shadow limits are reported and never judged, and never
+// make the run's verdict.
 func TestDenialsAttributedConservatively(t *testing.T) {
 	search := expectation{policy: policyOf(2, time.Second), guarantee: algorithms.SlidingWindow, quota: 2, cost: 1, id: "search"}
 	all := expectation{policy: policyOf(5, time.Second), guarantee: algorithms.SlidingWindow, quota: 5, cost: 1, id: "all"}
@@ -236,13 +238,16 @@ func TestDenialsAttributedConservatively(t *testing.T) {
 	m := meeting{met: []uint64{0b111, 0b111, 0b111, 0b110}, of: []limitCounters{onSearch, every, every}}
 	a := auditLimits(samples, nil, []expectation{search, all, shadow}, m, coverage{horizon: -1})
 	s, e, sh := a.Limits[0], a.Limits[1], a.Limits[2]
-	if s.DenialsJudged != 1 || s.UnderAdmitted != 0 {
-		t.Errorf("search: %d judged, %d under: want 1 and 0", s.DenialsJudged, s.UnderAdmitted)
+	if s.DenialsJudged != 1 || s.UnderAdmitted != 0 || s.DenialsAttributed != 1 {
+		t.Errorf("search: %d judged, %d under, %d its own: want 1, 0 and 1", s.DenialsJudged, s.UnderAdmitted, s.DenialsAttributed)
 	}
-	if e.DenialsJudged != 1 || e.UnderAdmitted != 1 || e.DenialsElsewhere != 1 {
-		t.Errorf("all: %d judged, %d under, %d elsewhere: want 1, 1 and 1", e.DenialsJudged, e.UnderAdmitted, e.DenialsElsewhere)
+	if e.DenialsJudged != 2 || e.UnderAdmitted != 1 || e.DenialsElsewhere != 1 || e.DenialsAttributed != 0 {
+		t.Errorf("all: %d judged, %d under, %d elsewhere, %d its own: want 2, 1, 1 and 0", e.DenialsJudged, e.UnderAdmitted,
+			e.DenialsElsewhere, e.DenialsAttributed)
 	}
-	if sh.Verdict != NotJudged || sh.Admitted != 2 || sh.Requests != 4 || s.Verdict != Held || e.Verdict != Held || a.Verdict != Held {
+	// all never denied a request of its own: it was never tested.
+	if sh.Verdict != NotJudged || sh.Admitted != 2 || sh.Requests != 4 || s.Verdict != Held || e.Verdict != NotReached ||
+		a.Verdict != NotReached || !slices.Equal(a.Reasons, []string{"all: 2 of 5 in 1s: not tested"}) {
 		t.Errorf("verdicts %s, %s, %s (shadow: %d of %d admitted), run %s %q", s.Verdict, e.Verdict, sh.Verdict, sh.Admitted, sh.Requests,
 			a.Verdict, a.Reasons)
 	}

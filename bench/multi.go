@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -17,8 +18,9 @@ type meeting struct {
 	of []limitCounters
 }
 
-// limitCounters are the samples that met one limit, each with the counter
-// it counts against (0 … len(names)-1), and the counters' names.
+// limitCounters are the samples that met one limit (idx, in the samples'
+// order), each with the counter it counts against (0 … len(names)-1), and
+// the counters' names.
 type limitCounters struct {
 	idx, counter []int32
 	names        []string
@@ -104,10 +106,10 @@ func everyConsumer(samples []sample, limits, consumers int, name func(int32) str
 // all. advs holds the samples' adverts.
 //
 // A request admitted counts against every limit it met. A request denied
-// is judged for under-admission of a limit only when every other limit it
-// met would surely have admitted it too: which one denied is not known,
-// and each is given the benefit of the doubt. Shadow, unlimited and cost 0
-// limits are reported, never judged.
+// is attributed to the limit whose own full window alone justifies it
+// (see attribution.go); one that no limit justifies or may have made, and
+// that every limit it met would surely have admitted, is under-admission.
+// Shadow, unlimited and cost 0 limits are reported, never judged.
 func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting, cov coverage) Audit {
 	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
 	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
@@ -121,24 +123,21 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			enforcing |= 1 << k
 		}
 	}
-	// Which limits would surely have admitted each denial, by its own
-	// counter alone.
-	surely := make([]uint64, len(samples))
-	if cov.skipUnder == "" {
-		for k, exp := range exps {
-			if !exp.judged() {
-				continue
-			}
-			lookback := exp.guarantee.Lookback(exp.policy)
-			forCounters(samples, m.of[k], func(ss []sample, idx []int32) {
-				eachDenial(ss, exp.guarantee.Capacity(exp.policy), lookback, cov, func(i int, yes bool) {
-					if yes {
-						surely[idx[i]] |= 1 << k
-					}
-				})
-			})
+	// What each limit's own counter shows at each denial.
+	book := newDenialBook(samples)
+	for k, exp := range exps {
+		if !exp.judged() {
+			continue
 		}
+		forCounters(samples, m.of[k], func(ss []sample, idx []int32) {
+			checkDenials(ss, exp, cov, func(i int, st limitState) { book.note(idx[i], k, st) })
+		})
 	}
+	lookbacks := make([]time.Duration, len(exps))
+	for k, exp := range exps {
+		_, lookbacks[k], _ = exp.fullWindow()
+	}
+	book.markSuspects(m, enforcing, lookbacks)
 	for k, exp := range exps {
 		lc := m.of[k]
 		var proj []sample
@@ -150,29 +149,54 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		} else {
 			proj = make([]sample, len(lc.idx))
 		}
-		var elsewhere int64
+		var notes denialNotes
+		var rivals, unsure uint64
+		var uncounted [maxExpected]int64
+		var late int64
 		for j, i := range lc.idx {
 			s := samples[i]
 			s.consumer = lc.counter[j]
-			s.otherMayDeny = s.denied() && m.met[i]&enforcing&^(1<<k)&^surely[i] != 0
+			if s.denied() && exp.judged() {
+				v := book.view(i, k, m.met[i]&enforcing, cov.skipUnder != "")
+				s.judgement, s.otherMayDeny = v.judgement, v.otherMayDeny
+				if v.rivals != 0 {
+					notes.sharedFull++
+					rivals, unsure = rivals|v.rivals, unsure|v.unsure
+				}
+				switch {
+				case v.judgement != unjudged:
+				case cov.horizon >= 0 && s.done >= cov.horizon:
+					late++
+				default:
+					for u := v.uncounted; u != 0; u &= u - 1 {
+						uncounted[bits.TrailingZeros64(u)]++
+					}
+				}
+			}
 			project(&s, advs, k, m.met[i], enforcing, exps)
 			proj[j] = s
-			if s.otherMayDeny && cov.skipUnder == "" {
-				elsewhere++
-			}
 		}
-		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0)
+		notes.rivals, notes.unsure = limitIDs(rivals, exps), limitIDs(unsure, exps)
+		if cov.skipUnder == "" {
+			notes.unjudged = unjudgedReason(&uncounted, late, exps, cov)
+		}
+		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0, notes)
 		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
 		l.Burst = exp.burst
 		if _, cost := exp.units(); cost > 1 {
 			l.Quota = exp.quota
 		}
-		if exp.judged() {
-			l.DenialsElsewhere = elsewhere
-		}
 		for _, s := range proj {
 			if s.ok() {
 				l.Admitted++
+			}
+		}
+		if exp.judged() {
+			if never := neverAdvertised(samples, advs, lc, k, exps); never != "" {
+				l.Headers.NeverAdvertised = never
+				if l.Verdict == NotReached || l.Verdict == NoVerdict {
+					l.Reasons = append(l.Reasons, "the gateway "+never)
+				}
 			}
 		}
 		a.Limits = append(a.Limits, l)
@@ -183,8 +207,8 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 
 // limitLine is what the audit found of one limit, from the samples that
 // met it, projected on its counters (named by names). sent says the run
-// sent requests at all.
-func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool) LimitAudit {
+// sent requests at all; notes are what its denials say beyond counts.
+func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool, notes denialNotes) LimitAudit {
 	name := func(c int32) string { return names[c] }
 	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
 		Rule: exp.rule(), WorstConsumers: []ConsumerAudit{}}
@@ -206,9 +230,61 @@ func limitLine(proj []sample, exp expectation, names []string, cov coverage, sen
 		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.unmet, "send what it matches (its route, its headers)")}
 		return l
 	}
-	l := judgeLimit(proj, exp, len(names), cov, name)
+	l := judgeLimit(proj, exp, len(names), cov, name, notes)
 	retryAfterBeforeReset(proj, &l.Headers, name)
 	return l
+}
+
+// neverAdvertised says, when the responses to the requests that met limit
+// k (those of lc) named policies in RateLimit-Policy, and never k (by its
+// name, or by its quota and window), how many did and which they named;
+// "" when some named k, or none named any.
+func neverAdvertised(samples []sample, advs []advert, lc limitCounters, k int, exps []expectation) string {
+	if exps[k].noPolicies {
+		return ""
+	}
+	var naming int64
+	var named []string
+	for _, i := range lc.idx {
+		s := samples[i]
+		policies := false
+		for _, a := range advs[s.advAt : s.advAt+uint32(s.advN)] {
+			if a.legacy || !a.q.ok {
+				continue // not an item of RateLimit-Policy
+			}
+			if speaksOf(a, k, exps) {
+				return ""
+			}
+			policies = true
+			what := fmt.Sprintf("q=%d;w=%d", a.q.n, a.w.n)
+			if a.named {
+				what = exps[a.name].id
+			}
+			if len(named) < 4 && !slices.Contains(named, what) {
+				named = append(named, what)
+			}
+		}
+		if policies {
+			naming++
+		}
+	}
+	if naming == 0 {
+		return ""
+	}
+	return fmt.Sprintf("never advertised it: %d responses to its requests named %s in RateLimit-Policy, and never it "+
+		"(by name, or by quota and window): a strong sign that the gateway leaves it out", naming, joinAnd(named))
+}
+
+// speaksOf says whether an advert may be of limit k: it names it, or,
+// unnamed, gives its quota and window (w in whole seconds, rounded either
+// way).
+func speaksOf(a advert, k int, exps []expectation) bool {
+	if a.named {
+		return int(a.name) == k
+	}
+	e := exps[k]
+	w := e.policy.Window
+	return int64(a.q.n) == e.quota && (!a.w.ok || int64(a.w.n) == int64(w/time.Second) || int64(a.w.n) == int64((w+time.Second-1)/time.Second))
 }
 
 // forCounters calls f with each counter's samples of lc (the samples'
@@ -317,9 +393,7 @@ func resolve(a advert, met uint64, exps []expectation) int {
 	found := -1
 	for m := met; m != 0; m &= m - 1 {
 		k := bits.TrailingZeros64(m)
-		e := exps[k]
-		w := e.policy.Window
-		if int64(a.q.n) == e.quota && (!a.w.ok || int64(a.w.n) == int64(w/time.Second) || int64(a.w.n) == int64((w+time.Second-1)/time.Second)) {
+		if speaksOf(a, k, exps) {
 			if found >= 0 {
 				return ambiguous // two limits of that quota (and window)
 			}

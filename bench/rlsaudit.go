@@ -52,6 +52,24 @@ func (c RLSConfig) validateExpect() error {
 	return nil
 }
 
+// LimitIDs are the IDs of the limits the audit may judge, as it labels
+// them (LimitAudit.Label): each descriptor's with ExpectLimit
+// (user={consumer}), or each limit's of ExpectConfig.
+func (c RLSConfig) LimitIDs() []string {
+	var ids []string
+	switch {
+	case c.ExpectConfig != nil:
+		for _, e := range rulesExpectations(c.ExpectConfig) {
+			ids = append(ids, e.id)
+		}
+	case c.ExpectLimit > 0:
+		for _, d := range c.Descriptors {
+			ids = append(ids, d.String())
+		}
+	}
+	return ids
+}
+
 // auditing says whether the run is audited.
 func (c RLSConfig) auditing() bool { return c.ExpectLimit > 0 || c.ExpectConfig != nil }
 
@@ -259,7 +277,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 		cov.skipUnder = severalDescriptors
 	}
 	for k := range r.exps {
-		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero = several, true
+		r.exps[k].refusedMaySpend, r.exps[k].refusedAtZero, r.exps[k].noPolicies = several, true, true
 	}
 	if len(r.exps) == 0 { // by a configuration, which no call met
 		why := fmt.Sprintf("no descriptor sent meets a limit of domain %q in %s", cfg.Domain, cfg.ExpectConfig.File)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,14 +20,20 @@ type Thresholds struct {
 	// responses other than 2xx and 429 (Result.Failures). new(0.0) fails a
 	// run with any; nil for none.
 	MaxErrorRate *float64
-	// FailOnLeak fails a run whose audit did not find that its limits
-	// held: a consumer over a limit (leaked), a limit shared across the
-	// identities sent, an audit that could not judge (no verdict, unless
-	// AllowNoVerdict), a false Retry-After or wrong rate-limit headers.
+	// FailOnLeak fails a run whose audit did not find every limit it
+	// judges held: a consumer over a limit (leaked), a limit the load never
+	// tested (not reached) or that the audit could not judge (no verdict),
+	// unless allowed (AllowUntested, AllowNoVerdict), a limit shared across
+	// the identities sent, a false Retry-After or wrong rate-limit headers.
 	FailOnLeak bool
-	// AllowNoVerdict lets FailOnLeak pass an audit that could not judge;
-	// a limit shared across the identities still fails.
+	// AllowNoVerdict lets FailOnLeak pass every limit that went untested:
+	// not reached, or no verdict; a limit shared across the identities
+	// still fails.
 	AllowNoVerdict bool
+	// AllowUntested names the limits, as the audit labels them
+	// (LimitAudit.Label: 5/1s, or a rules limit's ID), that FailOnLeak lets
+	// go untested; a limit shared across the identities still fails.
+	AllowUntested []string
 	// FailOnUnder, when not nil, is the highest acceptable share (0 to 1)
 	// of a limit's judged denials that its rule would have admitted
 	// (LimitAudit.UnderAdmittedShare); a limit with denials of which none
@@ -45,8 +52,29 @@ func (t Thresholds) Validate() error {
 		return field.Errorf("FailOnUnder", "must be between 0 and 1 (got %g)", *t.FailOnUnder)
 	case t.AllowNoVerdict && !t.FailOnLeak:
 		return field.Errorf("AllowNoVerdict", "needs {FailOnLeak}")
+	case len(t.AllowUntested) > 0 && !t.FailOnLeak:
+		return field.Errorf("AllowUntested", "needs {FailOnLeak}")
 	}
 	return nil
+}
+
+// ValidateNames checks that AllowUntested names only limits of ids, the
+// limits the audit may judge. Errors are *field.Error.
+func (t Thresholds) ValidateNames(ids []string) error {
+	for _, name := range t.AllowUntested {
+		if !slices.Contains(ids, name) {
+			if len(ids) == 0 {
+				return field.Errorf("AllowUntested", "%q: the audit judges no limit", name)
+			}
+			return field.Errorf("AllowUntested", "%q is not a limit the audit judges (its limits: %s)", name, strings.Join(ids, ", "))
+		}
+	}
+	return nil
+}
+
+// allowsUntested says whether FailOnLeak lets limit l go untested.
+func (t Thresholds) allowsUntested(l LimitAudit) bool {
+	return t.AllowNoVerdict || slices.Contains(t.AllowUntested, l.Label())
 }
 
 // Crossed says which thresholds r crossed, one error each naming its field
@@ -81,7 +109,7 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		}
 		var found []*field.Error
 		if t.FailOnLeak {
-			found = append(found, l.crossedLeak(r, t.AllowNoVerdict)...)
+			found = append(found, l.crossedLeak(r, t.allowsUntested(l))...)
 		}
 		if t.FailOnUnder != nil {
 			found = append(found, l.crossedUnder(*t.FailOnUnder)...)
@@ -96,15 +124,19 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 	return crossed
 }
 
-// crossedLeak is what FailOnLeak finds wrong with one limit of r's audit.
-func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
+// crossedLeak is what FailOnLeak finds wrong with one limit of r's audit;
+// untested says it may go untested.
+func (l LimitAudit) crossedLeak(r Result, untested bool) []*field.Error {
 	var crossed []*field.Error
 	switch {
 	case l.Verdict == Leaked:
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s got %d through in %s, over the %d allowed (%s)",
 			l.WorstConsumer, l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule))
-	case l.Verdict == NoVerdict && (l.SharedLimit || !allowNoVerdict):
+	case l.Verdict == NoVerdict && (l.SharedLimit || !untested):
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s (statuses seen: %s)", strings.Join(l.Reasons, "; "), seenText(r)))
+	case l.Verdict == NotReached && !untested:
+		crossed = append(crossed, field.Errorf("FailOnLeak", ": not reached: %s ({AllowUntested} %s lets it go untested)",
+			strings.Join(l.Reasons, "; "), l.Label()))
 	}
 	w := r.Words()
 	if h := l.RetryAfter.Honest; h != nil && !*h {
@@ -118,13 +150,15 @@ func (l LimitAudit) crossedLeak(r Result, allowNoVerdict bool) []*field.Error {
 }
 
 // crossedUnder is what FailOnUnder finds wrong with one limit: a share of
-// false denials above most, or denials of which none could be judged (the
-// gate does not pass what it could not see).
+// false denials above most, or denials of which none could be judged for
+// a reason of the run (UnderSkipped: the gate does not pass what it could
+// not see). Denials that a limit's lookback, reaching before the samples,
+// left unjudged never fail it by themselves: the report says what would
+// judge them.
 func (l LimitAudit) crossedUnder(most float64) []*field.Error {
 	switch {
-	case l.Denials > 0 && l.DenialsJudged == 0:
-		why := cmp.Or(l.UnderSkipped, "each came within a lookback of the run's start or the warm-up's end: run longer")
-		return []*field.Error{field.Errorf("FailOnUnder", ": none of the %d denials could be judged (%s)", l.Denials, why)}
+	case l.Denials > 0 && l.UnderSkipped != "":
+		return []*field.Error{field.Errorf("FailOnUnder", ": none of the %d denials could be judged (%s)", l.Denials, l.UnderSkipped)}
 	case l.DenialsJudged > 0 && l.UnderAdmittedShare > most:
 		return []*field.Error{field.Errorf("FailOnUnder", ": %d of the %d denials judged (%.1f%%) would have been admitted (%s), above %g; the most, %d, to %s",
 			l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.Rule, most, l.WorstUnderAdmitted, l.WorstUnderConsumer)}

@@ -70,9 +70,11 @@ func TestMaxErrorRateCountsEveryFailure(t *testing.T) {
 }
 
 // TestVerdictThresholds: FailOnLeak passes only an audit that held (or,
-// with AllowNoVerdict, one that could not judge, but never a shared
-// limit); FailOnUnder weighs the share of false denials, and fails when
-// there were denials and none could be judged.
+// with AllowNoVerdict, or AllowUntested naming the limit, one that was not
+// reached or could not judge, but never a shared limit); FailOnUnder
+// weighs the share of false denials, and fails when there were denials
+// and a reason of the run (UnderSkipped) judged none; denials a lookback
+// left unjudged never fail it by themselves.
 func TestVerdictThresholds(t *testing.T) {
 	audit := func(l bench.LimitAudit) bench.Result {
 		return bench.Result{Requests: 10, StatusCounts: map[string]int64{"200": 5, "429": 5},
@@ -80,11 +82,14 @@ func TestVerdictThresholds(t *testing.T) {
 	}
 	held := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4}
 	leaked := bench.LimitAudit{Verdict: bench.Leaked, OverAdmitted: 2, WorstConsumer: "consumer-0", Denials: 5, DenialsJudged: 4}
-	none := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"the load never reached the limit"}}
+	none := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"consumer-0 got no 2xx in its responses"}}
 	shared := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"the gateway seems to share one limit"}, SharedLimit: true,
 		Denials: 5, DenialsJudged: 4, UnderAdmitted: 4, UnderAdmittedShare: 1}
 	under := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4, UnderAdmitted: 1, UnderAdmittedShare: 0.25}
-	unjudged := bench.LimitAudit{Verdict: bench.Held, Denials: 5}
+	unjudged := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsUnjudged: 5,
+		UnjudgedReason: "they met per-hour (a look-back of 1h), whose look-back reaches before the run's start"}
+	skipped := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsUnjudged: 5, UnderSkipped: "other load machines send the same consumers"}
+	untested := bench.LimitAudit{ID: "per-hour", Verdict: bench.NotReached, Reasons: []string{"39 of 100000 in 1h: not tested"}}
 	for _, tc := range []struct {
 		name string
 		th   bench.Thresholds
@@ -94,13 +99,24 @@ func TestVerdictThresholds(t *testing.T) {
 		{"held", bench.Thresholds{FailOnLeak: true, FailOnUnder: new(0.0)}, held, nil},
 		{"leaked", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, leaked, []string{"FailOnLeak: consumer-0 got 0 through"}},
 		{"no verdict", bench.Thresholds{FailOnLeak: true}, none,
-			[]string{"FailOnLeak: no verdict: the load never reached the limit (statuses seen: 200 × 5, 429 × 5)"}},
+			[]string{"FailOnLeak: no verdict: consumer-0 got no 2xx in its responses (statuses seen: 200 × 5, 429 × 5)"}},
 		{"no verdict allowed", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, none, nil},
 		{"shared, allowed or not", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, shared,
 			[]string{"FailOnLeak: no verdict: the gateway seems to share one limit"}},
 		{"under, above", bench.Thresholds{FailOnUnder: new(0.2)}, under, []string{"FailOnUnder: 1 of the 4 denials judged (25.0%) would have been admitted"}},
 		{"under, within", bench.Thresholds{FailOnUnder: new(0.25)}, under, nil},
-		{"under, none judged", bench.Thresholds{FailOnUnder: new(0.5)}, unjudged, []string{"FailOnUnder: none of the 5 denials could be judged (each came"}},
+		{"under, none judged for a lookback", bench.Thresholds{FailOnUnder: new(0.5)}, unjudged, nil},
+		{"under, none judged in the run", bench.Thresholds{FailOnUnder: new(0.5)}, skipped,
+			[]string{"FailOnUnder: none of the 5 denials could be judged (other load machines send the same consumers)"}},
+		{"not reached", bench.Thresholds{FailOnLeak: true}, untested,
+			[]string{"FailOnLeak: not reached: 39 of 100000 in 1h: not tested (AllowUntested per-hour lets it go untested)"}},
+		{"not reached, allowed by name", bench.Thresholds{FailOnLeak: true, AllowUntested: []string{"per-hour"}}, untested, nil},
+		{"not reached, another allowed", bench.Thresholds{FailOnLeak: true, AllowUntested: []string{"per-second"}}, untested,
+			[]string{"FailOnLeak: not reached"}},
+		{"not reached, every one allowed", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, untested, nil},
+		{"no verdict, allowed by name", bench.Thresholds{FailOnLeak: true, AllowUntested: []string{"0 per 0s"}}, none, nil},
+		{"shared, allowed by name", bench.Thresholds{FailOnLeak: true, AllowUntested: []string{"0 per 0s"}}, shared,
+			[]string{"FailOnLeak: no verdict: the gateway seems to share one limit"}},
 		{"under, none denied", bench.Thresholds{FailOnUnder: new(0.0)}, none, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,10 +134,19 @@ func TestVerdictThresholds(t *testing.T) {
 			}
 		})
 	}
-	for _, th := range []bench.Thresholds{{AllowNoVerdict: true}, {FailOnUnder: new(1.5)}, {FailOnUnder: new(-0.1)}} {
+	for _, th := range []bench.Thresholds{{AllowNoVerdict: true}, {FailOnUnder: new(1.5)}, {FailOnUnder: new(-0.1)},
+		{AllowUntested: []string{"per-hour"}}} {
 		if err := th.Validate(); err == nil {
 			t.Errorf("%+v passed Validate", th)
 		}
+	}
+	th := bench.Thresholds{FailOnLeak: true, AllowUntested: []string{"per-hour", "per-day"}}
+	if err := th.ValidateNames([]string{"per-second", "per-hour"}); err == nil ||
+		err.Error() != `AllowUntested "per-day" is not a limit the audit judges (its limits: per-second, per-hour)` {
+		t.Errorf("ValidateNames: %v", err)
+	}
+	if err := th.ValidateNames([]string{"per-day", "per-hour"}); err != nil {
+		t.Errorf("ValidateNames: %v", err)
 	}
 }
 

@@ -3,19 +3,19 @@ package bench
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/rules"
 )
 
 // judgeLimit judges the samples against one limit, the audit's unit: each
 // consumer's requests apart (named by name), and then all of them taken
 // together to tell a limit shared across identities. Every figure and the
 // verdict come from the samples; the Retry-After probes, which send more,
-// are added by the caller.
-func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string) LimitAudit {
+// are added by the caller. notes are what its denials say beyond counts.
+func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string, notes denialNotes) LimitAudit {
 	p := exp.policy
 	l := LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
 		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []ConsumerAudit{}}
@@ -40,7 +40,6 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 		}
 	}
-	lookback := exp.guarantee.Lookback(p)
 	underJudged := cov.skipUnder == ""
 	worst, worstOf := span{}, int32(-1)
 	var noOK []int32 // consumers answered without a single 2xx
@@ -49,7 +48,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 		if len(ss) == 0 {
 			continue
 		}
-		j := judgeConsumer(ss, exp, lookback, cov)
+		j := judgeConsumer(ss, exp, cov)
 		if j.answered == 0 {
 			continue
 		}
@@ -58,8 +57,11 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			worst, worstOf = j.worst, int32(c)
 		}
 		l.Denials += j.denied
+		l.DenialsAttributed += j.own
 		l.DenialsJudged += j.judged
+		l.DenialsElsewhere += j.elsewhere
 		l.UnderAdmitted += j.under
+		l.MostInWindow = max(l.MostInWindow, j.most)
 		if j.under > 0 {
 			underConsumers++
 		}
@@ -89,9 +91,14 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 	if cov.partial {
 		l.Headers.Partial = sharedNote
 	}
-	if !underJudged {
+	l.DenialsUnjudged = l.Denials - l.DenialsJudged
+	switch {
+	case !underJudged:
 		l.UnderSkipped = cov.skipUnder
-	} else if l.DenialsJudged > 0 {
+	case l.DenialsUnjudged > 0:
+		l.UnjudgedReason = notes.unjudged
+	}
+	if l.DenialsJudged > 0 {
 		l.UnderAdmittedShare = float64(l.UnderAdmitted) / float64(l.DenialsJudged)
 	}
 	// All the consumers taken as one: when that one holds the limit, and
@@ -105,12 +112,17 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 		}
 		together := worstSpan(ok, exp)
-		_, under := falseDenials(samples, exp.guarantee.Capacity(p), lookback, cov)
+		var under int64 // denials the one counter of them all would surely have admitted
+		checkDenials(samples, exp, cov, func(i int, st limitState) {
+			if st == stateRoom && !samples[i].otherMayDeny {
+				under++
+			}
+		})
 		l.SharedLimit = together.admitted <= together.allowed && 10*under <= l.UnderAdmitted
 	}
 
 	reasons := l.unjudgeable(seen{requests: len(samples), answered: answered, turnedAway: turnedAway, statuses: statuses, noOK: noOK},
-		per, exp, name)
+		per, name)
 	switch {
 	case l.OverAdmitted > 0:
 		l.Verdict = Leaked
@@ -118,10 +130,35 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule)}
 	case len(reasons) > 0:
 		l.Verdict, l.Reasons = NoVerdict, reasons
+	case l.DenialsAttributed == 0:
+		l.Verdict, l.Reasons = NotReached, []string{l.notReached(notes)}
 	default:
 		l.Verdict = Held
 	}
 	return l
+}
+
+// notReached says how far the load got of a limit that none of its
+// denials shows enforced: the most one counter got in a window, and, when
+// that filled it, why no denial was its own.
+func (l *LimitAudit) notReached(notes denialNotes) string {
+	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.Limit, rules.Window(time.Duration(l.WindowMillis)*time.Millisecond))
+	unsure := ""
+	if notes.unsure != "" {
+		unsure = fmt.Sprintf(" (what %s counted before the run began is unknown, and the run began with denials nothing in it explains: "+
+			"an earlier run's requests may still have counted)", notes.unsure)
+	}
+	switch {
+	case notes.sharedFull == 1:
+		return fmt.Sprintf("%s, but the one request denied while its window was full met %s too, which may have denied it%s: not tested",
+			got, notes.rivals, unsure)
+	case notes.sharedFull > 1:
+		return fmt.Sprintf("%s, but each of the %d requests denied while its window was full met %s too, which may have denied it%s: not tested",
+			got, notes.sharedFull, notes.rivals, unsure)
+	case l.MostInWindow >= l.Limit:
+		return got + ", but none of its requests was denied while its window was seen full: not tested"
+	}
+	return got + ": not tested"
 }
 
 // seen is what came back to a limit's requests, for the reasons of no
@@ -135,7 +172,7 @@ type seen struct {
 
 // unjudgeable says why the audit could not judge l, in words; none when
 // it could. per holds each consumer's requests.
-func (l *LimitAudit) unjudgeable(s seen, per [][]sample, exp expectation, name func(int32) string) []string {
+func (l *LimitAudit) unjudgeable(s seen, per [][]sample, name func(int32) string) []string {
 	switch {
 	case s.requests == 0:
 		return []string{"no request was sent in the measured run"}
@@ -164,13 +201,6 @@ func (l *LimitAudit) unjudgeable(s seen, per [][]sample, exp expectation, name f
 				len(s.noOK), l.Consumers, name(first), statusList(statuses, anyStatus)))
 		}
 	}
-	if l.Denials == 0 {
-		if most := mostOffered(per, exp); most.admitted <= most.allowed {
-			reasons = append(reasons, fmt.Sprintf("no request was denied, and no consumer sent more than the rule allows in any span "+
-				"(at most %d in %s, where %d were allowed): the load never reached the limit",
-				most.admitted, most.span, most.allowed))
-		}
-	}
 	if l.SharedLimit {
 		reasons = append(reasons, fmt.Sprintf("the gateway seems to share one limit across the identities sent: "+
 			"%d of the %d denials judged would have been admitted had each of the %d consumers its own limit, "+
@@ -185,14 +215,17 @@ type judged struct {
 	// answered counts its responses; admitted, denied and failed split
 	// its requests into 2xx, 429 and the rest (transport errors included).
 	answered, admitted, denied, failed int64
-	// worst is the span in which it was admitted furthest beyond the rule.
+	// worst is the span in which it was admitted furthest beyond the rule;
+	// most the most it was admitted in a window.
 	worst span
-	// judged counts the denials judged for under-admission, under those
-	// the rule would have admitted.
-	judged, under int64
+	most  int64
+	// own counts the denials that were the limit's own; judged those
+	// judged for under-admission, elsewhere those of them that another
+	// limit may have made, under those the rule would have admitted.
+	own, judged, elsewhere, under int64
 }
 
-func judgeConsumer(ss []sample, exp expectation, lookback time.Duration, cov coverage) judged {
+func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
 	var j judged
 	for _, s := range ss {
 		switch {
@@ -201,6 +234,18 @@ func judgeConsumer(ss []sample, exp expectation, lookback time.Duration, cov cov
 			j.admitted++
 		case s.denied():
 			j.denied++
+			if s.judgement == ownDenial {
+				j.own++
+			}
+			if cov.skipUnder == "" && s.judgement.judgedUnder() {
+				j.judged++
+				switch s.judgement {
+				case elsewhere:
+					j.elsewhere++
+				case underDenial:
+					j.under++
+				}
+			}
 		default:
 			j.failed++
 		}
@@ -209,88 +254,11 @@ func judgeConsumer(ss []sample, exp expectation, lookback time.Duration, cov cov
 		}
 	}
 	j.worst = worstSpan(j.ok, exp)
-	if cov.skipUnder == "" {
-		j.judged, j.under = falseDenials(ss, exp.guarantee.Capacity(exp.policy), lookback, cov)
+	j.most = j.worst.admitted
+	if exp.guarantee != algorithms.SlidingWindow {
+		j.most = worstWindow(j.ok, exp.policy.Window-time.Millisecond)
 	}
 	return j
-}
-
-// falseDenials counts the denials among ss (one consumer's requests, or
-// several consumers' taken as one) that can be judged, and those of them
-// that the rule would surely have admitted.
-//
-// A denial's decision was made within its flight; the rule denies only
-// when at least limit admissions were decided within its lookback before
-// that decision (algorithms.Guarantee.Lookback). Any request but a 429
-// (a 2xx, another status, a transport error) may have been admitted, and
-// may lie in that span when its flight reaches into it: from a lookback
-// before the denial was sent (a little more, for the scripts' whole
-// milliseconds and clocks that tick at slightly different rates) to when
-// it came back. Fewer than limit such requests, and the denial was false:
-// at every instant its decision could have been made, the rule admitted
-// it. Only denials whose span lies inside what the samples hold (cov) are
-// judged, and none that another limit the request met may have denied
-// (otherMayDeny). O(n log n).
-func falseDenials(ss []sample, limit int64, lookback time.Duration, cov coverage) (judgedN, under int64) {
-	eachDenial(ss, limit, lookback, cov, func(_ int, surely bool) {
-		judgedN++
-		if surely {
-			under++
-		}
-	})
-	return judgedN, under
-}
-
-// eachDenial calls f with each denial of ss that falseDenials judges: its
-// index in ss, and whether the rule would surely have admitted it.
-func eachDenial(ss []sample, limit int64, lookback time.Duration, cov coverage, f func(i int, surely bool)) {
-	var sents, dones []time.Duration
-	for _, s := range ss {
-		if !s.denied() {
-			sents = append(sents, s.sent)
-			dones = append(dones, s.done)
-		}
-	}
-	slices.Sort(sents)
-	slices.Sort(dones)
-	margin := time.Millisecond + lookback/500
-	for i, d := range ss {
-		if !d.denied() || d.otherMayDeny {
-			continue
-		}
-		from := d.sent - lookback - margin
-		if from < cov.from || (cov.horizon >= 0 && d.done >= cov.horizon) {
-			continue
-		}
-		// Flights that reach into (from, d.done): those sent before it
-		// ended, less those that ended by from.
-		sentBefore := sort.Search(len(sents), func(i int) bool { return sents[i] >= d.done })
-		endedBy := sort.Search(len(dones), func(i int) bool { return dones[i] > from })
-		f(i, int64(sentBefore-endedBy) < limit)
-	}
-}
-
-// mostOffered is the span in which a consumer sent the most beyond the
-// rule, counting every request answered whose whole flight lies inside it:
-// when even that is within the rule, no honest limiter had to deny any.
-func mostOffered(per [][]sample, exp expectation) span {
-	var most span
-	found := false
-	for _, ss := range per {
-		var answered []sample
-		for _, s := range ss {
-			if s.answered() {
-				answered = append(answered, s)
-			}
-		}
-		if len(answered) == 0 {
-			continue
-		}
-		if w := worstSpan(answered, exp); !found || w.admitted-w.allowed > most.admitted-most.allowed {
-			most, found = w, true
-		}
-	}
-	return most
 }
 
 // checkAdvertised checks the limit and remaining a response advertised

@@ -154,9 +154,14 @@ func TestVerdicts(t *testing.T) {
 			[]string{"most responses, 245 of 245, were neither 2xx nor 429 (400 × 245)", "2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 240)"}},
 		{"one consumer denied throughout", append(many(0, 200, 4, 300), many(1, 429, 20, 100)...), 2, NoVerdict,
 			[]string{"consumer-1 got no 2xx in its responses (429 × 20)"}},
-		{"under the limit", many(0, 200, 20, 300), 1, NoVerdict,
-			[]string{"no request was denied, and no consumer sent more than the rule allows in any span (at most 4 in 999ms, where 5 were allowed)"}},
-		{"at the limit", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, Held, nil},
+		{"under the limit", many(0, 200, 20, 300), 1, NotReached, []string{"4 of 5 in 1s: not tested"}},
+		{"at the limit, never beyond", many(0, 200, 5, 100), 1, NotReached,
+			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
+		// Denied before the fifth admission came back: the window was not
+		// known full.
+		{"denied with room", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, NotReached,
+			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
+		{"at the limit, then denied", append(many(0, 200, 5, 100), reply(0, 429, 450), reply(0, 429, 900)), 1, Held, nil},
 		{"a leak beats the rest", append(many(0, 200, 8, 10), many(1, 400, 40, 10)...), 2, Leaked,
 			[]string{"consumer-0 got 8 through in 999ms where 5 were allowed (at most 5 in any 1s span)"}},
 	} {

@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,7 +98,20 @@ func benchRows(r bench.Result) [][]string {
 	return rows
 }
 
+// benchNotes are a run's notes, its audit's in prose (a line per limit):
+// what the HTML page prints.
 func benchNotes(r bench.Result) []string {
+	before, after := benchNoteParts(r)
+	if a := r.Audit; a != nil {
+		before = append(before, auditNotes(r, a)...)
+	}
+	return append(before, after...)
+}
+
+// benchNoteParts are a run's notes around its audit: those before it (the
+// statuses, the failures) and after it (the audit's own note, where it
+// stopped keeping responses, the load model).
+func benchNoteParts(r bench.Result) (before, after []string) {
 	codes := make([]string, 0, len(r.StatusCounts))
 	for k := range r.StatusCounts {
 		codes = append(codes, k)
@@ -107,7 +121,7 @@ func benchNotes(r bench.Result) []string {
 	for _, k := range codes {
 		status = append(status, fmt.Sprintf("%s × %d", k, r.StatusCounts[k]))
 	}
-	notes := []string{
+	before = []string{
 		"status: " + orNone(strings.Join(status, ", ")) + fmt.Sprintf("; transport errors: %d%s; %s of bodies received.",
 			r.Errors, errorKindsText(r.ErrorKinds), bytesText(r.Bytes)),
 	}
@@ -119,47 +133,45 @@ func benchNotes(r bench.Result) []string {
 		if r.Errors > 0 {
 			why = append(why, fmt.Sprintf("transport errors: %d", r.Errors))
 		}
-		notes = append(notes, fmt.Sprintf("Failed: %d of %d requests (%.1f%%), as --max-error-rate counts them (%s).",
+		before = append(before, fmt.Sprintf("Failed: %d of %d requests (%.1f%%), as --max-error-rate counts them (%s).",
 			f, r.Requests, 100*float64(f)/float64(r.Requests), strings.Join(why, "; ")))
 	}
-	if a := r.Audit; a != nil {
-		notes = append(notes, auditNotes(r, a)...)
-	}
 	if r.AuditNote != "" {
-		notes = append(notes, "Audit: "+r.AuditNote+".")
+		after = append(after, "Audit: "+r.AuditNote+".")
 	}
 	for _, h := range r.AuditHints {
-		notes = append(notes, "Hint: "+h+".")
+		after = append(after, "Hint: "+h+".")
 	}
 	if a := r.Audit; a != nil && a.CappedFromMillis != nil {
-		notes = append(notes, fmt.Sprintf("The audit kept %d responses and judged none after %s into the run.",
+		after = append(after, fmt.Sprintf("The audit kept %d responses and judged none after %s into the run.",
 			a.Samples, time.Duration(*a.CappedFromMillis)*time.Millisecond))
 	}
 	if r.Config.Model == "open" {
-		notes = append(notes, fmt.Sprintf("Latency is timed from when each request should have been sent (no coordinated omission); "+
+		after = append(after, fmt.Sprintf("Latency is timed from when each request should have been sent (no coordinated omission); "+
 			"send lag p50 %s, p99 %s, max %s; unsent (due, but their connection was still busy when the run ended): %d.",
 			micros(r.SendLagMicros.P50), micros(r.SendLagMicros.P99), micros(r.SendLagMicros.Max), r.Unsent))
 		if r.RateShortfall {
-			notes = append(notes, fmt.Sprintf("The achieved rate, %.0f/s, is under 99%% of the %g/s asked for: the server (or the "+
+			after = append(after, fmt.Sprintf("The achieved rate, %.0f/s, is under 99%% of the %g/s asked for: the server (or the "+
 				"load generator) could not keep up; with one request in flight per connection, more --connections may help.",
 				r.ThroughputRPS, r.Config.RatePerSec))
 		}
 	} else {
-		notes = append(notes, "Closed model: each worker waits for a response before it sends again, so a stall delays "+
+		after = append(after, "Closed model: each worker waits for a response before it sends again, so a stall delays "+
 			"the requests that were never sent, and the percentiles do not show it (use --rate for that).")
 	}
-	return notes
+	return before, after
 }
 
-// auditNotes say what the audit found: per limit, what limitNotes say, in
-// one line each when there are several.
+// auditNotes say what the audit found, in prose: per limit, what
+// limitNotes say, in one line each when there are several, after a
+// headline that counts their verdicts.
 func auditNotes(r bench.Result, a *bench.Audit) []string {
 	var notes []string
 	switch {
 	case len(a.Limits) == 0: // bench rls by a configuration no call met
 		notes = append(notes, fmt.Sprintf("Audit: %s: %s.", verdictWord(a.Verdict), strings.Join(a.Reasons, "; ")))
 	case len(a.Limits) > 1:
-		notes = append(notes, fmt.Sprintf("Audit of %d limits: %s.", len(a.Limits), verdictWord(a.Verdict)))
+		notes = append(notes, auditHead(a))
 	}
 	for _, l := range a.Limits {
 		lines := limitNotes(r, l)
@@ -169,6 +181,109 @@ func auditNotes(r bench.Result, a *bench.Audit) []string {
 		notes = append(notes, lines...)
 	}
 	return notes
+}
+
+// auditHead is the headline of an audit of several limits: the verdict
+// they share, or how many have each. It never says held when a limit was
+// not tested.
+func auditHead(a *bench.Audit) string {
+	order := []bench.Verdict{bench.Held, bench.NotReached, bench.NoVerdict, bench.Leaked, bench.NotJudged}
+	count := map[bench.Verdict]int{}
+	for _, l := range a.Limits {
+		count[l.Verdict]++
+	}
+	head := fmt.Sprintf("Audit of %d limits: ", len(a.Limits))
+	if count[a.Verdict] == len(a.Limits) {
+		return head + verdictWord(a.Verdict) + "."
+	}
+	var parts []string
+	for _, v := range order {
+		if n := count[v]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, v))
+		}
+	}
+	return head + strings.Join(parts, ", ") + "."
+}
+
+// auditTable is an audit of several limits as a table, a row per limit,
+// with what the table cannot say below it: the reasons of every limit
+// that did not hold, under-admission, wrong headers, Retry-After. ok is
+// false for an audit of one limit or none, which auditNotes say better.
+type auditTable struct {
+	head    string
+	headers []string
+	rows    [][]string
+	bad     []bool // the row's limit leaked or went untested
+	notes   []string
+}
+
+func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
+	if len(a.Limits) < 2 {
+		return auditTable{}, false
+	}
+	w := r.Words()
+	headers := strings.ToLower(w.Checks)
+	t := auditTable{head: auditHead(a),
+		headers: []string{"limit", "rule", "verdict", "most in a window / limit", "denials attributed", "under-admitted", headers}}
+	var skipped string
+	retryAfter := map[string][]string{}
+	var ras []string // the distinct Retry-After lines, in order
+	for _, l := range a.Limits {
+		// The rule a rules limit is on; what the others allow.
+		rule := l.Rule
+		if l.Descriptor != "" && l.Descriptor != l.ID {
+			rule = l.Descriptor
+		}
+		t.bad = append(t.bad, l.Verdict != bench.Held && l.Verdict != bench.NotJudged)
+		if l.Verdict == bench.NotJudged {
+			t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), "–", "–", "–", "–"})
+			t.notes = append(t.notes, fmt.Sprintf("%s: %s: %s; %d requests met it, %d admitted.", l.Label(), verdictWord(l.Verdict),
+				strings.Join(l.Reasons, "; "), l.Requests, l.Admitted))
+			continue
+		}
+		under := fmt.Sprintf("%d of %d judged", l.UnderAdmitted, l.DenialsJudged)
+		if l.UnderSkipped != "" {
+			under, skipped = "not judged", l.UnderSkipped
+		}
+		h := fmt.Sprintf("%d checked, %d wrong", l.Headers.Checked, l.Headers.Violations)
+		if l.Headers.NeverAdvertised != "" {
+			h += ", never advertised"
+		}
+		window := windowText(time.Duration(l.WindowMillis) * time.Millisecond)
+		t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), fmt.Sprintf("%d / %d in %s", l.MostInWindow, l.Limit, window),
+			fmt.Sprintf("%d of %d", l.DenialsAttributed, l.Denials), under, h})
+		if l.Verdict != bench.Held {
+			n := fmt.Sprintf("%s: %s: %s.", l.Label(), verdictWord(l.Verdict), strings.Join(l.Reasons, "; "))
+			if l.Verdict == bench.NoVerdict {
+				n += " Statuses seen: " + statusesSeen(r) + "."
+			}
+			t.notes = append(t.notes, n)
+		} else if l.Headers.NeverAdvertised != "" {
+			t.notes = append(t.notes, fmt.Sprintf("%s: the gateway %s.", l.Label(), l.Headers.NeverAdvertised))
+		}
+		if l.UnderSkipped == "" && (l.UnderAdmitted > 0 || l.DenialsUnjudged > 0) {
+			t.notes = append(t.notes, l.Label()+": "+underNote(l))
+		}
+		if l.Headers.Violations > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("%s: %s: %d of %d %s checked were wrong (%s).", l.Label(), w.Checks,
+				l.Headers.Violations, l.Headers.Checked, w.Answers, l.Headers.Example))
+		}
+		ra := retryAfterNote(r, l)
+		if _, seen := retryAfter[ra]; !seen {
+			ras = append(ras, ra)
+		}
+		retryAfter[ra] = append(retryAfter[ra], l.Label())
+	}
+	if skipped != "" {
+		t.notes = append(t.notes, "Under-admission: not judged ("+skipped+").")
+	}
+	for _, ra := range ras {
+		if len(ras) > 1 {
+			ra = strings.Join(retryAfter[ra], ", ") + ": " + ra
+		}
+		t.notes = append(t.notes, ra)
+	}
+	return t, true
 }
 
 // limitNotes say what the audit found of one limit: its verdict and then,
@@ -195,34 +310,56 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 		return []string{fmt.Sprintf("%s: %s; %d requests met it, %d admitted.", head, strings.Join(l.Reasons, "; "), l.Requests, l.Admitted)}
 	case bench.NoVerdict:
 		return []string{fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r))}
+	case bench.NotReached:
+		notes = append(notes, fmt.Sprintf("%s: %s.", head, strings.Join(l.Reasons, "; ")))
 	case bench.Leaked:
 		notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
 	default:
-		notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s.", head, orDash(l.WorstConsumer), got))
+		notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s; %d of the %d denials were its own (its window full).",
+			head, orDash(l.WorstConsumer), got, l.DenialsAttributed, l.Denials))
 	}
-	notes = append(notes, underNote(l))
-	// bench rls reads a status' duration_until_reset as Retry-After, and
-	// its statuses as rate-limit headers.
+	notes = append(notes, underNote(l), retryAfterNote(r, l))
 	w := r.Words()
-	retryAfter, headers := w.Wait, w.Checks
-	ra := l.RetryAfter
-	switch {
-	case ra.Honest == nil:
-		notes = append(notes, retryAfter+": not probed ("+orDash(ra.Skipped)+").")
-	case *ra.Honest:
-		notes = append(notes, fmt.Sprintf("%s: honest in %d probes (each admitted at its first try after the advertised time).", retryAfter, ra.Probes))
-	default:
-		notes = append(notes, fmt.Sprintf("%s: FALSE in %d probes: %s.", retryAfter, ra.Probes, ra.Fault()))
-	}
+	headers := w.Checks
 	h := fmt.Sprintf("%s: %d %s checked, %d violations", headers, l.Headers.Checked, w.Answers, l.Headers.Violations)
 	if l.Headers.Example != "" {
 		h += " (" + l.Headers.Example + ")"
+	}
+	if l.Headers.NeverAdvertised != "" && l.Verdict != bench.NotReached {
+		h += "; the gateway " + l.Headers.NeverAdvertised
 	}
 	notes = append(notes, h+".")
 	if l.Headers.Named > 0 {
 		notes = append(notes, fmt.Sprintf("violated-policies: named it in %d 429s.", l.Headers.Named))
 	}
 	return notes
+}
+
+// windowText is a window as the rules write it: 1s, 10m, 1h (not 1h0m0s).
+func windowText(d time.Duration) string {
+	s := d.String()
+	s, _ = strings.CutSuffix(s, "m0s")
+	if s != d.String() {
+		s += "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
+
+// retryAfterNote says what the probes found of one limit's Retry-After
+// (bench rls: duration_until_reset).
+func retryAfterNote(r bench.Result, l bench.LimitAudit) string {
+	retryAfter := r.Words().Wait
+	ra := l.RetryAfter
+	switch {
+	case ra.Honest == nil:
+		return retryAfter + ": not probed (" + orDash(ra.Skipped) + ")."
+	case *ra.Honest:
+		return fmt.Sprintf("%s: honest in %d probes (each admitted at its first try after the advertised time).", retryAfter, ra.Probes)
+	}
+	return fmt.Sprintf("%s: FALSE in %d probes: %s.", retryAfter, ra.Probes, ra.Fault())
 }
 
 // verdictWord is a verdict as the notes shout it.
@@ -237,18 +374,24 @@ func underNote(l bench.LimitAudit) string {
 		return "Under-admission: not judged (" + l.UnderSkipped + ")."
 	case l.Denials == 0:
 		return "Under-admission: no request was denied."
-	case l.DenialsJudged == 0 && l.DenialsElsewhere > 0:
-		return fmt.Sprintf("Under-admission: none of the %d denials could be judged: %d met another limit that may have denied them, "+
-			"and the rest came too soon after the run began (or the warm-up ended) for everything they could count to be known.",
-			l.Denials, l.DenialsElsewhere)
-	case l.DenialsJudged == 0:
-		return fmt.Sprintf("Under-admission: none of the %d denials could be judged: each came too soon after the run began "+
-			"(or the warm-up ended) for everything it could count to be known.", l.Denials)
-	case l.UnderAdmitted == 0:
-		return fmt.Sprintf("Under-admission: none of the %d denials judged (of %d) would have been admitted.", l.DenialsJudged, l.Denials)
 	}
-	return fmt.Sprintf("UNDER-ADMITTING: %d of the %d denials judged (%.1f%%) would have been admitted by the rule; the most, %d, to %s.",
-		l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.WorstUnderAdmitted, l.WorstUnderConsumer)
+	var s string
+	switch {
+	case l.DenialsJudged == 0:
+		s = fmt.Sprintf("Under-admission: none of the %d denials could be judged", l.Denials)
+	case l.UnderAdmitted == 0:
+		s = fmt.Sprintf("Under-admission: none of the %d denials judged (of %d) would have been admitted", l.DenialsJudged, l.Denials)
+	default:
+		s = fmt.Sprintf("UNDER-ADMITTING: %d of the %d denials judged (%.1f%%) would have been admitted by the rule; the most, %d, to %s",
+			l.UnderAdmitted, l.DenialsJudged, 100*l.UnderAdmittedShare, l.WorstUnderAdmitted, l.WorstUnderConsumer)
+	}
+	if l.DenialsJudged > 0 && l.DenialsUnjudged > 0 {
+		s += fmt.Sprintf("; %d not judged", l.DenialsUnjudged)
+	}
+	if l.UnjudgedReason != "" {
+		s += ": " + l.UnjudgedReason
+	}
+	return s + "."
 }
 
 // statusesSeen lists every status of the run, and its transport errors.
@@ -319,7 +462,36 @@ func benchTable(w io.Writer, r bench.Result, s Styles) error {
 	for _, line := range benchSparklines(r) {
 		b.WriteString(line + "\n")
 	}
-	for _, n := range benchNotes(r) {
+	before, after := benchNoteParts(r)
+	for _, n := range before {
+		b.WriteString(s.Dim.Render(n) + "\n")
+	}
+	if a := r.Audit; a != nil {
+		if at, ok := auditTableOf(r, a); ok {
+			b.WriteString(at.head + "\n")
+			lt := table.New().Border(lipgloss.RoundedBorder()).BorderStyle(s.Border).Headers(at.headers...).Rows(at.rows...).
+				StyleFunc(func(row, col int) lipgloss.Style {
+					switch {
+					case row == table.HeaderRow:
+						return s.Header
+					case col == 2 && at.bad[row]:
+						return s.Bad
+					case col == 2 && at.rows[row][2] == verdictWord(bench.Held):
+						return s.Good
+					}
+					return s.Cell
+				})
+			b.WriteString(lt.Render() + "\n")
+			for _, n := range at.notes {
+				b.WriteString(s.Dim.Render(n) + "\n")
+			}
+		} else {
+			for _, n := range auditNotes(r, a) {
+				b.WriteString(s.Dim.Render(n) + "\n")
+			}
+		}
+	}
+	for _, n := range after {
 		b.WriteString(s.Dim.Render(n) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
@@ -388,7 +560,29 @@ func benchMarkdown(w io.Writer, r bench.Result) error {
 		}
 	})
 	b.WriteString("\n")
-	for _, n := range benchNotes(r) {
+	before, after := benchNoteParts(r)
+	for _, n := range before {
+		b.WriteString("- " + n + "\n")
+	}
+	if a := r.Audit; a != nil {
+		if at, ok := auditTableOf(r, a); ok {
+			b.WriteString("- " + at.head + "\n\n")
+			writeMarkdownTable(&b, at.headers, func(yield func([]string)) {
+				for _, row := range at.rows {
+					yield(slices.Clone(row))
+				}
+			})
+			b.WriteString("\n")
+			for _, n := range at.notes {
+				b.WriteString("- " + n + "\n")
+			}
+		} else {
+			for _, n := range auditNotes(r, a) {
+				b.WriteString("- " + n + "\n")
+			}
+		}
+	}
+	for _, n := range after {
 		b.WriteString("- " + n + "\n")
 	}
 	_, err := io.WriteString(w, b.String())

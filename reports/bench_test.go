@@ -54,8 +54,11 @@ func fixedBench(status map[string]int64, errors int64, a *bench.Audit) bench.Res
 func limit(v bench.Verdict, reasons ...string) bench.LimitAudit {
 	honest := true
 	return bench.LimitAudit{Limit: 5, WindowMillis: 1000, Rule: "at most 5 in any 1s span", Verdict: v, Reasons: append([]string{}, reasons...),
-		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5,
-		Denials: 66, DenialsJudged: 40, WorstConsumers: []bench.ConsumerAudit{
+		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5, MostInWindow: 5,
+		Denials: 66, DenialsAttributed: 38, DenialsJudged: 40, DenialsUnjudged: 26,
+		UnjudgedReason: "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: " +
+			"5/1s (a look-back of 1s; 26 denials); in a run longer than 1s, those sent after the first 1s are judged",
+		WorstConsumers: []bench.ConsumerAudit{
 			{Consumer: "consumer-0", Admitted: 15, Denied: 33, Failed: 2},
 			{Consumer: "consumer-1", Admitted: 15, Denied: 33, Failed: 2},
 		},
@@ -74,7 +77,8 @@ func TestBenchGolden(t *testing.T) {
 	refused := []string{"most responses, 100 of 100, were neither 2xx nor 429 (400 × 100): the gateway turned the requests away for something other than its limit",
 		"2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 50): nothing shows what their limit admits"}
 	none := limit(bench.NoVerdict, refused...)
-	none.WorstWindowAdmitted, none.Denials, none.DenialsJudged = 0, 0, 0
+	none.WorstWindowAdmitted, none.MostInWindow, none.Denials, none.DenialsAttributed, none.DenialsJudged = 0, 0, 0, 0, 0
+	none.DenialsUnjudged, none.UnjudgedReason = 0, ""
 	none.WorstConsumers = []bench.ConsumerAudit{{Consumer: "consumer-0", Failed: 50}, {Consumer: "consumer-1", Failed: 50}}
 	none.RetryAfter = bench.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
 	none.Headers = bench.HeadersAudit{}
@@ -88,6 +92,7 @@ func TestBenchGolden(t *testing.T) {
 		{"bench_held", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audit(bench.Held, nil, under))},
 		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audit(bench.Leaked, leak.Reasons, leak))},
 		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audit(bench.NoVerdict, refused, none))},
+		{"bench_not_reached", fixedBench(map[string]int64{"200": 98}, 2, audit(bench.NotReached, []string{"4 of 5 in 1s: not tested"}, notReached()))},
 		{"bench_rules", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, rulesAudit())},
 		{"bench_rls", fixedRLS(audit(bench.Held, nil, under))},
 	} {
@@ -111,12 +116,32 @@ func fixedRLS(a *bench.Audit) bench.Result {
 	return r
 }
 
+// notReached is the audit of a limit the load never pushed to its cap.
+func notReached() bench.LimitAudit {
+	l := limit(bench.NotReached, "4 of 5 in 1s: not tested")
+	l.WorstWindowAdmitted, l.MostInWindow, l.Denials, l.DenialsAttributed, l.DenialsJudged, l.DenialsUnjudged, l.UnjudgedReason = 4, 4, 0, 0, 0, 0, ""
+	l.WorstConsumers = []bench.ConsumerAudit{{Consumer: "consumer-0", Admitted: 49}, {Consumer: "consumer-1", Admitted: 49}}
+	l.RetryAfter = bench.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
+	return l
+}
+
 // rulesAudit is an audit by a rules file: a limit per consumer that held,
-// a stricter one on /search that leaked, and a shadow limit not judged.
+// a stricter one on /search that leaked, one per hour that the load never
+// reached and the gateway never advertised, and a shadow limit not judged.
 func rulesAudit() *bench.Audit {
 	perSecond := limit(bench.Held)
 	perSecond.ID, perSecond.Descriptor, perSecond.Requests, perSecond.Admitted = "per-second", "header:X-Consumer-Id", 98, 30
-	perSecond.DenialsJudged, perSecond.DenialsElsewhere = 0, 40
+	perSecond.DenialsJudged, perSecond.DenialsElsewhere, perSecond.DenialsAttributed, perSecond.DenialsUnjudged = 60, 22, 38, 6
+	perSecond.UnjudgedReason = "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: " +
+		"per-hour (a look-back of 1h; 6 denials); in a run longer than 1h, those sent after the first 1h are judged"
+	never := "never advertised it: 96 responses to its requests named per-second and search in RateLimit-Policy, and never it " +
+		"(by name, or by quota and window): a strong sign that the gateway leaves it out"
+	perHour := limit(bench.NotReached, "30 of 100000 in 1h: not tested", "the gateway "+never)
+	perHour.ID, perHour.Descriptor, perHour.Requests, perHour.Admitted, perHour.Limit, perHour.WindowMillis = "per-hour", "header:X-Consumer-Id", 98, 30, 100000, 3600000
+	perHour.Rule, perHour.MostInWindow, perHour.WorstWindowAdmitted, perHour.WorstSpanMillis, perHour.WorstSpanAllowed =
+		"at most 100000 in any 1h0m0s span", 30, 30, 3599999, 100000
+	perHour.DenialsAttributed, perHour.DenialsJudged, perHour.DenialsElsewhere, perHour.DenialsUnjudged, perHour.UnjudgedReason = 0, 66, 66, 0, ""
+	perHour.Headers = bench.HeadersAudit{NeverAdvertised: never}
 	search := limit(bench.Leaked, "consumer-1 got 4 through in 999ms where 2 were allowed (at most 2 in any 1s span)")
 	search.ID, search.Descriptor, search.Requests, search.Admitted = "search", "header:X-Consumer-Id > path=/search", 49, 16
 	search.Limit, search.Rule, search.WorstConsumer, search.WorstWindowAdmitted, search.WorstSpanAllowed, search.OverAdmitted =
@@ -125,8 +150,47 @@ func rulesAudit() *bench.Audit {
 		WindowMillis: 1000, Rule: "at most 1 in any 1s span", Verdict: bench.NotJudged,
 		Reasons:        []string{"shadow: counted by the gateway and never enforced, so never judged as a leak of it"},
 		WorstConsumers: []bench.ConsumerAudit{}}
+	search.DenialsAttributed, search.DenialsJudged, search.DenialsUnjudged, search.UnjudgedReason, search.MostInWindow = 4, 40, 0, "", 4
+	search.Headers.Violations, search.Headers.Example = 2, "consumer-1 advertised 3 remaining (expected limit 2)"
 	return &bench.Audit{Verdict: bench.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
-		Limits: []bench.LimitAudit{perSecond, search, trial}}
+		Limits: []bench.LimitAudit{perSecond, search, perHour, trial}}
+}
+
+// TestAuditHeadline: the headline of an audit of several limits says the
+// verdict they share, or counts them; never held when one went untested.
+func TestAuditHeadline(t *testing.T) {
+	of := func(vs ...bench.Verdict) string {
+		a := &bench.Audit{Verdict: bench.Held}
+		for _, v := range vs {
+			a.Limits = append(a.Limits, bench.LimitAudit{ID: "x", Verdict: v, Limit: 5, WindowMillis: 1000})
+			if v == bench.NotReached {
+				a.Verdict = v
+			}
+		}
+		var b strings.Builder
+		if err := reports.BenchHTTP(&b, fixedBench(map[string]int64{"200": 5}, 0, a), reports.Markdown, reports.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(line, "- Audit of ") {
+				return line
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		verdicts []bench.Verdict
+		want     string
+	}{
+		{[]bench.Verdict{bench.Held, bench.Held, bench.Held}, "- Audit of 3 limits: HELD."},
+		{[]bench.Verdict{bench.Held, bench.Held, bench.Held, bench.NotReached}, "- Audit of 4 limits: 3 held, 1 not reached."},
+		{[]bench.Verdict{bench.Held, bench.NotJudged}, "- Audit of 2 limits: 1 held, 1 not judged."},
+		{[]bench.Verdict{bench.NotReached, bench.NotReached}, "- Audit of 2 limits: NOT REACHED."},
+	} {
+		if got := of(tc.verdicts...); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.verdicts, got, tc.want)
+		}
+	}
 }
 
 // TestBenchProgressWords: the live line speaks of 429 and Retry-After for

@@ -46,7 +46,7 @@ var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectBurst": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
 	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "Routes": "--path", "ConsumerValues": "--consumer-values",
-	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict",
+	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict", "AllowUntested": "--allow-untested",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
 	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
 	"Body": "--body", "Identities": "--consumers-from", "JWTSecret": "--jwt-secret", "JWTClaims": "--jwt-claim",
@@ -77,13 +77,14 @@ stands anywhere else.
 pseudonyms, unless --show-identities): admissions against the limit (by --expect-algorithm's
 own guarantee), denials the rule would have admitted, Retry-After, and the rate-limit headers. Give --expect-limit several times (or a comma list) for a gateway that
 enforces several limits at once, or --expect-rules with the gateway's own rules file: each limit
-is judged by its own guarantee, on its own counters, and reported on its own line; headers are
+is judged by its own guarantee, on its own counters, and reported in a table; headers are
 held to the policy they name. --path mixes routes by weight, and --consumer-values sends a
 header whose value depends on the consumer (a plan tier), so that a rules file's routes and
 tiers are exercised.
-The verdict is held, leaked, or no verdict when the audit saw nothing it could judge (most
-responses neither 2xx nor 429, a consumer with no 2xx, a load that never reached the limit) or
-the gateway seems to share one limit across the identities sent: it says why.
+Each limit is held (the load pushed it to its cap: some denials only it can have made), leaked,
+not reached (none were: --allow-untested NAME lets --fail-on-leak pass it), or no verdict when
+the audit saw nothing it could judge (most responses neither 2xx nor 429, a consumer with no
+2xx) or the gateway seems to share one limit across the identities sent: it says why.
 A run in which no request got a response exits 1.
 Ctrl-C stops the run and still reports what was measured.
 
@@ -118,7 +119,7 @@ every shard of one run shares): report merge merges only one run's shards.`,
 		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
 		NoProbes: &opts.NoProbes, ShowIdentities: &opts.ShowIdentities}, loadHelp{Request: "request", Connection: "keep-alive connections, each with one request in flight at a time",
 		ErrorRate:  "exit 3 when the share of failed requests (transport errors, and responses other than 2xx and 429) is above this (0 to 1; 0: exit 3 on any)",
-		FailOnLeak: "exit 3 unless the audit finds the limit held: a consumer over it, no verdict, a limit shared across the identities, a false Retry-After, or wrong headers",
+		FailOnLeak: "exit 3 unless the audit finds every limit held: a consumer over one, one the load never reached or no verdict (unless allowed), a limit shared across the identities, a false Retry-After, or wrong headers",
 		NoProbes:   "skip the audit's Retry-After probes (they wait up to a Retry-After + 10 s after the run)", RunID: "the run this shard is part of, for report merge (default: a hash of the target, the load and --start-at)",
 		ConsumersFrom: "FILE of identities (API keys, tokens), one a line, sent instead of consumer-0 …; blank lines and # comments skipped"})
 	f.StringVarP(&opts.Method, "method", "X", "GET", "HTTP method")
@@ -188,6 +189,9 @@ func benchConfig(target string, opts benchOptions) (bench.HTTPConfig, reports.Fo
 func runBench(ctx context.Context, io *ioStreams, target string, opts benchOptions) error {
 	cfg, format, err := benchConfig(target, opts)
 	if err != nil {
+		return err
+	}
+	if err := opts.untested(cfg.LimitIDs()); err != nil {
 		return err
 	}
 	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p, bench.HTTPWords())) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,7 +78,9 @@ func (l *loadFlags) bind(cmd *cobra.Command, to loadFields, help loadHelp) {
 	f.DurationVar(&l.MaxP99, "max-p99", 0, "exit 3 when the p99 latency is above this")
 	f.Var(optionalFloat{&l.MaxErrorRate}, "max-error-rate", help.ErrorRate)
 	f.BoolVar(&l.FailOnLeak, "fail-on-leak", false, help.FailOnLeak)
-	f.BoolVar(&l.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass an audit that could not judge (a shared limit still fails)")
+	f.BoolVar(&l.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass every limit the load never reached or the audit could not judge (a shared limit still fails)")
+	f.StringArrayVar(&l.AllowUntested, "allow-untested", nil, "with --fail-on-leak, pass these limits if the load never reached them or the audit could not judge them: "+
+		"NAME,… as the audit names them (5/1s, a rules limit's ID, a descriptor; repeatable)")
 	f.Var(optionalFloat{&l.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
 	f.BoolVar(to.NoProbes, "no-probes", false, help.NoProbes)
 	f.StringVar(&l.shard, "shard", "", "I/N: this load machine is shard I (from 0) of N sharing --rate, --connections and --requests")
@@ -116,6 +119,34 @@ func (l *loadFlags) identities(consumers int) ([]string, error) {
 		return nil, usagef("--consumers %d conflicts with --consumers-from, which holds %d identities: give one of them", consumers, len(ids))
 	}
 	return ids, nil
+}
+
+// untested reads --allow-untested against ids, the names of the limits
+// the audit may judge; nothing is sent before it succeeds.
+func (l *loadFlags) untested(ids []string) error {
+	names, err := untestedNames(l.AllowUntested, ids)
+	l.AllowUntested = names
+	return err
+}
+
+// untestedNames reads the values of --allow-untested: each a name, or a
+// comma list of them (a name that holds a comma, a descriptor, is taken
+// whole), each one of ids.
+func untestedNames(values, ids []string) ([]string, error) {
+	var names []string
+	for _, v := range values {
+		if slices.Contains(ids, v) {
+			names = append(names, v)
+			continue
+		}
+		for _, n := range strings.Split(v, ",") {
+			names = append(names, strings.TrimSpace(n))
+		}
+	}
+	if err := (bench.Thresholds{AllowUntested: names}).ValidateNames(ids); err != nil {
+		return nil, flagError(err, benchNames)
+	}
+	return names, nil
 }
 
 // loadConfig is what the shared flags say that needs reading: the shard,

@@ -110,7 +110,7 @@ docs/envoy.md says more.`,
 		Warmup: &opts.Warmup, Timeout: &opts.Timeout, Interval: &opts.Interval, SharedConsumers: &opts.SharedConsumers, RunID: &opts.RunID,
 		NoProbes: &opts.NoProbes, ShowIdentities: &opts.ShowIdentities}, loadHelp{Request: "call", Connection: "gRPC channels, each with one call in flight at a time",
 		ErrorRate:  "exit 3 when the share of failed calls (errors, and answers neither OK nor OVER_LIMIT) is above this (0 to 1; 0: exit 3 on any)",
-		FailOnLeak: "exit 3 unless the audit finds every limit held: a counter over it, no verdict, a false duration_until_reset, or inconsistent statuses",
+		FailOnLeak: "exit 3 unless the audit finds every limit held: a counter over one, one the load never reached or no verdict (unless allowed), a false duration_until_reset, or inconsistent statuses",
 		NoProbes:   "skip the audit's probes of duration_until_reset (they wait up to it + 10 s after the run)",
 		RunID:      "the run this shard is part of, for report merge (default: a hash of the address, the calls, the load and --start-at)",
 		ConsumersFrom: "FILE of identities (API keys, tenants), one a line, sent where {consumer} stands instead of consumer-0 …; " +
@@ -169,6 +169,9 @@ func benchRLSConfig(target string, opts benchRLSOptions) (bench.RLSConfig, repor
 func runBenchRLS(ctx context.Context, io *ioStreams, target string, opts benchRLSOptions) error {
 	cfg, format, err := benchRLSConfig(target, opts)
 	if err != nil {
+		return err
+	}
+	if err := opts.untested(cfg.LimitIDs()); err != nil {
 		return err
 	}
 	cfg.Progress = func(p bench.Progress) { io.status("%s", reports.BenchProgress(p, bench.RLSWords())) }

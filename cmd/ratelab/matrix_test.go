@@ -35,7 +35,11 @@ type matrixShape struct {
 // matrixShapes: one limit; two limits on one hash tag (the consumer's);
 // limits on two hash tags (per consumer, and a global cap), which on a
 // Cluster are two script calls. At 10 requests a second per consumer, two
-// consumers, every limit is pushed to its cap within the 3 s run.
+// consumers, every limit is pushed to its cap within the 3 s run; whether
+// it then denies requests no other limit could have (held) or not (not
+// reached) may turn on where a fixed window's edges fall, and on the rate
+// limit service, whose calls of two descriptors may spend the one that
+// did not refuse them, on that.
 var matrixShapes = []matrixShape{
 	{
 		name:        "one limit",
@@ -54,24 +58,25 @@ var matrixShapes = []matrixShape{
 	{
 		name: "limits on two tags",
 		gateway: "domain: DOMAIN\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {name: per-consumer, unit: second, requests_per_unit: 3}\n" +
-			"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: second, requests_per_unit: 5}\n",
+			"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 15}\n",
 		service: "domain: DOMAIN\ndescriptors:\n  - key: user\n    rate_limit: {name: per-consumer, unit: second, requests_per_unit: 3}\n" +
-			"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: second, requests_per_unit: 5}\n",
+			"  - key: generic_key\n    value: global\n    rate_limit: {name: global, unit: minute, requests_per_unit: 15}\n",
 		descriptors: []string{"user={consumer}", "generic_key=global"},
 	},
 }
 
 // matrixLoad is the load of every cell: two consumers, 10 requests a
-// second each, for 3 s, audited with --fail-on-leak.
-var matrixLoad = []string{"--rate", "20", "--duration", "3s", "--consumers", "2", "--no-probes", "--fail-on-leak", "-o", "json"}
+// second each, for 3 s, audited with --fail-on-leak (a limit not reached
+// let pass: matrixHeld judges each).
+var matrixLoad = []string{"--rate", "20", "--duration", "3s", "--consumers", "2", "--no-probes", "--fail-on-leak", "--allow-no-verdict", "-o", "json"}
 
 // TestMatrix: the combinations users deploy, each run through the audit at
 // the defaults: a single Redis and a 3-master Cluster; --redis-batch 1 and
 // the default; one limit, two limits on one tag, limits on two tags (a
 // per-consumer limit and a global cap); the go engine, the openresty
 // engine, and the rate limit service. Every cell admits what its rules
-// allow and denies the rest (bench exits 0, every limit held, some
-// requests denied); a cell that cannot exist (openresty on a Cluster) is
+// allow and denies the rest (bench exits 0, no limit leaked, every one
+// held or not reached and one at least held, some requests denied); a cell that cannot exist (openresty on a Cluster) is
 // refused at start, exit 2, naming the flag. The Cluster at the default
 // batch with two tags is the cell where every decision used to fail with
 // CROSSSLOT.
@@ -204,21 +209,27 @@ func serveRLS(t *testing.T, args []string) *syncWriter {
 	return log
 }
 
-// matrixHeld fails the test unless the audit held every limit, with
-// requests denied, and bench exited 0.
+// matrixHeld fails the test unless bench exited 0 and the audit found no
+// limit leaked, each held or not reached, one at least held, with requests
+// denied.
 func matrixHeld(t *testing.T, code int, stdout, stderr, serverLog string) {
 	t.Helper()
 	var res bench.Result
 	decodeJSON(t, stdout, &res)
-	if code != exitOK || res.Audit == nil || res.Audit.Verdict != bench.Held || len(res.Audit.Limits) == 0 {
+	if code != exitOK || res.Audit == nil || len(res.Audit.Limits) == 0 {
 		t.Fatalf("exit %d (%s), audit %+v\nserver:\n%s", code, stderr, res.Audit, serverLog)
 	}
 	var denied int64
+	held := false
 	for _, l := range res.Audit.Limits {
-		if l.Verdict != bench.Held || l.Admitted == 0 {
+		if l.Verdict != bench.Held && l.Verdict != bench.NotReached || l.Admitted == 0 {
 			t.Errorf("%s: %s %q, %d admitted", l.ID, l.Verdict, l.Reasons, l.Admitted)
 		}
+		held = held || l.Verdict == bench.Held
 		denied += l.Denials
+	}
+	if !held {
+		t.Errorf("no limit held: %+v", res.Audit)
 	}
 	if denied == 0 || res.Errors != 0 {
 		t.Errorf("%d denials, %d errors: the load did not reach the limits, or the server failed\nserver:\n%s", denied, res.Errors, serverLog)

@@ -88,6 +88,17 @@ where no shell does (a container's command): /results/shard-*.json.`,
 			if err != nil {
 				return &usageError{err}
 			}
+			if len(thresholds.AllowUntested) > 0 {
+				var ids []string
+				if res.Audit != nil {
+					for _, l := range res.Audit.Limits {
+						ids = append(ids, l.Label())
+					}
+				}
+				if thresholds.AllowUntested, err = untestedNames(thresholds.AllowUntested, ids); err != nil {
+					return err
+				}
+			}
 			if err := reports.BenchHTTP(io.out, res, format, io.render()); err != nil {
 				return err
 			}
@@ -98,8 +109,10 @@ where no shell does (a container's command): /results/shard-*.json.`,
 	merge.Flags().DurationVar(&tolerance, "clock-tolerance", 5*time.Millisecond,
 		"how far the load machines' clocks may disagree: the merged audit widens every response's flight by it")
 	merge.Flags().BoolVar(&asOneRun, "as-one-run", false, "merge results of different runs (or of one shard) as one: consumers keyed by identity, each file's consumer-N its own")
-	merge.Flags().BoolVar(&thresholds.FailOnLeak, "fail-on-leak", false, "exit 3 when the merged audit does not find that the limit held, or there is none")
-	merge.Flags().BoolVar(&thresholds.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass a merged audit that could not judge (a shared limit still fails)")
+	merge.Flags().BoolVar(&thresholds.FailOnLeak, "fail-on-leak", false, "exit 3 when the merged audit does not find every limit held, or there is none")
+	merge.Flags().BoolVar(&thresholds.AllowNoVerdict, "allow-no-verdict", false, "with --fail-on-leak, pass every limit the load never reached or the merged audit could not judge (a shared limit still fails)")
+	merge.Flags().StringArrayVar(&thresholds.AllowUntested, "allow-untested", nil, "with --fail-on-leak, pass these limits if the load never reached them or the merged audit could not judge them: "+
+		"NAME,… as the audit names them (repeatable)")
 	merge.Flags().Var(optionalFloat{&thresholds.FailOnUnder}, "fail-on-under", "exit 3 when above this share (0 to 1) of the denials judged were ones the rule would have admitted")
 	cmd.AddCommand(merge, newReportHTMLCmd(io))
 	return cmd

@@ -103,7 +103,9 @@ func TestBenchGateCannotBeFooled(t *testing.T) {
 // TestBenchUnderAdmission: a gateway that admits 2 a second to each
 // consumer while the run expects 10 is reported as under-admitting, with
 // the count, and --fail-on-under exits 3 on it; the two consumers together
-// stay far below one consumer's limit, so it is no shared limit.
+// stay far below one consumer's limit, so it is no shared limit. The limit
+// it claims was never reached (no denial was its own): --fail-on-leak
+// says so.
 func TestBenchUnderAdmission(t *testing.T) {
 	t.Parallel()
 	srv := slidingLog(t, 2, time.Second, false)
@@ -115,13 +117,13 @@ func TestBenchUnderAdmission(t *testing.T) {
 		t.Fatalf("audit %+v", res.Audit)
 	}
 	l := res.Audit.Limits[0]
-	if res.Audit.Verdict != bench.Held || l.SharedLimit || l.UnderAdmitted == 0 || l.UnderAdmitted != l.DenialsJudged {
-		t.Fatalf("%s %q: %d of %d denials judged under-admitted (shared %v); want held, every one", res.Audit.Verdict, res.Audit.Reasons,
-			l.UnderAdmitted, l.DenialsJudged, l.SharedLimit)
+	if res.Audit.Verdict != bench.NotReached || l.SharedLimit || l.UnderAdmitted == 0 || l.UnderAdmitted != l.DenialsJudged || l.DenialsAttributed != 0 {
+		t.Fatalf("%s %q: %d of %d denials judged under-admitted (shared %v), %d its own; want not reached, every one under", res.Audit.Verdict,
+			res.Audit.Reasons, l.UnderAdmitted, l.DenialsJudged, l.SharedLimit, l.DenialsAttributed)
 	}
 	want := "--fail-on-under: " + strconv.FormatInt(l.UnderAdmitted, 10) + " of the " + strconv.FormatInt(l.DenialsJudged, 10) + " denials judged (100.0%)"
-	if code != exitThreshold || !strings.Contains(stderr, want) || strings.Contains(stderr, "--fail-on-leak") {
-		t.Fatalf("exit %d, stderr %q; want 3 and %q", code, stderr, want)
+	if code != exitThreshold || !strings.Contains(stderr, want) || !strings.Contains(stderr, "--fail-on-leak: not reached: 2 of 10 in 1s: not tested") {
+		t.Fatalf("exit %d, stderr %q; want 3, %q and not reached", code, stderr, want)
 	}
 	code, stdout, _ = ratelab(t, "bench", "http", srv.URL, "--rate", "40", "--duration", "2500ms", "--consumers", "2",
 		"--expect-limit", "10/1s", "--no-probes")
@@ -200,6 +202,12 @@ func TestVerdictFlagsRefused(t *testing.T) {
 		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--fail-on-under", "1.5"}, "--fail-on-under must be between 0 and 1 (got 1.5)"},
 		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--fail-on-under", "some"}, `invalid argument "some" for "--fail-on-under"`},
 		{[]string{"report", "merge", "a.json", "--allow-no-verdict"}, "--allow-no-verdict needs --fail-on-leak"},
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s", "--allow-untested", "5/1s"}, "--allow-untested needs --fail-on-leak"},
+		{[]string{"bench", "http", srv.URL, "--expect-limit", "5/1s,100/1h", "--fail-on-leak", "--allow-untested", "100/1h,5/2s"},
+			`--allow-untested "5/2s" is not a limit the audit judges (its limits: 5/1s, 100/1h)`},
+		{[]string{"bench", "rls", "127.0.0.1:1", "--domain", "d", "--descriptor", "user={consumer}", "--expect-limit", "5/1s", "--fail-on-leak",
+			"--allow-untested", "user=x"}, `--allow-untested "user=x" is not a limit the audit judges (its limits: user={consumer})`},
+		{[]string{"report", "merge", "a.json", "--allow-untested", "5/1s"}, "--allow-untested needs --fail-on-leak"},
 		{[]string{"report", "merge", "a.json", "--fail-on-under", "-1"}, "--fail-on-under must be between 0 and 1 (got -1)"},
 	} {
 		code, stdout, stderr := ratelab(t, tc.args...)
