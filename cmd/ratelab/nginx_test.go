@@ -203,10 +203,10 @@ func containsAny(text string, names []string) bool {
 // audited with it, for three seconds: a burst comes within a few tens of
 // milliseconds, too soon for the refill to hide it. It returns the exit,
 // the audit and stderr.
-func burstAudit(t *testing.T, url, claim string) (int, *bench.Audit, string) {
+func burstAudit(t *testing.T, url, claim string, args ...string) (int, *bench.Audit, string) {
 	t.Helper()
-	code, stdout, stderr := ratelab(t, "bench", "http", url, "--consumers", "3", "--rate", "300", "--connections", "6", "--duration", "3s",
-		"--expect-limit", claim, "--no-probes", "--fail-on-leak", "--fail-on-under", "0.01", "-o", "json")
+	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", url, "--consumers", "3", "--rate", "300", "--connections", "6", "--duration", "3s",
+		"--expect-limit", claim, "--no-probes", "--fail-on-leak", "--fail-on-under", "0.01", "-o", "json"}, args...)...)
 	var res bench.Result
 	decodeJSON(t, stdout, &res)
 	if res.Audit == nil || len(res.Audit.Limits) != 1 || res.Failures() != 0 || res.StatusCounts["429"] == 0 {
@@ -285,7 +285,10 @@ func TestEdgeRateAndBurst(t *testing.T) {
 					}
 				}
 			}
-			code, a, stderr := burstAudit(t, e.url(), "10/1s:"+tc.algorithm+":burst=6")
+			// Consumers of its own: the engines share the package's Redis,
+			// where consumer-0 of another subtest would be another counter's.
+			code, a, stderr := burstAudit(t, e.url(), "10/1s:"+tc.algorithm+":burst=6",
+				"--consumer-header", "X-Load-Consumer", "--header", "X-Consumer-Id: "+redistest.Prefix(t)+"-{consumer}")
 			if l := a.Limits[0]; code != exitOK || a.Verdict != bench.Held || l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Headers.Violations != 0 {
 				t.Fatalf("exit %d, stderr %q: %s %q, limit %+v", code, stderr, a.Verdict, a.Reasons, l)
 			}
