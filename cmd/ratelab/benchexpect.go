@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ratelab/ratelab/bench"
+	"github.com/ratelab/ratelab/rules"
+)
+
+// The flags of bench http that say what the audit expects, and who the
+// consumers are: read into bench.HTTPConfig before anything is sent.
+
+// sourceIPs reads --source-ips into cfg: one address per consumer, whose
+// number it sets, or must match when --consumers is given.
+func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
+	if opts.sourceIPs == "" {
+		return nil
+	}
+	addrs, err := bench.ParseSourceIPs(opts.sourceIPs)
+	if err != nil {
+		return flagError(err, benchNames)
+	}
+	if cfg.Identities != nil && len(cfg.Identities) != len(addrs) {
+		return usagef("--source-ips gives %d addresses for the %d identities of --consumers-from: one address per consumer",
+			len(addrs), len(cfg.Identities))
+	}
+	if opts.consumersSet && opts.Consumers != len(addrs) {
+		n := fmt.Sprintf("%d addresses", len(addrs))
+		if len(addrs) == 1 {
+			n = "1 address"
+		}
+		return usagef("--source-ips gives %s for --consumers %d: one address per consumer (or leave --consumers out)", n, opts.Consumers)
+	}
+	cfg.Consumers, cfg.SourceIPs = len(addrs), addrs
+	if !opts.connectionsSet {
+		// A connection reopens whenever it sends for another consumer than
+		// its last: a multiple of the addresses (at least the default),
+		// keeps each on one, up to maxSourceConnections.
+		k := len(addrs)
+		cfg.Connections = min(k*((opts.Connections+k-1)/k), max(maxSourceConnections, opts.Connections))
+	}
+	return nil
+}
+
+// expectConfig reads the flags of what the audit expects, and of the mix
+// of requests sent, into cfg.
+func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
+	for _, v := range opts.expectLimits {
+		ls, err := bench.ParseExpectedLimits(v, opts.ExpectAlgorithm)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ExpectLimits = append(cfg.ExpectLimits, ls...)
+	}
+	if len(cfg.ExpectLimits) > 0 {
+		cfg.ExpectAlgorithm = "" // given to each limit that names none
+	}
+	if opts.expectRules != "" {
+		if len(opts.expectLimits) > 0 {
+			return usagef("--expect-rules and --expect-limit are two audits: give one")
+		}
+		if opts.ExpectAlgorithm != "" {
+			return usagef("--expect-algorithm is for --expect-limit: each limit of --expect-rules names its own")
+		}
+		src, err := os.ReadFile(opts.expectRules)
+		if err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+		if cfg.ExpectRules, err = rules.Parse(opts.expectRules, src, rules.ForGateway()); err != nil {
+			return usagef("--expect-rules: %w", err)
+		}
+	}
+	if len(opts.expectLimits) == 0 && opts.expectRules == "" {
+		switch {
+		case opts.FailOnLeak:
+			return usagef("--fail-on-leak needs --expect-limit or --expect-rules")
+		case opts.FailOnUnder != nil:
+			return usagef("--fail-on-under needs --expect-limit or --expect-rules")
+		}
+	}
+	for _, p := range opts.paths {
+		cfg.Routes = append(cfg.Routes, bench.ParseRoute(p))
+	}
+	for _, v := range opts.values {
+		cv, err := bench.ParseConsumerValues(v)
+		if err != nil {
+			return flagError(err, benchNames)
+		}
+		cfg.ConsumerValues = append(cfg.ConsumerValues, cv)
+	}
+	return nil
+}
+
+// maxSourceConnections bounds the connections --source-ips opens by
+// default, one per address.
+const maxSourceConnections = 1000
+
+// identityFlags reads what names the consumers: --consumers-from,
+// --jwt-secret and --jwt-claim, and the default --consumer-header, which
+// is left out when the request names its consumer elsewhere.
+func identityFlags(cfg *bench.HTTPConfig, opts benchOptions) error {
+	ids, err := opts.loadFlags.identities(cfg.Consumers)
+	if err != nil {
+		return err
+	}
+	if ids != nil {
+		cfg.Identities, cfg.Consumers = ids, len(ids)
+	}
+	if file, ok := strings.CutPrefix(opts.jwtSecret, "@"); ok {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return usagef("--jwt-secret: %w", err)
+		}
+		cfg.JWTSecret = []byte(strings.TrimRight(string(b), "\r\n"))
+	} else if opts.jwtSecret != "" {
+		cfg.JWTSecret = []byte(opts.jwtSecret)
+	}
+	for _, c := range opts.jwtClaims {
+		claim, err := bench.ParseJWTClaim(c)
+		if err != nil {
+			return usagef("--jwt-claim %w", err)
+		}
+		cfg.JWTClaims = append(cfg.JWTClaims, claim)
+	}
+	named := cfg.NamesConsumer()
+	if !opts.consumerHeaderSet && named {
+		cfg.ConsumerHeader = ""
+	}
+	switch {
+	case cfg.ConsumerHeader == "" && !named && cfg.Identities == nil:
+		cfg.Consumers = 0 // one anonymous client
+	case cfg.Consumers < 1:
+		return usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)
+	}
+	return nil
+}
