@@ -103,7 +103,8 @@ func TestUntestedLimits(t *testing.T) {
 
 // TestUntestedLimitsRLS: ratelab rls with 100,000 an hour per api_key and
 // 10 a second of its /search calls, audited by its own configuration at
-// 100 calls a second over 4 consumers: /search's limit is held, the
+// 200 calls a second over 4 consumers (five times the limit, so that a
+// loaded machine still reaches it): /search's limit is held, the
 // hour's not reached, never held, and --fail-on-leak exits 3 naming it,
 // unless --allow-untested names it. A service that leaves /search's limit
 // out is caught.
@@ -137,7 +138,7 @@ func TestUntestedLimitsRLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			code, stdout, stderr := ratelab(t, append([]string{"bench", "rls", addr, "--domain", domain, "--descriptor", "api_key={consumer}",
-				"--descriptor", "api_key={consumer},path=/search", "--consumers", "4", "--rate", "100", "--duration", "2500ms",
+				"--descriptor", "api_key={consumer},path=/search", "--consumers", "4", "--rate", "200", "--duration", "2500ms",
 				"--expect-config", dir, "--no-probes", "--fail-on-leak", "-o", "json"}, tc.extra...)...)
 			var res bench.Result
 			decodeJSON(t, stdout, &res)
