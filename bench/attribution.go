@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -56,6 +57,17 @@ import (
 func (e expectation) fullWindow() (need int64, lookback, margin time.Duration) {
 	lookback = e.guarantee.Lookback(e.policy)
 	return e.guarantee.Capacity(e.policy), lookback, time.Millisecond + lookback/500
+}
+
+// fullSpan is the span over which how far the load got of limit e is
+// counted, and how many fill it: a window and the limit, but for a bucket,
+// whose burst may be above or below its limit, its lookback (the time the
+// burst takes to refill) and the burst.
+func (e expectation) fullSpan() (time.Duration, int64) {
+	if need, lookback, _ := e.fullWindow(); e.guarantee == algorithms.BurstRefill {
+		return lookback, need
+	}
+	return e.policy.Window, e.policy.Limit
 }
 
 // limitState is what one limit's counter shows at a denial's decision.

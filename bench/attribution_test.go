@@ -366,3 +366,36 @@ func TestHistoryBeforeTheRunShows(t *testing.T) {
 		t.Errorf("fresh: %s %q", s.Verdict, s.Reasons)
 	}
 }
+
+// TestBurstNotReached: a bucket's window is full at its burst, over the
+// time the burst takes to refill: 3 a minute with a burst of 8, of which
+// the load got 4 through, is not reached, 4 of 8 in 2m40s (never "4 of 3
+// in 1m", which would read as a leak); at 8, its denials are its own.
+func TestBurstNotReached(t *testing.T) {
+	exp, err := expectationOf(algorithms.Policy{Limit: 3, Window: time.Minute, Burst: 8}, "token-bucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		admitted int
+		verdict  Verdict
+		reasons  []string
+	}{
+		{4, NotReached, []string{"4 of 8 in 2m40s: not tested"}},
+		{8, Held, []string{}},
+	} {
+		var ss []sample
+		for i := range 20 { // back to back, the first admitted
+			at := time.Duration(i) * 10 * time.Millisecond
+			s := sample{status: 429, sent: at, done: at + time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+			if i < tc.admitted {
+				s.status = 200
+			}
+			ss = append(ss, s)
+		}
+		l := audit1(ss, exp, 1, whole)
+		if l.Verdict != tc.verdict || !slices.Equal(l.Reasons, tc.reasons) || l.FullAt != 8 || l.FullSpanMillis != 160_000 {
+			t.Errorf("%d admitted: %s %q, %d of %d in %d ms", tc.admitted, l.Verdict, l.Reasons, l.MostInWindow, l.FullAt, l.FullSpanMillis)
+		}
+	}
+}

@@ -141,8 +141,13 @@ type LimitAudit struct {
 	// Consumers counts the consumers (counters) that got a response.
 	Consumers int `json:"consumers"`
 	// MostInWindow is how far the load got: the most 2xx one counter got
-	// whose whole flights lie in one span of a window (less a millisecond).
-	MostInWindow int64 `json:"most_in_window"`
+	// whose whole flights lie in one span of FullSpanMillis (less a
+	// millisecond), against FullAt, how many fill the limit's window: a
+	// window and the limit, but for a bucket whose burst is not its limit,
+	// its lookback (the time the burst takes to refill) and the burst.
+	MostInWindow   int64 `json:"most_in_window"`
+	FullAt         int64 `json:"full_at"`
+	FullSpanMillis int64 `json:"full_span_ms"`
 	// WorstConsumer had the span of time in which it was admitted the most
 	// beyond what the rule allows: WorstWindowAdmitted successes in
 	// WorstSpanMillis, where WorstSpanAllowed were allowed; OverAdmitted is

@@ -91,6 +91,8 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 	if cov.partial {
 		l.Headers.Partial = sharedNote
 	}
+	span, full := exp.fullSpan()
+	l.FullAt, l.FullSpanMillis = full, span.Milliseconds()
 	l.DenialsUnjudged = l.Denials - l.DenialsJudged
 	switch {
 	case !underJudged:
@@ -142,7 +144,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 // denials shows enforced: the most one counter got in a window, and, when
 // that filled it, why no denial was its own.
 func (l *LimitAudit) notReached(notes denialNotes) string {
-	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.Limit, rules.Window(time.Duration(l.WindowMillis)*time.Millisecond))
+	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.FullAt, rules.Window(time.Duration(l.FullSpanMillis)*time.Millisecond))
 	unsure := ""
 	if notes.unsure != "" {
 		unsure = fmt.Sprintf(" (what %s counted before the run began is unknown, and the run began with denials nothing in it explains: "+
@@ -155,7 +157,7 @@ func (l *LimitAudit) notReached(notes denialNotes) string {
 	case notes.sharedFull > 1:
 		return fmt.Sprintf("%s, but each of the %d requests denied while its window was full met %s too, which may have denied it%s: not tested",
 			got, notes.sharedFull, notes.rivals, unsure)
-	case l.MostInWindow >= l.Limit:
+	case l.MostInWindow >= l.FullAt:
 		return got + ", but none of its requests was denied while its window was seen full: not tested"
 	}
 	return got + ": not tested"
@@ -255,8 +257,8 @@ func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
 	}
 	j.worst = worstSpan(j.ok, exp)
 	j.most = j.worst.admitted
-	if exp.guarantee != algorithms.SlidingWindow {
-		j.most = worstWindow(j.ok, exp.policy.Window-time.Millisecond)
+	if span, _ := exp.fullSpan(); exp.guarantee != algorithms.SlidingWindow {
+		j.most = worstWindow(j.ok, span-time.Millisecond)
 	}
 	return j
 }

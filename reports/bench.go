@@ -249,8 +249,11 @@ func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
 		if l.Headers.NeverAdvertised != "" {
 			h += ", never advertised"
 		}
-		window := windowText(time.Duration(l.WindowMillis) * time.Millisecond)
-		t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), fmt.Sprintf("%d / %d in %s", l.MostInWindow, l.Limit, window),
+		full, span := l.FullAt, time.Duration(l.FullSpanMillis)*time.Millisecond
+		if full == 0 { // a result written before the audit said it
+			full, span = l.Limit, time.Duration(l.WindowMillis)*time.Millisecond
+		}
+		t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), fmt.Sprintf("%d / %d in %s", l.MostInWindow, full, windowText(span)),
 			fmt.Sprintf("%d of %d", l.DenialsAttributed, l.Denials), under, h})
 		if l.Verdict != bench.Held {
 			n := fmt.Sprintf("%s: %s: %s.", l.Label(), verdictWord(l.Verdict), strings.Join(l.Reasons, "; "))

@@ -54,7 +54,7 @@ func fixedBench(status map[string]int64, errors int64, a *bench.Audit) bench.Res
 func limit(v bench.Verdict, reasons ...string) bench.LimitAudit {
 	honest := true
 	return bench.LimitAudit{Limit: 5, WindowMillis: 1000, Rule: "at most 5 in any 1s span", Verdict: v, Reasons: append([]string{}, reasons...),
-		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5, MostInWindow: 5,
+		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5, MostInWindow: 5, FullAt: 5, FullSpanMillis: 1000,
 		Denials: 66, DenialsAttributed: 38, DenialsJudged: 40, DenialsUnjudged: 26,
 		UnjudgedReason: "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: " +
 			"5/1s (a look-back of 1s; 26 denials); in a run longer than 1s, those sent after the first 1s are judged",
@@ -140,6 +140,7 @@ func rulesAudit() *bench.Audit {
 	perHour.ID, perHour.Descriptor, perHour.Requests, perHour.Admitted, perHour.Limit, perHour.WindowMillis = "per-hour", "header:X-Consumer-Id", 98, 30, 100000, 3600000
 	perHour.Rule, perHour.MostInWindow, perHour.WorstWindowAdmitted, perHour.WorstSpanMillis, perHour.WorstSpanAllowed =
 		"at most 100000 in any 1h0m0s span", 30, 30, 3599999, 100000
+	perHour.FullAt, perHour.FullSpanMillis = 100000, 3600000
 	perHour.DenialsAttributed, perHour.DenialsJudged, perHour.DenialsElsewhere, perHour.DenialsUnjudged, perHour.UnjudgedReason = 0, 66, 66, 0, ""
 	perHour.Headers = bench.HeadersAudit{NeverAdvertised: never}
 	search := limit(bench.Leaked, "consumer-1 got 4 through in 999ms where 2 were allowed (at most 2 in any 1s span)")
@@ -151,6 +152,7 @@ func rulesAudit() *bench.Audit {
 		Reasons:        []string{"shadow: counted by the gateway and never enforced, so never judged as a leak of it"},
 		WorstConsumers: []bench.ConsumerAudit{}}
 	search.DenialsAttributed, search.DenialsJudged, search.DenialsUnjudged, search.UnjudgedReason, search.MostInWindow = 4, 40, 0, "", 4
+	search.FullAt = 2
 	search.Headers.Violations, search.Headers.Example = 2, "consumer-1 advertised 3 remaining (expected limit 2)"
 	return &bench.Audit{Verdict: bench.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
 		Limits: []bench.LimitAudit{perSecond, search, perHour, trial}}
