@@ -190,7 +190,9 @@ func auditEdge(t *testing.T, name string, batched int) {
 		Timeout: 5 * time.Second})
 	defer h.Close()
 	a := auditExpect(t, h, name, false)
-	if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
+	// Held; or, where a loaded machine's flights hide that a window was
+	// full when a denial came, not reached: never accused.
+	if a.Verdict != bench.Held && a.Verdict != bench.NotReached || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
 		t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
 	}
 	// Every denial it made was due: none is one the rule admits.

@@ -220,16 +220,18 @@ func matrixHeld(t *testing.T, code int, stdout, stderr, serverLog string) {
 		t.Fatalf("exit %d (%s), audit %+v\nserver:\n%s", code, stderr, res.Audit, serverLog)
 	}
 	var denied int64
-	held := false
+	reached := false
 	for _, l := range res.Audit.Limits {
 		if l.Verdict != bench.Held && l.Verdict != bench.NotReached || l.Admitted == 0 {
 			t.Errorf("%s: %s %q, %d admitted", l.ID, l.Verdict, l.Reasons, l.Admitted)
 		}
-		held = held || l.Verdict == bench.Held
+		// Two limits full at once leave their denials to either: both may
+		// go not reached, but the load filled one of them.
+		reached = reached || l.Verdict == bench.Held || l.MostInWindow >= l.Limit
 		denied += l.Denials
 	}
-	if !held {
-		t.Errorf("no limit held: %+v", res.Audit)
+	if !reached {
+		t.Errorf("no limit reached: %+v", res.Audit)
 	}
 	if denied == 0 || res.Errors != 0 {
 		t.Errorf("%d denials, %d errors: the load did not reach the limits, or the server failed\nserver:\n%s", denied, res.Errors, serverLog)
