@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
@@ -222,10 +223,10 @@ func matrixHeld(t *testing.T, code int, stdout, stderr, serverLog string) {
 	var denied int64
 	held := false
 	for _, l := range res.Audit.Limits {
-		if l.Verdict != bench.Held && l.Verdict != bench.NotReached || l.Admitted == 0 {
+		if l.Verdict != audit.Held && l.Verdict != audit.NotReached || l.Admitted == 0 {
 			t.Errorf("%s: %s %q, %d admitted", l.ID, l.Verdict, l.Reasons, l.Admitted)
 		}
-		held = held || l.Verdict == bench.Held
+		held = held || l.Verdict == audit.Held
 		denied += l.Denials
 	}
 	if !held {
