@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 )
 
 // limiterLog is one sliding log of a simulated gateway: admit per window.
@@ -87,19 +88,19 @@ func TestHourLimitBesideASecond(t *testing.T) {
 	perSecond.id, perHour.id = "per-second", "per-hour"
 	ss, decide := steady(40*time.Millisecond, 5*time.Second)
 	ss = decideAll(ss, decide, []limiterLog{{5, time.Second}, {100000, time.Hour}}, everyLog)
-	a := audit(ss, []expectation{perSecond, perHour}, 1, whole, consumerName)
+	a := auditAll(ss, []expectation{perSecond, perHour}, 1, whole, consumerName)
 	s, h := a.Limits[0], a.Limits[1]
-	if s.Verdict != Held || s.Denials == 0 || s.DenialsAttributed != s.Denials || s.DenialsJudged != s.Denials || s.UnderAdmitted != 0 ||
+	if s.Verdict != audit.Held || s.Denials == 0 || s.DenialsAttributed != s.Denials || s.DenialsJudged != s.Denials || s.UnderAdmitted != 0 ||
 		s.DenialsUnjudged != 0 || s.UnjudgedReason != "" {
 		t.Errorf("per-second: %s %q, %d denials, %d its own, %d judged, %d under, %d unjudged (%s)", s.Verdict, s.Reasons, s.Denials,
 			s.DenialsAttributed, s.DenialsJudged, s.UnderAdmitted, s.DenialsUnjudged, s.UnjudgedReason)
 	}
-	if h.Verdict != NotReached || !slices.Equal(h.Reasons, []string{"25 of 100000 in 1h: not tested"}) || h.MostInWindow != 25 ||
+	if h.Verdict != audit.NotReached || !slices.Equal(h.Reasons, []string{"25 of 100000 in 1h: not tested"}) || h.MostInWindow != 25 ||
 		h.DenialsAttributed != 0 || h.DenialsJudged != h.Denials || h.UnderAdmitted != 0 {
 		t.Errorf("per-hour: %s %q, most %d, %d of its %d denials its own, %d judged, %d under", h.Verdict, h.Reasons, h.MostInWindow,
 			h.DenialsAttributed, h.Denials, h.DenialsJudged, h.UnderAdmitted)
 	}
-	if a.Verdict != NotReached || !slices.Equal(a.Reasons, []string{"per-hour: 25 of 100000 in 1h: not tested"}) {
+	if a.Verdict != audit.NotReached || !slices.Equal(a.Reasons, []string{"per-hour: 25 of 100000 in 1h: not tested"}) {
 		t.Errorf("audit %s %q: an untested limit is never held", a.Verdict, a.Reasons)
 	}
 	r := Result{Requests: int64(len(ss)), Audit: &a}
@@ -136,18 +137,18 @@ func TestOwnFullWindowIsNeverUnderAdmission(t *testing.T) {
 			decide[i] = s.sent + time.Duration(r.Int64N(int64(s.done-s.sent)))
 		}
 		honest := decideAll(reqs, decide, []limiterLog{{10, window}, {100000, time.Hour}}, everyLog)
-		a := audit(honest, []expectation{short, long}, consumers, whole, consumerName)
+		a := auditAll(honest, []expectation{short, long}, consumers, whole, consumerName)
 		for _, l := range a.Limits {
 			if l.UnderAdmitted != 0 || l.DenialsUnjudged != 0 || l.DenialsJudged != l.Denials || l.OverAdmitted != 0 || l.SharedLimit {
 				t.Fatalf("trial %d, an honest gateway: %s: %s %q, %d of %d denials judged, %d under", trial, l.ID, l.Verdict, l.Reasons,
 					l.DenialsJudged, l.Denials, l.UnderAdmitted)
 			}
 		}
-		if s := a.Limits[0]; s.Verdict != Held || s.DenialsAttributed == 0 {
+		if s := a.Limits[0]; s.Verdict != audit.Held || s.DenialsAttributed == 0 {
 			t.Fatalf("trial %d: short: %s %q, %d its own", trial, s.Verdict, s.Reasons, s.DenialsAttributed)
 		}
 		stingy := decideAll(reqs, decide, []limiterLog{{2, window}, {100000, time.Hour}}, everyLog)
-		s := audit(stingy, []expectation{short, long}, consumers, whole, consumerName).Limits[0]
+		s := auditAll(stingy, []expectation{short, long}, consumers, whole, consumerName).Limits[0]
 		want := "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: long (a look-back of 1h; " +
 			strconv.FormatInt(s.DenialsUnjudged, 10) + " denials)"
 		if s.UnderAdmitted != 0 || s.DenialsUnjudged == 0 || !strings.HasPrefix(s.UnjudgedReason, want) ||
@@ -155,7 +156,7 @@ func TestOwnFullWindowIsNeverUnderAdmission(t *testing.T) {
 			t.Fatalf("trial %d, a stingy gateway beside an hour's limit: %d under, %d unjudged (%s)", trial, s.UnderAdmitted,
 				s.DenialsUnjudged, s.UnjudgedReason)
 		}
-		if crossed := (Thresholds{FailOnUnder: new(0.0)}).Crossed(Result{Audit: &Audit{Limits: []LimitAudit{s}}}); len(crossed) != 0 {
+		if crossed := (Thresholds{FailOnUnder: new(0.0)}).Crossed(Result{Audit: &audit.Audit{Limits: []audit.LimitAudit{s}}}); len(crossed) != 0 {
 			t.Fatalf("trial %d: unjudged denials crossed --fail-on-under: %v", trial, crossed)
 		}
 		alone := audit1(decideAll(reqs, decide, []limiterLog{{2, window}}, everyLog), short, consumers, whole)
@@ -210,10 +211,10 @@ func TestLimitDeniedOnlyWithAnotherIsNotReached(t *testing.T) {
 	ss, m := searchRun(false)
 	a := auditLimits(ss, nil, []expectation{perSecond, search}, m, whole)
 	p, s := a.Limits[0], a.Limits[1]
-	if p.Verdict != Held || p.DenialsAttributed == 0 {
+	if p.Verdict != audit.Held || p.DenialsAttributed == 0 {
 		t.Errorf("per-second: %s %q, %d its own", p.Verdict, p.Reasons, p.DenialsAttributed)
 	}
-	if s.Verdict != NotReached || s.DenialsAttributed != 0 || s.MostInWindow != 2 || len(s.Reasons) != 1 ||
+	if s.Verdict != audit.NotReached || s.DenialsAttributed != 0 || s.MostInWindow != 2 || len(s.Reasons) != 1 ||
 		!strings.HasPrefix(s.Reasons[0], "2 of 2 in 1s, but each of the ") ||
 		!strings.HasSuffix(s.Reasons[0], " requests denied while its window was full met per-second too, which may have denied it: not tested") {
 		t.Errorf("search, left out: %s %q, %d its own, most %d", s.Verdict, s.Reasons, s.DenialsAttributed, s.MostInWindow)
@@ -242,10 +243,10 @@ func TestLimitDeniedOnlyWithAnotherIsNotReached(t *testing.T) {
 		}
 	}
 	a = auditLimits(ss, nil, []expectation{perSecond, search}, m, whole)
-	if s := a.Limits[1]; s.Verdict != Held || s.DenialsAttributed == 0 || s.UnderAdmitted != 0 {
+	if s := a.Limits[1]; s.Verdict != audit.Held || s.DenialsAttributed == 0 || s.UnderAdmitted != 0 {
 		t.Errorf("search, enforced: %s %q, %d its own, %d under", s.Verdict, s.Reasons, s.DenialsAttributed, s.UnderAdmitted)
 	}
-	if a.Verdict != Held {
+	if a.Verdict != audit.Held {
 		t.Errorf("audit %s %q", a.Verdict, a.Reasons)
 	}
 }
@@ -298,7 +299,7 @@ func TestNeverAdvertised(t *testing.T) {
 				return
 			}
 			want := "never advertised it: " + strconv.Itoa(len(m.of[1].idx)) + " responses to its requests named per-second in RateLimit-Policy"
-			if !strings.HasPrefix(got, want) || s.Verdict != NotReached || !slices.Contains(s.Reasons, "the gateway "+got) {
+			if !strings.HasPrefix(got, want) || s.Verdict != audit.NotReached || !slices.Contains(s.Reasons, "the gateway "+got) {
 				t.Fatalf("%s %q, never advertised %q; want %q in the reasons", s.Verdict, s.Reasons, got, want)
 			}
 		})
@@ -328,7 +329,7 @@ func TestNeverAdvertised(t *testing.T) {
 func TestHistoryBeforeTheRunShows(t *testing.T) {
 	perSecond := expectation{policy: policyOf(5, time.Second), guarantee: algorithms.SlidingWindow, quota: 5, cost: 1, id: "per-second"}
 	search := expectation{policy: policyOf(2, time.Second), guarantee: algorithms.SlidingWindow, quota: 2, cost: 1, id: "search"}
-	run := func(history int) LimitAudit {
+	run := func(history int) audit.LimitAudit {
 		var ss []sample
 		var decide []time.Duration
 		for i := range history { // an earlier run's, to /items
@@ -358,11 +359,11 @@ func TestHistoryBeforeTheRunShows(t *testing.T) {
 		}
 		return auditLimits(ss, nil, []expectation{perSecond, search}, m, whole).Limits[1]
 	}
-	if s := run(3); s.Verdict != NotReached || s.DenialsAttributed != 0 || len(s.Reasons) != 1 ||
+	if s := run(3); s.Verdict != audit.NotReached || s.DenialsAttributed != 0 || len(s.Reasons) != 1 ||
 		!strings.Contains(s.Reasons[0], "met per-second too, which may have denied it (what per-second counted before the run began is unknown") {
 		t.Errorf("after an earlier run: %s %q, %d its own", s.Verdict, s.Reasons, s.DenialsAttributed)
 	}
-	if s := run(0); s.Verdict != Leaked {
+	if s := run(0); s.Verdict != audit.Leaked {
 		t.Errorf("fresh: %s %q", s.Verdict, s.Reasons)
 	}
 }
@@ -378,11 +379,11 @@ func TestBurstNotReached(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		admitted int
-		verdict  Verdict
+		verdict  audit.Verdict
 		reasons  []string
 	}{
-		{4, NotReached, []string{"4 of 8 in 2m40s: not tested"}},
-		{8, Held, []string{}},
+		{4, audit.NotReached, []string{"4 of 8 in 2m40s: not tested"}},
+		{8, audit.Held, []string{}},
 	} {
 		var ss []sample
 		for i := range 20 { // back to back, the first admitted

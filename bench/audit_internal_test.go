@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 )
 
 // randomSamples makes n responses of one consumer with flights that
@@ -114,7 +115,7 @@ func TestFastRulesAgree(t *testing.T) {
 		if got, want := worstWindow(slices.Clone(ok), window), slowWorstWindow(slices.Clone(ok), window); got != want {
 			t.Fatalf("trial %d: worst window %d, want %d", trial, got, want)
 		}
-		var h HeadersAudit
+		var h audit.HeadersAudit
 		remainingChecks(slices.Clone(ok), window, horizon, true, &h, consumerName)
 		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); h.Violations != want {
 			t.Fatalf("trial %d: %d violations, want %d", trial, h.Violations, want)
@@ -212,7 +213,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 			capped = append(capped, s)
 		}
 	}
-	a := audit(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second}, consumerName)
+	a := auditAll(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second}, consumerName)
 	if l := a.Limits[0]; l.Headers.Violations != 0 || l.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
@@ -244,7 +245,7 @@ func TestWorstSpanOfLongFlights(t *testing.T) {
 			}
 			l := audit1(slices.Clone(ss), exp, 1, whole)
 			// No denial: no verdict, whose reason names the worst span too.
-			if l.Verdict == Leaked || l.WorstWindowAdmitted == 0 || l.WorstSpanMillis < 500 {
+			if l.Verdict == audit.Leaked || l.WorstWindowAdmitted == 0 || l.WorstSpanMillis < 500 {
 				t.Fatalf("%s %q: admitted %d in %d ms where %d were allowed", l.Verdict, l.Reasons, l.WorstWindowAdmitted, l.WorstSpanMillis, l.WorstSpanAllowed)
 			}
 		})
@@ -252,8 +253,8 @@ func TestWorstSpanOfLongFlights(t *testing.T) {
 }
 
 // audit1 audits ss against one limit, and returns what it found of it.
-func audit1(ss []sample, exp expectation, consumers int, cov coverage) LimitAudit {
-	return audit(ss, []expectation{exp}, consumers, cov, consumerName).Limits[0]
+func audit1(ss []sample, exp expectation, consumers int, cov coverage) audit.LimitAudit {
+	return auditAll(ss, []expectation{exp}, consumers, cov, consumerName).Limits[0]
 }
 
 func slidingWindow(limit int64) expectation {
@@ -334,7 +335,7 @@ func TestRemainingCountsSuccessesWithoutOne(t *testing.T) {
 				{sent: ms(10), done: ms(12), status: 200, remaining: tc.between, reset: time.Second, retryAfter: -1, limit: -1},
 				{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
 			}
-			var h HeadersAudit
+			var h audit.HeadersAudit
 			remainingChecks(ok, time.Second, -1, true, &h, consumerName)
 			if h.Violations != tc.violations {
 				t.Fatalf("%d violations (%s), want %d", h.Violations, h.Example, tc.violations)
@@ -346,7 +347,7 @@ func TestRemainingCountsSuccessesWithoutOne(t *testing.T) {
 		{sent: ms(0), done: ms(2), status: 200, remaining: 48, reset: time.Second, retryAfter: -1, limit: -1},
 		{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
 	}
-	var h HeadersAudit
+	var h audit.HeadersAudit
 	remainingChecks(ok, time.Second, -1, true, &h, consumerName)
 	if h.Violations != 1 {
 		t.Fatalf("%d violations, want 1", h.Violations)

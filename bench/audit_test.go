@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/batch"
@@ -56,12 +57,12 @@ func (f *fixedWindow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func auditRun(t *testing.T, h http.Handler, noProbes bool) bench.LimitAudit {
+func auditRun(t *testing.T, h http.Handler, noProbes bool) audit.LimitAudit {
 	t.Helper()
 	return auditRunProgress(t, h, noProbes, nil)
 }
 
-func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func(bench.Progress)) bench.LimitAudit {
+func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func(bench.Progress)) audit.LimitAudit {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -75,7 +76,7 @@ func auditRunProgress(t *testing.T, h http.Handler, noProbes bool, progress func
 }
 
 // only is the one limit of an audit.
-func only(t *testing.T, a *bench.Audit) bench.LimitAudit {
+func only(t *testing.T, a *audit.Audit) audit.LimitAudit {
 	t.Helper()
 	if a == nil || len(a.Limits) != 1 {
 		t.Fatalf("audit %+v, want one of one limit", a)
@@ -192,7 +193,7 @@ func auditEdge(t *testing.T, name string, batched int) {
 	a := auditExpect(t, h, name, false)
 	// Held; or, where a loaded machine's flights hide that a window was
 	// full when a denial came, not reached: never accused.
-	if a.Verdict != bench.Held && a.Verdict != bench.NotReached || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
+	if a.Verdict != audit.Held && a.Verdict != audit.NotReached || a.OverAdmitted != 0 || a.WorstWindowAdmitted == 0 {
 		t.Fatalf("%s: %s %q: admitted %d in %d ms where %d were allowed", name, a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
 	}
 	// Every denial it made was due: none is one the rule admits.
@@ -271,12 +272,12 @@ func TestAuditHoldsABurstApartFromTheLimit(t *testing.T) {
 					m.OverAdmitted, m.UnderAdmitted, a.Verdict, a.Burst, a.Rule, a.OverAdmitted, a.UnderAdmitted)
 			}
 			if !tc.held {
-				if a.Verdict != bench.Leaked || a.OverAdmitted == 0 {
+				if a.Verdict != audit.Leaked || a.OverAdmitted == 0 {
 					t.Fatalf("%s %q: a burst of %d claimed as %d went unseen", a.Verdict, a.Reasons, tc.burst, tc.claim)
 				}
 				return
 			}
-			if a.Verdict != bench.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted < tc.burst {
+			if a.Verdict != audit.Held || a.OverAdmitted != 0 || a.WorstWindowAdmitted < tc.burst {
 				t.Fatalf("%s %q: admitted %d in %d ms where %d were allowed", a.Verdict, a.Reasons, a.WorstWindowAdmitted, a.WorstSpanMillis, a.WorstSpanAllowed)
 			}
 			if a.DenialsJudged == 0 || a.UnderAdmitted != 0 {
@@ -306,7 +307,7 @@ func TestAuditCatchesAnOverAdmittingGateway(t *testing.T) {
 
 // auditExpect is auditRun holding the server to algorithm ("" for the
 // sliding-window rule).
-func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) bench.LimitAudit {
+func auditExpect(t *testing.T, h http.Handler, algorithm string, noProbes bool) audit.LimitAudit {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -391,7 +392,7 @@ func TestMergedAuditCatchesASplitLeak(t *testing.T) {
 	if m.Audit == nil {
 		t.Fatalf("no merged audit (note %q)", m.AuditNote)
 	}
-	if a := only(t, m.Audit); m.Audit.Verdict != bench.Leaked || a.OverAdmitted == 0 || a.WorstWindowAdmitted < 20 {
+	if a := only(t, m.Audit); m.Audit.Verdict != audit.Leaked || a.OverAdmitted == 0 || a.WorstWindowAdmitted < 20 {
 		t.Fatalf("merged audit %+v: the split leak went unseen", m.Audit)
 	}
 	if m.Requests != requests || m.Histogram().TotalCount() != requests || m.Audit.Samples != requests {
@@ -451,7 +452,7 @@ func TestSharedConsumersHonestGateway(t *testing.T) {
 		t.Fatalf("no merged audit: %s", m.AuditNote)
 	}
 	a := only(t, m.Audit)
-	if m.Audit.Verdict != bench.Held || a.Headers.Partial != "" || a.Headers.Checked == 0 || a.Headers.Violations != 0 || a.OverAdmitted != 0 ||
+	if m.Audit.Verdict != audit.Held || a.Headers.Partial != "" || a.Headers.Checked == 0 || a.Headers.Violations != 0 || a.OverAdmitted != 0 ||
 		a.WorstWindowAdmitted != 5 || a.UnderSkipped != "" || a.DenialsJudged == 0 || a.UnderAdmitted != 0 {
 		t.Fatalf("merged: %+v", m.Audit)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -152,7 +153,7 @@ func (c HTTPConfig) consumersSent() int {
 // identities sent, and several were sent apart from the URL, whose query
 // has parameters it may key on instead, where {consumer} could go. ""
 // otherwise.
-func (c HTTPConfig) sharedHint(a Audit) string {
+func (c HTTPConfig) sharedHint(a audit.Audit) string {
 	var shared []string
 	for _, l := range a.Limits {
 		if l.SharedLimit {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -153,11 +154,11 @@ func TestOneCounterHints(t *testing.T) {
 // could go in it; no such URL, identities in the URL, a single consumer or
 // no shared limit, no hint.
 func TestSharedHint(t *testing.T) {
-	shared := Audit{Limits: []LimitAudit{{ID: "5/1s", Verdict: NoVerdict, SharedLimit: true}}}
+	shared := audit.Audit{Limits: []audit.LimitAudit{{ID: "5/1s", Verdict: audit.NoVerdict, SharedLimit: true}}}
 	for _, tc := range []struct {
 		name string
 		cfg  HTTPConfig
-		a    Audit
+		a    audit.Audit
 		want string
 	}{
 		{"one parameter", HTTPConfig{Target: "http://h/v1?key=abc", Consumers: 4, ConsumerHeader: "X-Consumer-Id"}, shared,
@@ -171,7 +172,7 @@ func TestSharedHint(t *testing.T) {
 		{"identities in the URL", HTTPConfig{Target: "http://h/{consumer}?key=abc", Consumers: 4}, shared, ""},
 		{"one consumer", HTTPConfig{Target: "http://h/?key=abc", Consumers: 1, ConsumerHeader: "X-Consumer-Id"}, shared, ""},
 		{"not shared", HTTPConfig{Target: "http://h/?key=abc", Consumers: 4, ConsumerHeader: "X-Consumer-Id"},
-			Audit{Limits: []LimitAudit{{ID: "5/1s", Verdict: Held}}}, ""},
+			audit.Audit{Limits: []audit.LimitAudit{{ID: "5/1s", Verdict: audit.Held}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.cfg.sharedHint(tc.a); got != tc.want {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -215,7 +216,7 @@ func TestIdentitiesSent(t *testing.T) {
 		t.Fatalf("identities %q in %q", res.Config.Identities, res.Config.IdentityIn)
 	}
 	a := res.Audit
-	if a == nil || a.Verdict != bench.Held || len(a.Limits[0].WorstConsumers) != 3 {
+	if a == nil || a.Verdict != audit.Held || len(a.Limits[0].WorstConsumers) != 3 {
 		t.Fatalf("audit %+v", a)
 	}
 	for _, w := range a.Limits[0].WorstConsumers {
@@ -283,7 +284,7 @@ func TestMergeKeysByIdentity(t *testing.T) {
 	if m.Config.Consumers != 3 || !slices.Equal(m.Config.Identities, []string{"key-a", "key-b", "key-c"}) || m.Audit == nil {
 		t.Fatalf("merged %d consumers %q, audit %v", m.Config.Consumers, m.Config.Identities, m.Audit)
 	}
-	got := map[string]bench.ConsumerAudit{}
+	got := map[string]audit.ConsumerAudit{}
 	for _, w := range m.Audit.Limits[0].WorstConsumers {
 		got[w.Consumer] = w
 	}
@@ -405,7 +406,7 @@ func TestIdentitiesHiddenByPseudonyms(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := m.Audit.Limits[0]
-	if !slices.Equal(m.Config.Identities, want) || m.Config.Pseudonyms != shards[0].Config.Pseudonyms || m.Audit.Verdict != bench.Held ||
+	if !slices.Equal(m.Config.Identities, want) || m.Config.Pseudonyms != shards[0].Config.Pseudonyms || m.Audit.Verdict != audit.Held ||
 		l.Admitted != 6 || len(l.WorstConsumers) != 3 {
 		t.Fatalf("merged: identities %q (%s), audit %+v; want the pseudonyms, each consumer's 2 admitted", m.Config.Identities,
 			m.Config.Pseudonyms, m.Audit)

@@ -3,7 +3,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
@@ -256,28 +256,12 @@ func (r Result) mergeable(first int64) error {
 			if r.Audit.Limits[i].Unlimited {
 				continue // no policy: never judged
 			}
-			if _, err := r.Audit.Limits[i].policy(); err != nil {
+			if _, err := r.Audit.Limits[i].Policy(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// policy is the limit the audit expected, as a saved result says it: an
-// error when no run can have expected it (which the guarantees, made for
-// valid policies, cannot judge by).
-func (a *LimitAudit) policy() (algorithms.Policy, error) {
-	ms := a.WindowMillis
-	// Burst is in the limit's units, Limit in whole requests.
-	p := algorithms.Policy{Limit: a.Limit, Burst: a.Burst / max(a.Cost, 1)}
-	if ms >= 1 && ms <= math.MaxInt64/int64(time.Millisecond) {
-		p.Window = time.Duration(ms) * time.Millisecond
-		if p.Validate() == nil {
-			return p, nil
-		}
-	}
-	return p, fmt.Errorf("audit of %d per %d ms: not a limit a run can expect", a.Limit, ms)
 }
 
 // mergeTimelines adds the runs' intervals into t, each run placed by when
@@ -325,7 +309,7 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 // samples it judged, their adverts and counters; or a note that says why
 // there is none.
 type mergedAudit struct {
-	audit   *Audit
+	audit   *audit.Audit
 	note    string
 	samples []sample
 	advs    []advert
@@ -364,7 +348,7 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 	var all []sample
 	var advs []advert
 	cov := coverage{horizon: -1}
-	probes := make([]RetryAfterAudit, len(first))
+	probes := make([]audit.RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))
 	for k := range honest {
 		honest[k] = true
@@ -476,20 +460,20 @@ func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration
 }
 
 // byRules says whether an audit's limits are a rules file's.
-func byRules(limits []LimitAudit) bool {
+func byRules(limits []audit.LimitAudit) bool {
 	return len(limits) > 0 && limits[0].Descriptor != ""
 }
 
 // sameLimits says whether two audits judged the same limits, in order.
-func sameLimits(a, b []LimitAudit) bool {
-	return slices.EqualFunc(a, b, func(x, y LimitAudit) bool {
+func sameLimits(a, b []audit.LimitAudit) bool {
+	return slices.EqualFunc(a, b, func(x, y audit.LimitAudit) bool {
 		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID &&
 			x.Descriptor == y.Descriptor && x.Shadow == y.Shadow && x.Unlimited == y.Unlimited && x.Cost == y.Cost
 	})
 }
 
 // limitsText says which limits an audit judged: "5 per 1000 ms (gcra)".
-func limitsText(ls []LimitAudit) string {
+func limitsText(ls []audit.LimitAudit) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
 		parts[i] = fmt.Sprintf("%d per %d ms (%s)", l.Limit, l.WindowMillis, orRule(l.Algorithm))

@@ -28,7 +28,7 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 	res.StartedUnixMillis = start
 	res.RunID = cfg.runID()
 	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
-	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
+	a := auditAll(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
 	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
 	b, _ := json.Marshal(res)
 	return b

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 )
 
 // A mix sends each route its share by weight, to every consumer alike,
@@ -246,8 +247,8 @@ func TestDenialsAttributedConservatively(t *testing.T) {
 			e.DenialsElsewhere, e.DenialsAttributed)
 	}
 	// all never denied a request of its own: it was never tested.
-	if sh.Verdict != NotJudged || sh.Admitted != 2 || sh.Requests != 4 || s.Verdict != Held || e.Verdict != NotReached ||
-		a.Verdict != NotReached || !slices.Equal(a.Reasons, []string{"all: 2 of 5 in 1s: not tested"}) {
+	if sh.Verdict != audit.NotJudged || sh.Admitted != 2 || sh.Requests != 4 || s.Verdict != audit.Held || e.Verdict != audit.NotReached ||
+		a.Verdict != audit.NotReached || !slices.Equal(a.Reasons, []string{"all: 2 of 5 in 1s: not tested"}) {
 		t.Errorf("verdicts %s, %s, %s (shadow: %d of %d admitted), run %s %q", s.Verdict, e.Verdict, sh.Verdict, sh.Admitted, sh.Requests,
 			a.Verdict, a.Reasons)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // meeting says which limits each sample met, and on which counter of each:
@@ -110,9 +112,9 @@ func everyConsumer(samples []sample, limits, consumers int, name func(int32) str
 // (see attribution.go); one that no limit justifies or may have made, and
 // that every limit it met would surely have admitted, is under-admission.
 // Shadow, unlimited and cost 0 limits are reported, never judged.
-func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting, cov coverage) Audit {
+func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting, cov coverage) audit.Audit {
 	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
-	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
+	a := audit.Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
 	if cov.horizon >= 0 {
 		ms := cov.horizon.Milliseconds()
 		a.CappedFromMillis = &ms
@@ -194,7 +196,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		if exp.judged() {
 			if never := neverAdvertised(samples, advs, lc, k, exps); never != "" {
 				l.Headers.NeverAdvertised = never
-				if l.Verdict == NotReached || l.Verdict == NoVerdict {
+				if l.Verdict == audit.NotReached || l.Verdict == audit.NoVerdict {
 					l.Reasons = append(l.Reasons, "the gateway "+never)
 				}
 			}
@@ -208,17 +210,17 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 // limitLine is what the audit found of one limit, from the samples that
 // met it, projected on its counters (named by names). sent says the run
 // sent requests at all; notes are what its denials say beyond counts.
-func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool, notes denialNotes) LimitAudit {
+func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool, notes denialNotes) audit.LimitAudit {
 	name := func(c int32) string { return names[c] }
-	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.rule(), WorstConsumers: []ConsumerAudit{}}
+	blank := audit.LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.rule(), WorstConsumers: []audit.ConsumerAudit{}}
 	switch {
 	case !exp.judged():
 		l := blank
 		if exp.unlimited {
 			l.Rule = "unlimited"
 		}
-		l.Verdict, l.Reasons, l.Consumers = NotJudged, []string{exp.unjudgedReason()}, len(names)
+		l.Verdict, l.Reasons, l.Consumers = audit.NotJudged, []string{exp.unjudgedReason()}, len(names)
 		for _, s := range proj {
 			if s.denied() {
 				l.Denials++
@@ -227,7 +229,7 @@ func limitLine(proj []sample, exp expectation, names []string, cov coverage, sen
 		return l
 	case len(proj) == 0 && sent:
 		l := blank
-		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.unmet, "send what it matches (its route, its headers)")}
+		l.Verdict, l.Reasons = audit.NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.unmet, "send what it matches (its route, its headers)")}
 		return l
 	}
 	l := judgeLimit(proj, exp, len(names), cov, name, notes)
@@ -429,7 +431,7 @@ func tightest(mask uint64, exps []expectation) int {
 // a second (its rounding) before the reset the same response gave for a
 // policy it said had nothing remaining: that policy denies until then, so
 // the client was told to come back too soon.
-func retryAfterBeforeReset(proj []sample, h *HeadersAudit, name func(int32) string) {
+func retryAfterBeforeReset(proj []sample, h *audit.HeadersAudit, name func(int32) string) {
 	for _, s := range proj {
 		if !s.denied() || s.retryAfter < 0 || s.remaining != 0 || s.reset <= s.retryAfter+time.Second {
 			continue

@@ -63,7 +63,7 @@ func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := a.policy()
+	p, err := a.Policy()
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // A 429 may say which policies refused it: the body of the problem type
@@ -75,7 +77,7 @@ func sfNamed(field, name string) (sfMember, bool) {
 // above) to the limits its request met (m) and to what its response
 // advertised, and counts them, and the faults, in a's limits' headers.
 // exps are a's limits, in order; name names the consumers.
-func checkViolated(a *Audit, samples []sample, advs []advert, exps []expectation, m meeting, name func(int32) string) {
+func checkViolated(a *audit.Audit, samples []sample, advs []advert, exps []expectation, m meeting, name func(int32) string) {
 	if len(a.Limits) != len(exps) {
 		return
 	}
@@ -122,7 +124,7 @@ func checkViolated(a *Audit, samples []sample, advs []advert, exps []expectation
 }
 
 // violation counts a header violation, keeping the first as h's example.
-func violation(h *HeadersAudit, what string) {
+func violation(h *audit.HeadersAudit, what string) {
 	h.Violations++
 	if h.Example == "" {
 		h.Example = what

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -163,7 +164,7 @@ descriptors:
 			s := sample{status: 429, advN: uint8(len(advs)), retryAfter: -1, limit: -1, remaining: -1, reset: -1, sent: time.Millisecond, done: 2 * time.Millisecond}
 			advs = violatedPolicies(advs, []byte(`{"violated-policies":[`+tc.violated+`]}`), f, names)
 			s.violated = uint8(len(advs) - int(s.advN))
-			a := Audit{Limits: make([]LimitAudit, len(exps))}
+			a := audit.Audit{Limits: make([]audit.LimitAudit, len(exps))}
 			checkViolated(&a, []sample{s}, advs, exps, meeting{met: []uint64{tc.met}}, consumerName)
 			for k, l := range a.Limits {
 				h := l.Headers

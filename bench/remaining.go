@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // remainingChecks judges a consumer's advertised remaining counts with rules
@@ -27,7 +29,7 @@ import (
 // Only pairs whose second success ended before horizon (when not negative)
 // are judged, so that no success in between can be missing. Each pair costs
 // O(log n).
-func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *HeadersAudit, name func(int32) string) {
+func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *audit.HeadersAudit, name func(int32) string) {
 	// Pairs are of successes that gave a remaining; what came between is
 	// counted over every success, with one or not: a response that names
 	// only the policy closest to exhaustion still consumed the others.

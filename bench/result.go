@@ -10,6 +10,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/hdr"
 )
 
@@ -140,7 +141,7 @@ type Result struct {
 	// encoded, so that runs from several machines can be merged exactly.
 	Histograms map[string]string `json:"histograms"`
 	// Audit is what the admission audit found; null without --expect-limit.
-	Audit *Audit `json:"audit"`
+	Audit *audit.Audit `json:"audit"`
 	// AuditNote says why a merged result has no audit, when it has none.
 	AuditNote string `json:"audit_note,omitempty"`
 	// AuditHints say what the load missed, when what was sent shows it,

@@ -2,12 +2,12 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // prober is what the audit asks of the load engine: requests beyond the
@@ -48,7 +48,7 @@ type retried struct {
 // consumers whose last response was a 429 again around their advertised
 // Retry-After (or, when no denial in the run can be trusted, first drive a
 // few to a denial), and judges what came back.
-func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitAudit) {
+func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *audit.LimitAudit) {
 	picks := trustedDenials(samples)
 	if len(picks) == 0 {
 		// No denial in the run can be trusted (the limiter refills as it
@@ -101,25 +101,6 @@ func probeRetryAfter(ctx context.Context, pr prober, samples []sample, a *LimitA
 	case unsure > 0:
 		a.RetryAfter.Skipped = "every probe was admitted just before its " + pr.waitName() + ", with a reply too slow to tell early from on time"
 	}
-}
-
-// Fault says in words what the probes found wrong with the Retry-After,
-// when they found it false: "" when not.
-func (r RetryAfterAudit) Fault() string {
-	if r.Honest == nil || *r.Honest {
-		return ""
-	}
-	var faults []string
-	if r.Early > 0 {
-		faults = append(faults, fmt.Sprintf("%d of %d probes were admitted a second or more before it", r.Early, r.Probes))
-	}
-	if r.MaxErrorMillis > 0 {
-		faults = append(faults, fmt.Sprintf("a probe was still denied %d ms after it", r.MaxErrorMillis))
-	}
-	if len(faults) == 0 {
-		return "false" // a run merged from versions that kept no reason
-	}
-	return strings.Join(faults, ", and ")
 }
 
 // trustedDenials are, per consumer, its last 429 with a Retry-After that

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -264,7 +265,7 @@ func (r rlsMet) nameAdverts(samples []sample, advs []advert) {
 // lets a call answered with any other code (UNKNOWN) through as it lets
 // OK through, so the audit counts those calls as admitted (the results
 // still show them as another code).
-func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samples []sample, advs []advert, cov coverage) (Audit, *meeting) {
+func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samples []sample, advs []advert, cov coverage) (audit.Audit, *meeting) {
 	for i := range samples {
 		if samples[i].status == rlsUnknown {
 			samples[i].status = rlsOK
@@ -287,7 +288,7 @@ func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, samp
 		if len(samples) == 0 {
 			why = "no call was made in the measured run"
 		}
-		a := Audit{Verdict: NoVerdict, Samples: int64(len(samples)), Limits: []LimitAudit{}, Reasons: []string{why}}
+		a := audit.Audit{Verdict: audit.NoVerdict, Samples: int64(len(samples)), Limits: []audit.LimitAudit{}, Reasons: []string{why}}
 		return a, &r.m
 	}
 	a := auditLimits(samples, advs, r.exps, r.m, cov)

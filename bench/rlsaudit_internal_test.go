@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -105,16 +106,16 @@ func TestRLSAuditJudgesStatuses(t *testing.T) {
 		name        string
 		descriptors []Descriptor
 		svc         rlsService
-		verdict     Verdict
+		verdict     audit.Verdict
 		violation   string // in the headers' example; "" for none
 	}{
-		{"spends refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, spendRefused: true, fallBy: 1}, Held, ""},
-		{"spends nothing of refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, fallBy: 1}, Held, ""},
-		{"one descriptor", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1}, Held, ""},
-		{"remaining falls by two", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 2}, Held, "remaining fell from 3 to 1"},
-		{"refused with some remaining", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1, overSays: 2}, Held,
+		{"spends refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, spendRefused: true, fallBy: 1}, audit.Held, ""},
+		{"spends nothing of refused calls", []Descriptor{{{"a", "x"}}, {{"b", "x"}}}, rlsService{limits: [2]int64{5, 100}, fallBy: 1}, audit.Held, ""},
+		{"one descriptor", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1}, audit.Held, ""},
+		{"remaining falls by two", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 2}, audit.Held, "remaining fell from 3 to 1"},
+		{"refused with some remaining", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{5, 1 << 20}, fallBy: 1, overSays: 2}, audit.Held,
 			"was refused with 2 remaining"},
-		{"admits three times the limit", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{15, 1 << 20}, fallBy: 1}, Leaked, "advertised a limit of 15"},
+		{"admits three times the limit", []Descriptor{{{"a", "x"}}}, rlsService{limits: [2]int64{15, 1 << 20}, fallBy: 1}, audit.Leaked, "advertised a limit of 15"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, calls := auditedCalls(t, set, tc.descriptors)
@@ -134,7 +135,7 @@ func TestRLSAuditJudgesStatuses(t *testing.T) {
 			}
 			// b's 100 a minute is never reached by 40 calls.
 			for _, l := range a.Limits[1:] {
-				if l.Verdict != NotReached || !slices.Equal(l.Reasons, []string{"20 of 100 in 1m: not tested"}) {
+				if l.Verdict != audit.NotReached || !slices.Equal(l.Reasons, []string{"20 of 100 in 1m: not tested"}) {
 					t.Errorf("%s: %s %q, want not reached", l.ID, l.Verdict, l.Reasons)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -93,7 +94,7 @@ func localAddress(nc net.Conn) string {
 // and asks the engine for the Retry-After probes. It returns the meeting
 // of samples and limits it judged by, and the hints of what the load
 // missed (Result.AuditHints).
-func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (Audit, *meeting, []string) {
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, advs []advert, cov coverage, source string) (audit.Audit, *meeting, []string) {
 	exps := cfg.expectations()
 	var m meeting
 	var values *sentValues
@@ -130,12 +131,12 @@ func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, samples []sample, ad
 // limit judged: a consumer denied must be admitted again once its
 // Retry-After has passed, by every limit that could have denied it. skip,
 // when set, says why no probe can be made.
-func probeLimits(ctx context.Context, p *plan, samples []sample, a *Audit, cov coverage, noProbes bool, skip string) {
-	var probed *RetryAfterAudit
+func probeLimits(ctx context.Context, p *plan, samples []sample, a *audit.Audit, cov coverage, noProbes bool, skip string) {
+	var probed *audit.RetryAfterAudit
 	for i := range a.Limits {
 		l := &a.Limits[i]
 		switch {
-		case l.Verdict == NotJudged:
+		case l.Verdict == audit.NotJudged:
 			l.RetryAfter.Skipped = "not judged"
 		case cov.partial:
 			// Another machine may be asking the same consumer meanwhile.
@@ -151,7 +152,7 @@ func probeLimits(ctx context.Context, p *plan, samples []sample, a *Audit, cov c
 		default:
 			largest := *l
 			for _, o := range a.Limits {
-				if o.Verdict != NotJudged && o.Limit > largest.Limit {
+				if o.Verdict != audit.NotJudged && o.Limit > largest.Limit {
 					largest.Limit = o.Limit
 				}
 			}

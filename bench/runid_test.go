@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // Shards of one run get one run id, whichever shard they are; anything
@@ -90,7 +92,7 @@ func keyRun(t *testing.T, target string, start int64, limit int) Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := audit(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
+	a := auditAll(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
 	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
 	return roundTripJSON(t, res) // as report merge reads it
 }
@@ -107,7 +109,7 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 	var labels []string
 	for _, key := range []string{"k1", "k2", "k3", "k4", "k5"} {
 		r := keyRun(t, "http://127.0.0.1:8080/v1?apikey="+key, start, 10)
-		if r.Audit.Verdict != Held {
+		if r.Audit.Verdict != audit.Held {
 			t.Fatalf("%s alone: %s %q", key, r.Audit.Verdict, r.Audit.Reasons)
 		}
 		runs = append(runs, r)
@@ -130,7 +132,7 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := m.Audit
-	if a == nil || a.Verdict != Held || a.Limits[0].Consumers != 5 || m.Config.Consumers != 5 || a.Samples != 100 {
+	if a == nil || a.Verdict != audit.Held || a.Limits[0].Consumers != 5 || m.Config.Consumers != 5 || a.Samples != 100 {
 		t.Fatalf("as one run: %d consumers, audit %+v; want five held", m.Config.Consumers, a)
 	}
 	if len(m.Config.Identities) != 5 || m.Config.Identities[2] != "consumer-0 (k3.json)" {
@@ -150,7 +152,7 @@ func TestMergeOnlyMergesOneRun(t *testing.T) {
 		runs[i].RunID, runs[i].Target = "one-key", runs[0].Target
 		runs[i].Config.Shard, runs[i].Config.Shards = i, len(runs)
 	}
-	if m, err := Merge(runs, 0); err != nil || m.Audit.Verdict != Leaked {
+	if m, err := Merge(runs, 0); err != nil || m.Audit.Verdict != audit.Leaked {
 		t.Fatalf("one run: %v, %v; want the leak", m.Audit, err)
 	}
 }
@@ -180,7 +182,7 @@ func TestMergeAsOneRunKeysByIdentity(t *testing.T) {
 		t.Fatalf("identities %q (%d consumers), want %q", m.Config.Identities, m.Config.Consumers, want)
 	}
 	l := m.Audit.Limits[0]
-	if m.Audit.Verdict != Leaked || l.WorstConsumer != "key-b" || l.WorstWindowAdmitted != 20 {
+	if m.Audit.Verdict != audit.Leaked || l.WorstConsumer != "key-b" || l.WorstWindowAdmitted != 20 {
 		t.Fatalf("audit %+v: want key-b's 20 in one window", m.Audit)
 	}
 	// Without identities, the first three too are each run's own.
@@ -188,7 +190,7 @@ func TestMergeAsOneRunKeysByIdentity(t *testing.T) {
 		runs[i].Config.Identities = nil
 	}
 	m, err = MergeWith(runs, MergeOptions{AsOneRun: true, Labels: labels})
-	if err != nil || m.Config.Consumers != 4 || m.Config.Identities[2] != "consumer-0 (b2.json)" || m.Audit.Verdict != Held {
+	if err != nil || m.Config.Consumers != 4 || m.Config.Identities[2] != "consumer-0 (b2.json)" || m.Audit.Verdict != audit.Held {
 		t.Fatalf("identities %q, audit %+v, %v", m.Config.Identities, m.Audit, err)
 	}
 }
@@ -263,7 +265,7 @@ func TestMergeRefusesOneShardClaimedTwice(t *testing.T) {
 		return r
 	}
 	a, b := run(start, "aaaa", 0, 1), run(start+5000, "bbbb", 0, 1)
-	if a.RunID != b.RunID || a.Audit.Verdict != Held || b.Audit.Verdict != Held {
+	if a.RunID != b.RunID || a.Audit.Verdict != audit.Held || b.Audit.Verdict != audit.Held {
 		t.Fatalf("run ids %q and %q, verdicts %s and %s: want one id, each held", a.RunID, b.RunID, a.Audit.Verdict, b.Audit.Verdict)
 	}
 	labels := []string{"a.json", "b.json"}
@@ -272,7 +274,7 @@ func TestMergeRefusesOneShardClaimedTwice(t *testing.T) {
 	if !errors.As(err, &se) || se.Twice || !strings.Contains(se.Text(labels), "a.json and b.json each claim the whole of run "+a.RunID+" (shard 0 of 1)") {
 		t.Fatalf("two whole runs merged as shards: %v; want a ShardsError naming both", err)
 	}
-	if m, err := MergeWith([]Result{a, b}, MergeOptions{AsOneRun: true, Labels: labels}); err != nil || m.Audit.Verdict != Held || m.Config.Consumers != 2 {
+	if m, err := MergeWith([]Result{a, b}, MergeOptions{AsOneRun: true, Labels: labels}); err != nil || m.Audit.Verdict != audit.Held || m.Config.Consumers != 2 {
 		t.Fatalf("as one run: %v, %+v; want two consumers, held", err, m.Audit)
 	}
 	// Written before results carried an instance, they claim it alike.

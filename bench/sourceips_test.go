@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/field"
 )
@@ -100,7 +101,7 @@ func TestSourceIPsBindEachConsumer(t *testing.T) {
 				t.Fatalf("requests came from %v, want three addresses", from[""])
 			}
 			a := res.Audit
-			if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || !strings.HasPrefix(a.Limits[0].WorstConsumer, "127.0.0.") {
+			if a == nil || a.Verdict != audit.Held || a.Limits[0].Consumers != 3 || !strings.HasPrefix(a.Limits[0].WorstConsumer, "127.0.0.") {
 				t.Fatalf("audit %+v: want three held consumers named by address", a)
 			}
 			if res.Config.SourceIPs != "127.0.0.2-127.0.0.4" || len(res.Config.Identities) != 3 || res.Config.Identities[1] != "127.0.0.3" {
@@ -177,7 +178,7 @@ func TestSourceIPsShardsMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := m.Audit
-	if a == nil || a.Verdict != bench.Held || a.Limits[0].Consumers != 3 || m.RunID != runs[0].RunID || len(m.Config.Identities) != 3 ||
+	if a == nil || a.Verdict != audit.Held || a.Limits[0].Consumers != 3 || m.RunID != runs[0].RunID || len(m.Config.Identities) != 3 ||
 		m.Config.SourceIPs != "127.0.0.2-127.0.0.4" {
 		t.Fatalf("merged: run id %q, names %q, audit %+v", m.RunID, m.Config.Identities, a)
 	}

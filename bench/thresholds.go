@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 )
 
@@ -73,7 +74,7 @@ func (t Thresholds) ValidateNames(ids []string) error {
 }
 
 // allowsUntested says whether FailOnLeak lets limit l go untested.
-func (t Thresholds) allowsUntested(l LimitAudit) bool {
+func (t Thresholds) allowsUntested(l audit.LimitAudit) bool {
 	return t.AllowNoVerdict || slices.Contains(t.AllowUntested, l.Label())
 }
 
@@ -99,20 +100,20 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 		}
 		return crossed
 	}
-	if len(a.Limits) == 0 && a.Verdict == NoVerdict && t.FailOnLeak && !t.AllowNoVerdict {
+	if len(a.Limits) == 0 && a.Verdict == audit.NoVerdict && t.FailOnLeak && !t.AllowNoVerdict {
 		// bench rls by a configuration that no call met: nothing judged.
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s", strings.Join(a.Reasons, "; ")))
 	}
 	for _, l := range a.Limits {
-		if l.Verdict == NotJudged {
+		if l.Verdict == audit.NotJudged {
 			continue
 		}
 		var found []*field.Error
 		if t.FailOnLeak {
-			found = append(found, l.crossedLeak(r, t.allowsUntested(l))...)
+			found = append(found, crossedLeak(l, r, t.allowsUntested(l))...)
 		}
 		if t.FailOnUnder != nil {
-			found = append(found, l.crossedUnder(*t.FailOnUnder)...)
+			found = append(found, crossedUnder(l, *t.FailOnUnder)...)
 		}
 		if len(a.Limits) > 1 || r.Command == "bench_rls" { // say which limit (bench rls: which descriptor)
 			for _, e := range found {
@@ -126,15 +127,15 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 
 // crossedLeak is what FailOnLeak finds wrong with one limit of r's audit;
 // untested says it may go untested.
-func (l LimitAudit) crossedLeak(r Result, untested bool) []*field.Error {
+func crossedLeak(l audit.LimitAudit, r Result, untested bool) []*field.Error {
 	var crossed []*field.Error
 	switch {
-	case l.Verdict == Leaked:
+	case l.Verdict == audit.Leaked:
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": %s got %d through in %s, over the %d allowed (%s)",
 			l.WorstConsumer, l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule))
-	case l.Verdict == NoVerdict && (l.SharedLimit || !untested):
+	case l.Verdict == audit.NoVerdict && (l.SharedLimit || !untested):
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": no verdict: %s (statuses seen: %s)", strings.Join(l.Reasons, "; "), seenText(r)))
-	case l.Verdict == NotReached && !untested:
+	case l.Verdict == audit.NotReached && !untested:
 		crossed = append(crossed, field.Errorf("FailOnLeak", ": not reached: %s ({AllowUntested} %s lets it go untested)",
 			strings.Join(l.Reasons, "; "), l.Label()))
 	}
@@ -155,7 +156,7 @@ func (l LimitAudit) crossedLeak(r Result, untested bool) []*field.Error {
 // not see). Denials that a limit's lookback, reaching before the samples,
 // left unjudged never fail it by themselves: the report says what would
 // judge them.
-func (l LimitAudit) crossedUnder(most float64) []*field.Error {
+func crossedUnder(l audit.LimitAudit, most float64) []*field.Error {
 	switch {
 	case l.Denials > 0 && l.UnderSkipped != "":
 		return []*field.Error{field.Errorf("FailOnUnder", ": none of the %d denials could be judged (%s)", l.Denials, l.UnderSkipped)}

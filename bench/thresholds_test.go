@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 )
 
@@ -76,24 +77,24 @@ func TestMaxErrorRateCountsEveryFailure(t *testing.T) {
 // and a reason of the run (UnderSkipped) judged none; denials a lookback
 // left unjudged never fail it by themselves.
 func TestVerdictThresholds(t *testing.T) {
-	audit := func(l bench.LimitAudit) bench.Result {
+	audited := func(l audit.LimitAudit) bench.Result {
 		return bench.Result{Requests: 10, StatusCounts: map[string]int64{"200": 5, "429": 5},
-			Audit: &bench.Audit{Verdict: l.Verdict, Reasons: l.Reasons, Limits: []bench.LimitAudit{l}}}
+			Audit: &audit.Audit{Verdict: l.Verdict, Reasons: l.Reasons, Limits: []audit.LimitAudit{l}}}
 	}
-	held := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4}
-	leaked := bench.LimitAudit{Verdict: bench.Leaked, OverAdmitted: 2, WorstConsumer: "consumer-0", Denials: 5, DenialsJudged: 4}
-	none := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"consumer-0 got no 2xx in its responses"}}
-	shared := bench.LimitAudit{Verdict: bench.NoVerdict, Reasons: []string{"the gateway seems to share one limit"}, SharedLimit: true,
+	held := audit.LimitAudit{Verdict: audit.Held, Denials: 5, DenialsJudged: 4}
+	leaked := audit.LimitAudit{Verdict: audit.Leaked, OverAdmitted: 2, WorstConsumer: "consumer-0", Denials: 5, DenialsJudged: 4}
+	none := audit.LimitAudit{Verdict: audit.NoVerdict, Reasons: []string{"consumer-0 got no 2xx in its responses"}}
+	shared := audit.LimitAudit{Verdict: audit.NoVerdict, Reasons: []string{"the gateway seems to share one limit"}, SharedLimit: true,
 		Denials: 5, DenialsJudged: 4, UnderAdmitted: 4, UnderAdmittedShare: 1}
-	under := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsJudged: 4, UnderAdmitted: 1, UnderAdmittedShare: 0.25}
-	unjudged := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsUnjudged: 5,
+	under := audit.LimitAudit{Verdict: audit.Held, Denials: 5, DenialsJudged: 4, UnderAdmitted: 1, UnderAdmittedShare: 0.25}
+	unjudged := audit.LimitAudit{Verdict: audit.Held, Denials: 5, DenialsUnjudged: 5,
 		UnjudgedReason: "they met per-hour (a look-back of 1h), whose look-back reaches before the run's start"}
-	skipped := bench.LimitAudit{Verdict: bench.Held, Denials: 5, DenialsUnjudged: 5, UnderSkipped: "other load machines send the same consumers"}
-	untested := bench.LimitAudit{ID: "per-hour", Verdict: bench.NotReached, Reasons: []string{"39 of 100000 in 1h: not tested"}}
+	skipped := audit.LimitAudit{Verdict: audit.Held, Denials: 5, DenialsUnjudged: 5, UnderSkipped: "other load machines send the same consumers"}
+	untested := audit.LimitAudit{ID: "per-hour", Verdict: audit.NotReached, Reasons: []string{"39 of 100000 in 1h: not tested"}}
 	for _, tc := range []struct {
 		name string
 		th   bench.Thresholds
-		l    bench.LimitAudit
+		l    audit.LimitAudit
 		want []string // the crossed fields' messages contain these, in order
 	}{
 		{"held", bench.Thresholds{FailOnLeak: true, FailOnUnder: new(0.0)}, held, nil},
@@ -123,7 +124,7 @@ func TestVerdictThresholds(t *testing.T) {
 			if err := tc.th.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			crossed := tc.th.Crossed(audit(tc.l))
+			crossed := tc.th.Crossed(audited(tc.l))
 			if len(crossed) != len(tc.want) {
 				t.Fatalf("crossed %v, want %q", crossed, tc.want)
 			}
@@ -156,13 +157,13 @@ func TestVerdictThresholds(t *testing.T) {
 // rate limit service's (bench rls), never of HTTP's.
 func TestFailOnLeakWords(t *testing.T) {
 	honest := false
-	l := bench.LimitAudit{ID: "user={consumer}", Verdict: bench.Held, RetryAfter: bench.RetryAfterAudit{Probes: 3, Early: 3, Honest: &honest},
-		Headers: bench.HeadersAudit{Checked: 60, Violations: 60, Example: "consumer-0 advertised a limit of 12 (expected limit 6)"}}
+	l := audit.LimitAudit{ID: "user={consumer}", Verdict: audit.Held, RetryAfter: audit.RetryAfterAudit{Probes: 3, Early: 3, Honest: &honest},
+		Headers: audit.HeadersAudit{Checked: 60, Violations: 60, Example: "consumer-0 advertised a limit of 12 (expected limit 6)"}}
 	for command, want := range map[string][]string{
 		"bench_http": {"Retry-After was false: 3 of 3 probes", "60 responses with wrong rate-limit headers (consumer-0 advertised"},
 		"bench_rls":  {"duration_until_reset was false: 3 of 3 probes", "60 answers with wrong current_limit or limit_remaining (consumer-0 advertised"},
 	} {
-		r := bench.Result{Command: command, Requests: 60, Audit: &bench.Audit{Verdict: bench.Held, Limits: []bench.LimitAudit{l}}}
+		r := bench.Result{Command: command, Requests: 60, Audit: &audit.Audit{Verdict: audit.Held, Limits: []audit.LimitAudit{l}}}
 		var msgs []string
 		for _, e := range (bench.Thresholds{FailOnLeak: true}).Crossed(r) {
 			msgs = append(msgs, e.Error())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -15,10 +16,10 @@ import (
 // together to tell a limit shared across identities. Every figure and the
 // verdict come from the samples; the Retry-After probes, which send more,
 // are added by the caller. notes are what its denials say beyond counts.
-func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string, notes denialNotes) LimitAudit {
+func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string, notes denialNotes) audit.LimitAudit {
 	p := exp.policy
-	l := LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []ConsumerAudit{}}
+	l := audit.LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []audit.ConsumerAudit{}}
 	per := make([][]sample, consumers)
 	statuses := map[string]int64{}
 	var answered, turnedAway int64
@@ -78,7 +79,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 			remainingChecks(counted, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
 		}
-		keepWorst(&l.WorstConsumers, ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
+		keepWorst(&l.WorstConsumers, audit.ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
 			OverAdmitted: max(j.worst.admitted-j.worst.allowed, 0), UnderAdmitted: j.under}, int32(c), name)
 	}
 	if worstOf >= 0 {
@@ -123,19 +124,19 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 		l.SharedLimit = together.admitted <= together.allowed && 10*under <= l.UnderAdmitted
 	}
 
-	reasons := l.unjudgeable(seen{requests: len(samples), answered: answered, turnedAway: turnedAway, statuses: statuses, noOK: noOK},
+	reasons := unjudgeable(&l, seen{requests: len(samples), answered: answered, turnedAway: turnedAway, statuses: statuses, noOK: noOK},
 		per, name)
 	switch {
 	case l.OverAdmitted > 0:
-		l.Verdict = Leaked
+		l.Verdict = audit.Leaked
 		l.Reasons = []string{fmt.Sprintf("%s got %d through in %s where %d were allowed (%s)", l.WorstConsumer,
 			l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule)}
 	case len(reasons) > 0:
-		l.Verdict, l.Reasons = NoVerdict, reasons
+		l.Verdict, l.Reasons = audit.NoVerdict, reasons
 	case l.DenialsAttributed == 0:
-		l.Verdict, l.Reasons = NotReached, []string{l.notReached(notes)}
+		l.Verdict, l.Reasons = audit.NotReached, []string{notReached(&l, notes)}
 	default:
-		l.Verdict = Held
+		l.Verdict = audit.Held
 	}
 	return l
 }
@@ -143,7 +144,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 // notReached says how far the load got of a limit that none of its
 // denials shows enforced: the most one counter got in a window, and, when
 // that filled it, why no denial was its own.
-func (l *LimitAudit) notReached(notes denialNotes) string {
+func notReached(l *audit.LimitAudit, notes denialNotes) string {
 	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.FullAt, rules.Window(time.Duration(l.FullSpanMillis)*time.Millisecond))
 	unsure := ""
 	if notes.unsure != "" {
@@ -174,7 +175,7 @@ type seen struct {
 
 // unjudgeable says why the audit could not judge l, in words; none when
 // it could. per holds each consumer's requests.
-func (l *LimitAudit) unjudgeable(s seen, per [][]sample, name func(int32) string) []string {
+func unjudgeable(l *audit.LimitAudit, s seen, per [][]sample, name func(int32) string) []string {
 	switch {
 	case s.requests == 0:
 		return []string{"no request was sent in the measured run"}
@@ -265,7 +266,7 @@ func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
 
 // checkAdvertised checks the limit and remaining a response advertised
 // against the expected limit, remaining up to most (a bucket's burst).
-func checkAdvertised(s sample, limit, most int64, h *HeadersAudit, name func(int32) string) {
+func checkAdvertised(s sample, limit, most int64, h *audit.HeadersAudit, name func(int32) string) {
 	if s.limit < 0 && s.remaining < 0 {
 		return
 	}
@@ -288,8 +289,8 @@ func checkAdvertised(s sample, limit, most int64, h *HeadersAudit, name func(int
 // keepWorst puts consumer c's summary among the worst, if it is one of
 // the maxWorstConsumers worst so far: the most over-admitted, then the
 // most under-admitted, then one with no 2xx; of equals, the first kept.
-func keepWorst(worst *[]ConsumerAudit, ca ConsumerAudit, c int32, name func(int32) string) {
-	worse := func(a, b ConsumerAudit) bool {
+func keepWorst(worst *[]audit.ConsumerAudit, ca audit.ConsumerAudit, c int32, name func(int32) string) {
+	worse := func(a, b audit.ConsumerAudit) bool {
 		switch {
 		case a.OverAdmitted != b.OverAdmitted:
 			return a.OverAdmitted > b.OverAdmitted

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // gateway simulates a sliding-log limiter seen from outside: requests of
@@ -78,7 +80,7 @@ func TestUnderAdmissionIsSound(t *testing.T) {
 			continue
 		}
 		shared := audit1(gateway(r, 600, consumers, window, 10, true), exp, consumers, whole)
-		if !shared.SharedLimit || shared.Verdict != NoVerdict || !strings.Contains(strings.Join(shared.Reasons, "; "), "share one limit") {
+		if !shared.SharedLimit || shared.Verdict != audit.NoVerdict || !strings.Contains(strings.Join(shared.Reasons, "; "), "share one limit") {
 			t.Fatalf("trial %d, %d consumers with one key: %+v", trial, consumers, shared)
 		}
 	}
@@ -145,28 +147,28 @@ func TestVerdicts(t *testing.T) {
 		name      string
 		samples   []sample
 		consumers int
-		verdict   Verdict
+		verdict   audit.Verdict
 		want      []string // in the reasons
 	}{
-		{"nothing sent", nil, 1, NoVerdict, []string{"no request was sent"}},
-		{"no response", []sample{reply(0, 0, 1), reply(0, 0, 2)}, 1, NoVerdict, []string{"no request got a response (2 transport errors)"}},
-		{"400 to everything", append(many(0, 400, 240, 10), many(1, 400, 5, 10)...), 2, NoVerdict,
+		{"nothing sent", nil, 1, audit.NoVerdict, []string{"no request was sent"}},
+		{"no response", []sample{reply(0, 0, 1), reply(0, 0, 2)}, 1, audit.NoVerdict, []string{"no request got a response (2 transport errors)"}},
+		{"400 to everything", append(many(0, 400, 240, 10), many(1, 400, 5, 10)...), 2, audit.NoVerdict,
 			[]string{"most responses, 245 of 245, were neither 2xx nor 429 (400 × 245)", "2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 240)"}},
-		{"one consumer denied throughout", append(many(0, 200, 4, 300), many(1, 429, 20, 100)...), 2, NoVerdict,
+		{"one consumer denied throughout", append(many(0, 200, 4, 300), many(1, 429, 20, 100)...), 2, audit.NoVerdict,
 			[]string{"consumer-1 got no 2xx in its responses (429 × 20)"}},
-		{"under the limit", many(0, 200, 20, 300), 1, NotReached, []string{"4 of 5 in 1s: not tested"}},
-		{"at the limit, never beyond", many(0, 200, 5, 100), 1, NotReached,
+		{"under the limit", many(0, 200, 20, 300), 1, audit.NotReached, []string{"4 of 5 in 1s: not tested"}},
+		{"at the limit, never beyond", many(0, 200, 5, 100), 1, audit.NotReached,
 			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
 		// Denied before the fifth admission came back: the window was not
 		// known full.
-		{"denied with room", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, NotReached,
+		{"denied with room", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, audit.NotReached,
 			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
-		{"at the limit, then denied", append(many(0, 200, 5, 100), reply(0, 429, 450), reply(0, 429, 900)), 1, Held, nil},
-		{"a leak beats the rest", append(many(0, 200, 8, 10), many(1, 400, 40, 10)...), 2, Leaked,
+		{"at the limit, then denied", append(many(0, 200, 5, 100), reply(0, 429, 450), reply(0, 429, 900)), 1, audit.Held, nil},
+		{"a leak beats the rest", append(many(0, 200, 8, 10), many(1, 400, 40, 10)...), 2, audit.Leaked,
 			[]string{"consumer-0 got 8 through in 999ms where 5 were allowed (at most 5 in any 1s span)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := audit(tc.samples, []expectation{exp}, tc.consumers, whole, consumerName)
+			a := auditAll(tc.samples, []expectation{exp}, tc.consumers, whole, consumerName)
 			got := strings.Join(a.Reasons, "; ")
 			if a.Verdict != tc.verdict || (tc.want == nil) != (len(a.Reasons) == 0) {
 				t.Fatalf("%s %q, want %s", a.Verdict, a.Reasons, tc.verdict)

@@ -12,6 +12,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/internal/plural"
@@ -165,7 +166,7 @@ func benchNoteParts(r bench.Result) (before, after []string) {
 // auditNotes say what the audit found, in prose: per limit, what
 // limitNotes say, in one line each when there are several, after a
 // headline that counts their verdicts.
-func auditNotes(r bench.Result, a *bench.Audit) []string {
+func auditNotes(r bench.Result, a *audit.Audit) []string {
 	var notes []string
 	switch {
 	case len(a.Limits) == 0: // bench rls by a configuration no call met
@@ -186,9 +187,9 @@ func auditNotes(r bench.Result, a *bench.Audit) []string {
 // auditHead is the headline of an audit of several limits: the verdict
 // they share, or how many have each. It never says held when a limit was
 // not tested.
-func auditHead(a *bench.Audit) string {
-	order := []bench.Verdict{bench.Held, bench.NotReached, bench.NoVerdict, bench.Leaked, bench.NotJudged}
-	count := map[bench.Verdict]int{}
+func auditHead(a *audit.Audit) string {
+	order := []audit.Verdict{audit.Held, audit.NotReached, audit.NoVerdict, audit.Leaked, audit.NotJudged}
+	count := map[audit.Verdict]int{}
 	for _, l := range a.Limits {
 		count[l.Verdict]++
 	}
@@ -217,7 +218,7 @@ type auditTable struct {
 	notes   []string
 }
 
-func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
+func auditTableOf(r bench.Result, a *audit.Audit) (auditTable, bool) {
 	if len(a.Limits) < 2 {
 		return auditTable{}, false
 	}
@@ -234,8 +235,8 @@ func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
 		if l.Descriptor != "" && l.Descriptor != l.ID {
 			rule = l.Descriptor
 		}
-		t.bad = append(t.bad, l.Verdict != bench.Held && l.Verdict != bench.NotJudged)
-		if l.Verdict == bench.NotJudged {
+		t.bad = append(t.bad, l.Verdict != audit.Held && l.Verdict != audit.NotJudged)
+		if l.Verdict == audit.NotJudged {
 			t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), "–", "–", "–", "–"})
 			t.notes = append(t.notes, fmt.Sprintf("%s: %s: %s; %d requests met it, %d admitted.", l.Label(), verdictWord(l.Verdict),
 				strings.Join(l.Reasons, "; "), l.Requests, l.Admitted))
@@ -255,9 +256,9 @@ func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
 		}
 		t.rows = append(t.rows, []string{l.Label(), rule, verdictWord(l.Verdict), fmt.Sprintf("%d / %d in %s", l.MostInWindow, full, windowText(span)),
 			fmt.Sprintf("%d of %d", l.DenialsAttributed, l.Denials), under, h})
-		if l.Verdict != bench.Held {
+		if l.Verdict != audit.Held {
 			n := fmt.Sprintf("%s: %s: %s.", l.Label(), verdictWord(l.Verdict), strings.Join(l.Reasons, "; "))
-			if l.Verdict == bench.NoVerdict {
+			if l.Verdict == audit.NoVerdict {
 				n += " Statuses seen: " + statusesSeen(r) + "."
 			}
 			t.notes = append(t.notes, n)
@@ -292,7 +293,7 @@ func auditTableOf(r bench.Result, a *bench.Audit) (auditTable, bool) {
 // limitNotes say what the audit found of one limit: its verdict and then,
 // unless it could not judge (when it says why, and nothing else), what it
 // found of admissions, denials, Retry-After and the headers.
-func limitNotes(r bench.Result, l bench.LimitAudit) []string {
+func limitNotes(r bench.Result, l audit.LimitAudit) []string {
 	held := "the sliding-window rule"
 	if l.Algorithm != "" {
 		held = l.Algorithm
@@ -309,13 +310,13 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 		time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed)
 	var notes []string
 	switch l.Verdict {
-	case bench.NotJudged:
+	case audit.NotJudged:
 		return []string{fmt.Sprintf("%s: %s; %d requests met it, %d admitted.", head, strings.Join(l.Reasons, "; "), l.Requests, l.Admitted)}
-	case bench.NoVerdict:
+	case audit.NoVerdict:
 		return []string{fmt.Sprintf("%s: %s. Statuses seen: %s.", head, strings.Join(l.Reasons, "; "), statusesSeen(r))}
-	case bench.NotReached:
+	case audit.NotReached:
 		notes = append(notes, fmt.Sprintf("%s: %s.", head, strings.Join(l.Reasons, "; ")))
-	case bench.Leaked:
+	case audit.Leaked:
 		notes = append(notes, fmt.Sprintf("%s: %s %s (%d over).", head, orDash(l.WorstConsumer), got, l.OverAdmitted))
 	default:
 		notes = append(notes, fmt.Sprintf("%s: the worst consumer, %s, %s; %d of the %d denials were its own (its window full).",
@@ -328,7 +329,7 @@ func limitNotes(r bench.Result, l bench.LimitAudit) []string {
 	if l.Headers.Example != "" {
 		h += " (" + l.Headers.Example + ")"
 	}
-	if l.Headers.NeverAdvertised != "" && l.Verdict != bench.NotReached {
+	if l.Headers.NeverAdvertised != "" && l.Verdict != audit.NotReached {
 		h += "; the gateway " + l.Headers.NeverAdvertised
 	}
 	notes = append(notes, h+".")
@@ -353,7 +354,7 @@ func windowText(d time.Duration) string {
 
 // retryAfterNote says what the probes found of one limit's Retry-After
 // (bench rls: duration_until_reset).
-func retryAfterNote(r bench.Result, l bench.LimitAudit) string {
+func retryAfterNote(r bench.Result, l audit.LimitAudit) string {
 	retryAfter := r.Words().Wait
 	ra := l.RetryAfter
 	switch {
@@ -366,12 +367,12 @@ func retryAfterNote(r bench.Result, l bench.LimitAudit) string {
 }
 
 // verdictWord is a verdict as the notes shout it.
-func verdictWord(v bench.Verdict) string {
+func verdictWord(v audit.Verdict) string {
 	return strings.ToUpper(string(v))
 }
 
 // underNote says what the audit found of the limit's denials.
-func underNote(l bench.LimitAudit) string {
+func underNote(l audit.LimitAudit) string {
 	switch {
 	case l.UnderSkipped != "":
 		return "Under-admission: not judged (" + l.UnderSkipped + ")."
@@ -479,7 +480,7 @@ func benchTable(w io.Writer, r bench.Result, s Styles) error {
 						return s.Header
 					case col == 2 && at.bad[row]:
 						return s.Bad
-					case col == 2 && at.rows[row][2] == verdictWord(bench.Held):
+					case col == 2 && at.rows[row][2] == verdictWord(audit.Held):
 						return s.Good
 					}
 					return s.Cell

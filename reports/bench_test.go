@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
 	"github.com/ratelab/ratelab/reports"
@@ -14,7 +15,7 @@ import (
 // fixedBench is an audited bench http run of 100 requests to two
 // consumers, as a run could make it: latencies of the responses apart
 // from the time the failed connections took to fail.
-func fixedBench(status map[string]int64, errors int64, a *bench.Audit) bench.Result {
+func fixedBench(status map[string]int64, errors int64, a *audit.Audit) bench.Result {
 	var responses int64
 	for _, n := range status {
 		responses += n
@@ -51,50 +52,50 @@ func fixedBench(status map[string]int64, errors int64, a *bench.Audit) bench.Res
 
 // limit is the audit of 5 per second under the sliding-window rule with
 // its figures for a run of two consumers.
-func limit(v bench.Verdict, reasons ...string) bench.LimitAudit {
+func limit(v audit.Verdict, reasons ...string) audit.LimitAudit {
 	honest := true
-	return bench.LimitAudit{Limit: 5, WindowMillis: 1000, Rule: "at most 5 in any 1s span", Verdict: v, Reasons: append([]string{}, reasons...),
+	return audit.LimitAudit{Limit: 5, WindowMillis: 1000, Rule: "at most 5 in any 1s span", Verdict: v, Reasons: append([]string{}, reasons...),
 		Consumers: 2, WorstConsumer: "consumer-0", WorstWindowAdmitted: 5, WorstSpanMillis: 999, WorstSpanAllowed: 5, MostInWindow: 5, FullAt: 5, FullSpanMillis: 1000,
 		Denials: 66, DenialsAttributed: 38, DenialsJudged: 40, DenialsUnjudged: 26,
 		UnjudgedReason: "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: " +
 			"5/1s (a look-back of 1s; 26 denials); in a run longer than 1s, those sent after the first 1s are judged",
-		WorstConsumers: []bench.ConsumerAudit{
+		WorstConsumers: []audit.ConsumerAudit{
 			{Consumer: "consumer-0", Admitted: 15, Denied: 33, Failed: 2},
 			{Consumer: "consumer-1", Admitted: 15, Denied: 33, Failed: 2},
 		},
-		RetryAfter: bench.RetryAfterAudit{Probes: 2, Honest: &honest}, Headers: bench.HeadersAudit{Checked: 96}}
+		RetryAfter: audit.RetryAfterAudit{Probes: 2, Honest: &honest}, Headers: audit.HeadersAudit{Checked: 96}}
 }
 
 func TestBenchGolden(t *testing.T) {
-	under := limit(bench.Held)
+	under := limit(audit.Held)
 	under.UnderAdmitted, under.UnderAdmittedShare, under.WorstUnderConsumer, under.WorstUnderAdmitted = 12, 0.3, "consumer-1", 7
 	under.WorstConsumers[0].UnderAdmitted, under.WorstConsumers[1].UnderAdmitted = 5, 7
 	under.WorstConsumers[0], under.WorstConsumers[1] = under.WorstConsumers[1], under.WorstConsumers[0]
-	leak := limit(bench.Leaked, "consumer-1 got 9 through in 999ms where 5 were allowed (at most 5 in any 1s span)")
+	leak := limit(audit.Leaked, "consumer-1 got 9 through in 999ms where 5 were allowed (at most 5 in any 1s span)")
 	leak.WorstConsumer, leak.WorstWindowAdmitted, leak.OverAdmitted = "consumer-1", 9, 4
 	leak.WorstConsumers[1].OverAdmitted, leak.WorstConsumers[1].Admitted = 4, 19
 	leak.WorstConsumers[0], leak.WorstConsumers[1] = leak.WorstConsumers[1], leak.WorstConsumers[0]
 	refused := []string{"most responses, 100 of 100, were neither 2xx nor 429 (400 × 100): the gateway turned the requests away for something other than its limit",
 		"2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 50): nothing shows what their limit admits"}
-	none := limit(bench.NoVerdict, refused...)
+	none := limit(audit.NoVerdict, refused...)
 	none.WorstWindowAdmitted, none.MostInWindow, none.Denials, none.DenialsAttributed, none.DenialsJudged = 0, 0, 0, 0, 0
 	none.DenialsUnjudged, none.UnjudgedReason = 0, ""
-	none.WorstConsumers = []bench.ConsumerAudit{{Consumer: "consumer-0", Failed: 50}, {Consumer: "consumer-1", Failed: 50}}
-	none.RetryAfter = bench.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
-	none.Headers = bench.HeadersAudit{}
-	audit := func(v bench.Verdict, reasons []string, l bench.LimitAudit) *bench.Audit {
-		return &bench.Audit{Verdict: v, Reasons: append([]string{}, reasons...), Samples: 100, Limits: []bench.LimitAudit{l}}
+	none.WorstConsumers = []audit.ConsumerAudit{{Consumer: "consumer-0", Failed: 50}, {Consumer: "consumer-1", Failed: 50}}
+	none.RetryAfter = audit.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
+	none.Headers = audit.HeadersAudit{}
+	audited := func(v audit.Verdict, reasons []string, l audit.LimitAudit) *audit.Audit {
+		return &audit.Audit{Verdict: v, Reasons: append([]string{}, reasons...), Samples: 100, Limits: []audit.LimitAudit{l}}
 	}
 	for _, tc := range []struct {
 		name string
 		r    bench.Result
 	}{
-		{"bench_held", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audit(bench.Held, nil, under))},
-		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audit(bench.Leaked, leak.Reasons, leak))},
-		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audit(bench.NoVerdict, refused, none))},
-		{"bench_not_reached", fixedBench(map[string]int64{"200": 98}, 2, audit(bench.NotReached, []string{"4 of 5 in 1s: not tested"}, notReached()))},
+		{"bench_held", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audited(audit.Held, nil, under))},
+		{"bench_leaked", fixedBench(map[string]int64{"200": 34, "429": 62, "503": 2}, 2, audited(audit.Leaked, leak.Reasons, leak))},
+		{"bench_no_verdict", fixedBench(map[string]int64{"400": 100}, 0, audited(audit.NoVerdict, refused, none))},
+		{"bench_not_reached", fixedBench(map[string]int64{"200": 98}, 2, audited(audit.NotReached, []string{"4 of 5 in 1s: not tested"}, notReached()))},
 		{"bench_rules", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, rulesAudit())},
-		{"bench_rls", fixedRLS(audit(bench.Held, nil, under))},
+		{"bench_rls", fixedRLS(audited(audit.Held, nil, under))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldens(t, tc.name, func(w io.Writer, f reports.Format) error {
@@ -106,7 +107,7 @@ func TestBenchGolden(t *testing.T) {
 
 // fixedRLS is an audited bench rls run of the calls fixedBench makes:
 // OK counted as 2xx, OVER_LIMIT as 429, one descriptor per consumer.
-func fixedRLS(a *bench.Audit) bench.Result {
+func fixedRLS(a *audit.Audit) bench.Result {
 	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, a)
 	r.Command, r.Target = "bench_rls", "127.0.0.1:8081"
 	r.Config.Method, r.Config.ConsumerHeader = "ShouldRateLimit", ""
@@ -117,55 +118,55 @@ func fixedRLS(a *bench.Audit) bench.Result {
 }
 
 // notReached is the audit of a limit the load never pushed to its cap.
-func notReached() bench.LimitAudit {
-	l := limit(bench.NotReached, "4 of 5 in 1s: not tested")
+func notReached() audit.LimitAudit {
+	l := limit(audit.NotReached, "4 of 5 in 1s: not tested")
 	l.WorstWindowAdmitted, l.MostInWindow, l.Denials, l.DenialsAttributed, l.DenialsJudged, l.DenialsUnjudged, l.UnjudgedReason = 4, 4, 0, 0, 0, 0, ""
-	l.WorstConsumers = []bench.ConsumerAudit{{Consumer: "consumer-0", Admitted: 49}, {Consumer: "consumer-1", Admitted: 49}}
-	l.RetryAfter = bench.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
+	l.WorstConsumers = []audit.ConsumerAudit{{Consumer: "consumer-0", Admitted: 49}, {Consumer: "consumer-1", Admitted: 49}}
+	l.RetryAfter = audit.RetryAfterAudit{Skipped: "no consumer was denied with a Retry-After, in the run or when asked again after it"}
 	return l
 }
 
 // rulesAudit is an audit by a rules file: a limit per consumer that held,
 // a stricter one on /search that leaked, one per hour that the load never
 // reached and the gateway never advertised, and a shadow limit not judged.
-func rulesAudit() *bench.Audit {
-	perSecond := limit(bench.Held)
+func rulesAudit() *audit.Audit {
+	perSecond := limit(audit.Held)
 	perSecond.ID, perSecond.Descriptor, perSecond.Requests, perSecond.Admitted = "per-second", "header:X-Consumer-Id", 98, 30
 	perSecond.DenialsJudged, perSecond.DenialsElsewhere, perSecond.DenialsAttributed, perSecond.DenialsUnjudged = 60, 22, 38, 6
 	perSecond.UnjudgedReason = "they met a limit whose look-back reaches before the run's start, where what it counted is unknown: " +
 		"per-hour (a look-back of 1h; 6 denials); in a run longer than 1h, those sent after the first 1h are judged"
 	never := "never advertised it: 96 responses to its requests named per-second and search in RateLimit-Policy, and never it " +
 		"(by name, or by quota and window): a strong sign that the gateway leaves it out"
-	perHour := limit(bench.NotReached, "30 of 100000 in 1h: not tested", "the gateway "+never)
+	perHour := limit(audit.NotReached, "30 of 100000 in 1h: not tested", "the gateway "+never)
 	perHour.ID, perHour.Descriptor, perHour.Requests, perHour.Admitted, perHour.Limit, perHour.WindowMillis = "per-hour", "header:X-Consumer-Id", 98, 30, 100000, 3600000
 	perHour.Rule, perHour.MostInWindow, perHour.WorstWindowAdmitted, perHour.WorstSpanMillis, perHour.WorstSpanAllowed =
 		"at most 100000 in any 1h0m0s span", 30, 30, 3599999, 100000
 	perHour.FullAt, perHour.FullSpanMillis = 100000, 3600000
 	perHour.DenialsAttributed, perHour.DenialsJudged, perHour.DenialsElsewhere, perHour.DenialsUnjudged, perHour.UnjudgedReason = 0, 66, 66, 0, ""
-	perHour.Headers = bench.HeadersAudit{NeverAdvertised: never}
-	search := limit(bench.Leaked, "consumer-1 got 4 through in 999ms where 2 were allowed (at most 2 in any 1s span)")
+	perHour.Headers = audit.HeadersAudit{NeverAdvertised: never}
+	search := limit(audit.Leaked, "consumer-1 got 4 through in 999ms where 2 were allowed (at most 2 in any 1s span)")
 	search.ID, search.Descriptor, search.Requests, search.Admitted = "search", "header:X-Consumer-Id > path=/search", 49, 16
 	search.Limit, search.Rule, search.WorstConsumer, search.WorstWindowAdmitted, search.WorstSpanAllowed, search.OverAdmitted =
 		2, "at most 2 in any 1s span", "consumer-1", 4, 2, 2
-	trial := bench.LimitAudit{ID: "trial", Descriptor: "header:X-Plan=trial", Shadow: true, Requests: 49, Admitted: 15, Limit: 1,
-		WindowMillis: 1000, Rule: "at most 1 in any 1s span", Verdict: bench.NotJudged,
+	trial := audit.LimitAudit{ID: "trial", Descriptor: "header:X-Plan=trial", Shadow: true, Requests: 49, Admitted: 15, Limit: 1,
+		WindowMillis: 1000, Rule: "at most 1 in any 1s span", Verdict: audit.NotJudged,
 		Reasons:        []string{"shadow: counted by the gateway and never enforced, so never judged as a leak of it"},
-		WorstConsumers: []bench.ConsumerAudit{}}
+		WorstConsumers: []audit.ConsumerAudit{}}
 	search.DenialsAttributed, search.DenialsJudged, search.DenialsUnjudged, search.UnjudgedReason, search.MostInWindow = 4, 40, 0, "", 4
 	search.FullAt = 2
 	search.Headers.Violations, search.Headers.Example = 2, "consumer-1 advertised 3 remaining (expected limit 2)"
-	return &bench.Audit{Verdict: bench.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
-		Limits: []bench.LimitAudit{perSecond, search, perHour, trial}}
+	return &audit.Audit{Verdict: audit.Leaked, Reasons: []string{"search: " + search.Reasons[0]}, Samples: 98,
+		Limits: []audit.LimitAudit{perSecond, search, perHour, trial}}
 }
 
 // TestAuditHeadline: the headline of an audit of several limits says the
 // verdict they share, or counts them; never held when one went untested.
 func TestAuditHeadline(t *testing.T) {
-	of := func(vs ...bench.Verdict) string {
-		a := &bench.Audit{Verdict: bench.Held}
+	of := func(vs ...audit.Verdict) string {
+		a := &audit.Audit{Verdict: audit.Held}
 		for _, v := range vs {
-			a.Limits = append(a.Limits, bench.LimitAudit{ID: "x", Verdict: v, Limit: 5, WindowMillis: 1000})
-			if v == bench.NotReached {
+			a.Limits = append(a.Limits, audit.LimitAudit{ID: "x", Verdict: v, Limit: 5, WindowMillis: 1000})
+			if v == audit.NotReached {
 				a.Verdict = v
 			}
 		}
@@ -181,13 +182,13 @@ func TestAuditHeadline(t *testing.T) {
 		return ""
 	}
 	for _, tc := range []struct {
-		verdicts []bench.Verdict
+		verdicts []audit.Verdict
 		want     string
 	}{
-		{[]bench.Verdict{bench.Held, bench.Held, bench.Held}, "- Audit of 3 limits: HELD."},
-		{[]bench.Verdict{bench.Held, bench.Held, bench.Held, bench.NotReached}, "- Audit of 4 limits: 3 held, 1 not reached."},
-		{[]bench.Verdict{bench.Held, bench.NotJudged}, "- Audit of 2 limits: 1 held, 1 not judged."},
-		{[]bench.Verdict{bench.NotReached, bench.NotReached}, "- Audit of 2 limits: NOT REACHED."},
+		{[]audit.Verdict{audit.Held, audit.Held, audit.Held}, "- Audit of 3 limits: HELD."},
+		{[]audit.Verdict{audit.Held, audit.Held, audit.Held, audit.NotReached}, "- Audit of 4 limits: 3 held, 1 not reached."},
+		{[]audit.Verdict{audit.Held, audit.NotJudged}, "- Audit of 2 limits: 1 held, 1 not judged."},
+		{[]audit.Verdict{audit.NotReached, audit.NotReached}, "- Audit of 2 limits: NOT REACHED."},
 	} {
 		if got := of(tc.verdicts...); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.verdicts, got, tc.want)
@@ -219,7 +220,7 @@ func TestBenchProgressWords(t *testing.T) {
 // TestBenchAuditHints: the audit's hints follow its notes, one line each,
 // in the terminal and in markdown.
 func TestBenchAuditHints(t *testing.T) {
-	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, &bench.Audit{Verdict: bench.Held, Samples: 96, Limits: []bench.LimitAudit{limit(bench.Held)}})
+	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, &audit.Audit{Verdict: audit.Held, Samples: 96, Limits: []audit.LimitAudit{limit(audit.Held)}})
 	hint := "every request sent query parameter key as abc, so the 2 consumers met by-key on one counter; the identities went in header " +
 		"X-Consumer-Id (--consumer-header): put {consumer} in the URL: http://127.0.0.1:8080/?key={consumer}"
 	r.AuditHints = []string{hint}

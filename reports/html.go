@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/compare"
 	"github.com/ratelab/ratelab/drill"
@@ -217,7 +218,7 @@ func benchSection(b *strings.Builder, g benchGroup, labelled bool) {
 			continue
 		}
 		for k, lim := range a.Limits {
-			if lim.Descriptor != "" || lim.Verdict == bench.NotJudged {
+			if lim.Descriptor != "" || lim.Verdict == audit.NotJudged {
 				continue // drawn per consumer: a rules limit counts on counters of its own
 			}
 			if !auditChart(b, g.id, r, i, k, lim, a) {
@@ -237,7 +238,7 @@ func benchSection(b *strings.Builder, g benchGroup, labelled bool) {
 // each window of the audit's limit k of run i of the group whose charts'
 // ids begin with group. It says false when the run's responses were not
 // kept, and nothing can be drawn of it.
-func auditChart(b *strings.Builder, group string, r Named[bench.Result], i, k int, lim bench.LimitAudit, a *bench.Audit) bool {
+func auditChart(b *strings.Builder, group string, r Named[bench.Result], i, k int, lim audit.LimitAudit, a *audit.Audit) bool {
 	windows, err := r.Result.RollingAdmissionsOf(k, max(r.Result.Config.Consumers, 1))
 	if err != nil {
 		note(b, r.Name+": the audit's responses were not kept ("+err.Error()+"): no picture of it")

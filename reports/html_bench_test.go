@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/reports"
 )
@@ -15,13 +16,13 @@ import (
 // every paragraph of an audit names the run it belongs to. A page of one
 // run needs no such names.
 func TestHTMLLabelsBenchRuns(t *testing.T) {
-	audit := func() *bench.Audit {
-		return &bench.Audit{Verdict: bench.Held, Reasons: []string{}, Samples: 96, Limits: []bench.LimitAudit{limit(bench.Held)}}
+	run := func() *audit.Audit {
+		return &audit.Audit{Verdict: audit.Held, Reasons: []string{}, Samples: 96, Limits: []audit.LimitAudit{limit(audit.Held)}}
 	}
-	httpRun := fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, audit())
+	httpRun := fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, run())
 	httpRun.Timeline.Intervals = []bench.Interval{{StartMillis: 0, Requests: 50, Status: map[string]int64{"2xx": 20, "429": 28, "5xx": 2}},
 		{StartMillis: 1000, Requests: 50, Status: map[string]int64{"2xx": 10, "429": 38, "errors": 2}}}
-	rlsRun := fixedRLS(audit())
+	rlsRun := fixedRLS(run())
 	rlsRun.StatusCounts["500"] = 4
 	rlsRun.Timeline.Intervals = []bench.Interval{{StartMillis: 0, Requests: 50, Status: map[string]int64{"2xx": 20, "429": 26, "5xx": 4}},
 		{StartMillis: 1000, Requests: 50, Status: map[string]int64{"2xx": 10, "429": 40}}}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun"
@@ -222,12 +223,12 @@ func matrixHeld(t *testing.T, code int, stdout, stderr, serverLog string) {
 	var denied int64
 	reached := false
 	for _, l := range res.Audit.Limits {
-		if l.Verdict != bench.Held && l.Verdict != bench.NotReached || l.Admitted == 0 {
+		if l.Verdict != audit.Held && l.Verdict != audit.NotReached || l.Admitted == 0 {
 			t.Errorf("%s: %s %q, %d admitted", l.ID, l.Verdict, l.Reasons, l.Admitted)
 		}
 		// Two limits full at once leave their denials to either: both may
 		// go not reached, but the load filled one of them.
-		reached = reached || l.Verdict == bench.Held || l.MostInWindow >= l.Limit
+		reached = reached || l.Verdict == audit.Held || l.MostInWindow >= l.Limit
 		denied += l.Denials
 	}
 	if !reached {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 )
 
@@ -67,7 +68,7 @@ func TestReportMergeOnlyMergesOneRun(t *testing.T) {
 	}
 	var m bench.Result
 	decodeJSON(t, stdout, &m)
-	if m.Config.Consumers != 5 || m.Audit == nil || m.Audit.Verdict != bench.Held || m.Audit.Limits[0].Consumers != 5 || m.Audit.Limits[0].OverAdmitted != 0 {
+	if m.Config.Consumers != 5 || m.Audit == nil || m.Audit.Verdict != audit.Held || m.Audit.Limits[0].Consumers != 5 || m.Audit.Limits[0].OverAdmitted != 0 {
 		t.Fatalf("--as-one-run: %d consumers, audit %+v; want five, held", m.Config.Consumers, m.Audit)
 	}
 	if len(m.Config.Identities) != 5 || m.Config.Identities[3] != "consumer-0 ("+files[3]+")" {
@@ -132,7 +133,7 @@ func TestReportMergeRefusesRepeatedRuns(t *testing.T) {
 	code, stdout, stderr = ratelab(t, "report", "merge", "--as-one-run", "--fail-on-leak", "-o", "json", files[0], files[1])
 	var m bench.Result
 	decodeJSON(t, stdout, &m)
-	if code != exitOK || m.Audit == nil || m.Audit.Verdict != bench.Held || len(m.Parts) != 2 {
+	if code != exitOK || m.Audit == nil || m.Audit.Verdict != audit.Held || len(m.Parts) != 2 {
 		t.Fatalf("--as-one-run: exit %d (%s), audit %+v, parts %+v", code, stderr, m.Audit, m.Parts)
 	}
 	for _, args := range [][]string{{files[0], files[0]}, {"--as-one-run", files[0], files[0]}} {

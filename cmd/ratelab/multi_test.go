@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 )
 
@@ -147,7 +148,7 @@ func TestAuditSeveralLimits(t *testing.T) {
 	}{
 		{name: "correct", srv: multiLimit(t, allAtOnce, perSecond, per10s), expect: both, probes: true, check: func(t *testing.T, code int, res bench.Result, stderr string) {
 			for _, l := range res.Audit.Limits {
-				if l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Verdict != bench.Held {
+				if l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Verdict != audit.Held {
 					t.Errorf("%s: %s, %d of %d responses with wrong headers (%s)", l.ID, l.Verdict, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
 				}
 			}
@@ -157,27 +158,27 @@ func TestAuditSeveralLimits(t *testing.T) {
 				ra.Honest == nil && !strings.Contains(ra.Skipped, "too slow to tell") {
 				t.Errorf("Retry-After %+v, want honest", ra)
 			}
-			if code != exitOK || res.Audit.Verdict != bench.Held {
+			if code != exitOK || res.Audit.Verdict != audit.Held {
 				t.Fatalf("exit %d, %s %q, stderr %q", code, res.Audit.Verdict, res.Audit.Reasons, stderr)
 			}
 		}},
 		{name: "leaky", srv: multiLimit(t, allAtOnce, perSecond, leaky), expect: both, check: func(t *testing.T, code int, res bench.Result, stderr string) {
 			l := res.Audit.Limits[1]
-			if code != exitThreshold || res.Audit.Verdict != bench.Leaked || l.Verdict != bench.Leaked || l.ID != "12/10s" ||
+			if code != exitThreshold || res.Audit.Verdict != audit.Leaked || l.Verdict != audit.Leaked || l.ID != "12/10s" ||
 				!strings.Contains(stderr, "--fail-on-leak: 12/10s: ") || !strings.Contains(stderr, "over the 12 allowed") {
 				t.Fatalf("exit %d, %s %q, stderr %q", code, res.Audit.Verdict, res.Audit.Reasons, stderr)
 			}
-			if first := res.Audit.Limits[0]; first.Verdict != bench.Held {
+			if first := res.Audit.Limits[0]; first.Verdict != audit.Held {
 				t.Fatalf("5/1s, which the gateway keeps, is %s %q", first.Verdict, first.Reasons)
 			}
 		}},
 		{name: "sequential", srv: multiLimit(t, sequential, perSecond, per10s), expect: both, check: func(t *testing.T, _ int, res bench.Result, stderr string) {
 			for _, l := range res.Audit.Limits {
-				if l.Verdict == bench.Leaked || l.OverAdmitted != 0 {
+				if l.Verdict == audit.Leaked || l.OverAdmitted != 0 {
 					t.Errorf("%s: %s %q: a gateway that never admits beyond a limit is accused", l.ID, l.Verdict, l.Reasons)
 				}
 			}
-			if res.Audit.Verdict == bench.Leaked || strings.Contains(stderr, "over the") {
+			if res.Audit.Verdict == audit.Leaked || strings.Contains(stderr, "over the") {
 				t.Fatalf("%s %q, stderr %q", res.Audit.Verdict, res.Audit.Reasons, stderr)
 			}
 		}},
@@ -185,7 +186,7 @@ func TestAuditSeveralLimits(t *testing.T) {
 			check: func(t *testing.T, code int, res bench.Result, stderr string) {
 				// Its policy is read among the two the gateway names: the
 				// other is one the audit was not told of, not a wrong one.
-				if l := res.Audit.Limits[0]; code != exitOK || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Verdict != bench.Held {
+				if l := res.Audit.Limits[0]; code != exitOK || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Verdict != audit.Held {
 					t.Fatalf("exit %d, stderr %q: %s, %d of %d responses with wrong headers (%s)", code, stderr, l.Verdict,
 						l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
 				}
@@ -226,10 +227,10 @@ func TestMergeSeveralLimits(t *testing.T) {
 		name    string
 		srv     *httptest.Server
 		code    int
-		verdict bench.Verdict
+		verdict audit.Verdict
 	}{
-		{"correct", multiLimit(t, allAtOnce, perSecond, per10s), exitOK, bench.Held},
-		{"leaky", multiLimit(t, allAtOnce, perSecond, leaky), exitThreshold, bench.Leaked},
+		{"correct", multiLimit(t, allAtOnce, perSecond, per10s), exitOK, audit.Held},
+		{"leaky", multiLimit(t, allAtOnce, perSecond, leaky), exitThreshold, audit.Leaked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -253,7 +254,7 @@ func TestMergeSeveralLimits(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 			}
 			for _, l := range res.Audit.Limits {
-				if l.Headers.Checked == 0 || l.Headers.Violations != 0 && tc.verdict == bench.Held {
+				if l.Headers.Checked == 0 || l.Headers.Violations != 0 && tc.verdict == audit.Held {
 					t.Errorf("%s: %d of %d responses with wrong headers (%s)", l.ID, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
 				}
 			}
@@ -283,10 +284,10 @@ func TestMergeRules(t *testing.T) {
 		name    string
 		srv     *httptest.Server
 		code    int
-		verdict bench.Verdict
+		verdict audit.Verdict
 	}{
-		{"honoured", multiLimit(t, allAtOnce, perConsumer, search, trial), exitOK, bench.Held},
-		{"ignored", multiLimit(t, allAtOnce, perConsumer, trial), exitThreshold, bench.Leaked},
+		{"honoured", multiLimit(t, allAtOnce, perConsumer, search, trial), exitOK, audit.Held},
+		{"ignored", multiLimit(t, allAtOnce, perConsumer, trial), exitThreshold, audit.Leaked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -312,7 +313,7 @@ func TestMergeRules(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q, note %q, audit %+v", code, stderr, res.AuditNote, res.Audit)
 			}
 			if s := res.Audit.Limits[1]; s.ID != "search" || s.Verdict != tc.verdict || s.Consumers != 2 ||
-				tc.verdict == bench.Leaked && !strings.Contains(stderr, "--fail-on-leak: search: ") {
+				tc.verdict == audit.Leaked && !strings.Contains(stderr, "--fail-on-leak: search: ") {
 				t.Fatalf("search: %s %q, %d consumers; stderr %q", s.Verdict, s.Reasons, s.Consumers, stderr)
 			}
 		})
@@ -375,7 +376,7 @@ func TestAuditRules(t *testing.T) {
 			// search's denials meet per-second's full window as well, on a
 			// loaded machine often enough that none is its own alone: it may
 			// go not reached, never accused.
-			held := l.Verdict == bench.Held || l.ID == "search" && l.Verdict == bench.NotReached
+			held := l.Verdict == audit.Held || l.ID == "search" && l.Verdict == audit.NotReached
 			if !held || l.Headers.Checked == 0 || l.Headers.Violations != 0 || l.Consumers != consumers {
 				t.Errorf("%s (%s): %s %q, %d consumers, %d of %d responses with wrong headers (%s)", l.ID, l.Descriptor, l.Verdict, l.Reasons,
 					l.Consumers, l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
@@ -394,13 +395,13 @@ func TestAuditRules(t *testing.T) {
 		code, stdout, stderr := ratelab(t, append([]string{"bench", "http", srv.URL, "--path", "/search"}, load...)...)
 		var res bench.Result
 		decodeJSON(t, stdout, &res)
-		if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != bench.Leaked || !strings.Contains(stderr, "--fail-on-leak: search: ") {
+		if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != audit.Leaked || !strings.Contains(stderr, "--fail-on-leak: search: ") {
 			t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 		}
 		// Every request is to /search: each that per-second denied met
 		// search's window full too, so nothing shows per-second enforced
 		// rather than search at a higher rate. It is never accused.
-		if l := res.Audit.Limits[0]; (l.Verdict != bench.Held && l.Verdict != bench.NotReached) || res.Audit.Limits[1].Verdict != bench.Leaked {
+		if l := res.Audit.Limits[0]; (l.Verdict != audit.Held && l.Verdict != audit.NotReached) || res.Audit.Limits[1].Verdict != audit.Leaked {
 			t.Fatalf("per-second, which the gateway keeps, is %s %q", l.Verdict, l.Reasons)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 	"github.com/ratelab/ratelab/internal/testwait"
@@ -161,12 +162,12 @@ func TestNginxLimitReqAudited(t *testing.T) {
 				}
 				switch config.code {
 				case exitOK:
-					if a.Verdict != bench.Held || l.OverAdmitted != 0 {
+					if a.Verdict != audit.Held || l.OverAdmitted != 0 {
 						t.Fatalf("%s %q: a correct limit_req was accused", a.Verdict, a.Reasons)
 					}
 				default:
 					said := regexp.MustCompile(`--fail-on-leak: (\S+) got \d+ through in`).FindStringSubmatch(stderr)
-					if a.Verdict != bench.Leaked || said == nil || !contains(tc.names, said[1]) {
+					if a.Verdict != audit.Leaked || said == nil || !contains(tc.names, said[1]) {
 						t.Fatalf("%s %q; stderr %q: want leaked, naming an identity sent", a.Verdict, a.Reasons, stderr)
 					}
 				}
@@ -203,7 +204,7 @@ func containsAny(text string, names []string) bool {
 // audited with it, for three seconds: a burst comes within a few tens of
 // milliseconds, too soon for the refill to hide it. It returns the exit,
 // the audit and stderr.
-func burstAudit(t *testing.T, url, claim string, args ...string) (int, *bench.Audit, string) {
+func burstAudit(t *testing.T, url, claim string, args ...string) (int, *audit.Audit, string) {
 	t.Helper()
 	code, stdout, stderr := ratelab(t, append([]string{"bench", "http", url, "--consumers", "3", "--rate", "300", "--connections", "6", "--duration", "3s",
 		"--expect-limit", claim, "--no-probes", "--fail-on-leak", "--fail-on-under", "0.01", "-o", "json"}, args...)...)
@@ -240,12 +241,12 @@ func TestNginxRateAndBurst(t *testing.T) {
 				t.Fatalf("exit %d, want %d; stderr %q; audit %s %q, limit %+v", code, tc.code, stderr, a.Verdict, a.Reasons, l)
 			}
 			if tc.code == exitOK {
-				if a.Verdict != bench.Held || l.OverAdmitted != 0 || l.DenialsJudged == 0 || l.UnderAdmitted != 0 || l.WorstWindowAdmitted < 6 {
+				if a.Verdict != audit.Held || l.OverAdmitted != 0 || l.DenialsJudged == 0 || l.UnderAdmitted != 0 || l.WorstWindowAdmitted < 6 {
 					t.Fatalf("%s %q: nginx's limit_req accused under its own rate and burst: %+v", a.Verdict, a.Reasons, l)
 				}
 				return
 			}
-			if a.Verdict != bench.Leaked || l.OverAdmitted == 0 || !strings.Contains(stderr, "--fail-on-leak") {
+			if a.Verdict != audit.Leaked || l.OverAdmitted == 0 || !strings.Contains(stderr, "--fail-on-leak") {
 				t.Fatalf("%s %q, stderr %q: a claim nginx exceeds went unseen", a.Verdict, a.Reasons, stderr)
 			}
 		})
@@ -289,7 +290,7 @@ func TestEdgeRateAndBurst(t *testing.T) {
 			// where consumer-0 of another subtest would be another counter's.
 			code, a, stderr := burstAudit(t, e.url(), "10/1s:"+tc.algorithm+":burst=6",
 				"--consumer-header", "X-Load-Consumer", "--header", "X-Consumer-Id: "+redistest.Prefix(t)+"-{consumer}")
-			if l := a.Limits[0]; code != exitOK || a.Verdict != bench.Held || l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Headers.Violations != 0 {
+			if l := a.Limits[0]; code != exitOK || a.Verdict != audit.Held || l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Headers.Violations != 0 {
 				t.Fatalf("exit %d, stderr %q: %s %q, limit %+v", code, stderr, a.Verdict, a.Reasons, l)
 			}
 		})

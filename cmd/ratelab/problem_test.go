@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
@@ -171,7 +172,7 @@ func TestViolatedPoliciesWrong(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q, audit %+v; want exit %d", code, stderr, res.Audit, tc.code)
 			}
 			for _, l := range res.Audit.Limits {
-				if l.Verdict != bench.Held {
+				if l.Verdict != audit.Held {
 					t.Errorf("%s: %s %q", l.ID, l.Verdict, l.Reasons)
 				}
 				example := strings.ReplaceAll(tc.example, "ID", l.ID)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/edge"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
@@ -130,7 +131,7 @@ func TestRulesGatewayAudited(t *testing.T) {
 					// Held, or not reached where the load may leave it untested:
 					// whether a denial shows whose window was full depends on the
 					// flights, which a loaded machine stretches. Never accused.
-					held := l.Verdict == bench.Held || l.Verdict == bench.NotReached
+					held := l.Verdict == audit.Held || l.Verdict == audit.NotReached
 					if !held || l.Headers.Checked == 0 || l.Headers.Violations != 0 {
 						t.Errorf("%s: %s %q, %d of %d responses with wrong headers (%s)", l.ID, l.Verdict, l.Reasons,
 							l.Headers.Violations, l.Headers.Checked, l.Headers.Example)
@@ -228,12 +229,12 @@ func TestBrokenRulesGatewayCaught(t *testing.T) {
 			code, stdout, stderr := ratelab(t, planAudit(serveRules(t, gw.engine, served, gw.flags...), full)...)
 			var res bench.Result
 			decodeJSON(t, stdout, &res)
-			if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != bench.Leaked ||
+			if code != exitThreshold || res.Audit == nil || res.Audit.Verdict != audit.Leaked ||
 				!strings.Contains(stderr, "--fail-on-leak: per-10s: ") || !strings.Contains(stderr, "over the 12 allowed") {
 				t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 			}
 			for _, l := range res.Audit.Limits {
-				if (l.ID == "per-10s") != (l.Verdict == bench.Leaked) {
+				if (l.ID == "per-10s") != (l.Verdict == audit.Leaked) {
 					t.Errorf("%s: %s %q", l.ID, l.Verdict, l.Reasons)
 				}
 			}
@@ -268,10 +269,10 @@ func TestBrokenRulesGatewayCaught(t *testing.T) {
 				// No verdict is no accusation: a sequential gateway may deny
 				// a consumer every request on a route, which then shows
 				// nothing of what the route's limit admits.
-				if l.Verdict == bench.Leaked || l.OverAdmitted != 0 {
+				if l.Verdict == audit.Leaked || l.OverAdmitted != 0 {
 					t.Errorf("%s: %s %q: a gateway that never admits beyond a limit is accused", l.ID, l.Verdict, l.Reasons)
 				}
-				if tc.under == "" && (l.Verdict != bench.Held && l.ID != "gold-per-second" || l.UnderAdmitted != 0) {
+				if tc.under == "" && (l.Verdict != audit.Held && l.ID != "gold-per-second" || l.UnderAdmitted != 0) {
 					t.Errorf("%s: %s %q, %d of %d denials judged under-admitted in a gateway that decides atomically", l.ID, l.Verdict, l.Reasons,
 						l.UnderAdmitted, l.DenialsJudged)
 				}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/hdr"
 )
@@ -121,7 +122,7 @@ func TestShardsInProcesses(t *testing.T) {
 	}
 	var m bench.Result
 	decodeJSON(t, stdout, &m)
-	if m.Requests != requests || m.ThroughputRPS != rps || m.LatencyMicros.Count != requests || m.Audit == nil || m.Audit.Verdict != bench.Leaked || m.Audit.Limits[0].OverAdmitted == 0 {
+	if m.Requests != requests || m.ThroughputRPS != rps || m.LatencyMicros.Count != requests || m.Audit == nil || m.Audit.Verdict != audit.Leaked || m.Audit.Limits[0].OverAdmitted == 0 {
 		t.Fatalf("merged: %d requests at %.1f/s, audit %+v; want %d at %.1f/s and a leak", m.Requests, m.ThroughputRPS, m.Audit, requests, rps)
 	}
 	// The shards' own histograms, merged here, give the same percentiles.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
@@ -25,8 +26,8 @@ func untestedRules(domain string, search bool) string {
 }
 
 // limitsByID are an audit's limits by their IDs.
-func limitsByID(a *bench.Audit) map[string]bench.LimitAudit {
-	by := map[string]bench.LimitAudit{}
+func limitsByID(a *audit.Audit) map[string]audit.LimitAudit {
+	by := map[string]audit.LimitAudit{}
 	if a != nil {
 		for _, l := range a.Limits {
 			by[l.ID] = l
@@ -65,19 +66,19 @@ func TestUntestedLimits(t *testing.T) {
 	var res bench.Result
 	decodeJSON(t, stdout, &res)
 	by := limitsByID(res.Audit)
-	if code != exitThreshold || res.Audit == nil || res.Audit.Verdict == bench.Held || len(by) != 4 {
+	if code != exitThreshold || res.Audit == nil || res.Audit.Verdict == audit.Held || len(by) != 4 {
 		t.Fatalf("exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 	}
 	for id, want := range map[string]string{"per-hour": "of 100000 in 1h: not tested", "global": "of 1000 in 1s: not tested"} {
-		if l := by[id]; l.Verdict != bench.NotReached || len(l.Reasons) == 0 || !strings.HasSuffix(l.Reasons[0], want) ||
+		if l := by[id]; l.Verdict != audit.NotReached || len(l.Reasons) == 0 || !strings.HasSuffix(l.Reasons[0], want) ||
 			!strings.Contains(stderr, "--fail-on-leak: "+id+": not reached: ") {
 			t.Errorf("%s: %s %q; stderr %q", id, l.Verdict, l.Reasons, stderr)
 		}
 	}
-	if s := by["search"]; s.Verdict != bench.NotReached && s.Verdict != bench.Leaked || s.Headers.NeverAdvertised == "" {
+	if s := by["search"]; s.Verdict != audit.NotReached && s.Verdict != audit.Leaked || s.Headers.NeverAdvertised == "" {
 		t.Errorf("search, left out: %s %q, never advertised %q", s.Verdict, s.Reasons, s.Headers.NeverAdvertised)
 	}
-	if p := by["per-second"]; p.Verdict != bench.Held || p.DenialsAttributed == 0 {
+	if p := by["per-second"]; p.Verdict != audit.Held || p.DenialsAttributed == 0 {
 		t.Errorf("per-second: %s %q, %d of %d denials its own", p.Verdict, p.Reasons, p.DenialsAttributed, p.Denials)
 	}
 
@@ -89,7 +90,7 @@ func TestUntestedLimits(t *testing.T) {
 		t.Fatalf("by its own rules, --fail-on-under 0.05: exit %d, stderr %q, audit %+v", code, stderr, res.Audit)
 	}
 	for _, l := range by {
-		if l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Verdict == bench.Leaked {
+		if l.UnderAdmitted != 0 || l.DenialsJudged == 0 || l.Verdict == audit.Leaked {
 			t.Errorf("%s: %s %q: %d of %d denials judged, %d under-admitted", l.ID, l.Verdict, l.Reasons, l.DenialsJudged, l.Denials,
 				l.UnderAdmitted)
 		}
@@ -143,18 +144,18 @@ func TestUntestedLimitsRLS(t *testing.T) {
 			var res bench.Result
 			decodeJSON(t, stdout, &res)
 			by := limitsByID(res.Audit)
-			if code != tc.code || len(by) != 2 || res.Audit.Verdict == bench.Held {
+			if code != tc.code || len(by) != 2 || res.Audit.Verdict == audit.Held {
 				t.Fatalf("exit %d, want %d; stderr %q, audit %+v", code, tc.code, stderr, res.Audit)
 			}
-			if h := by["per-hour"]; h.Verdict != bench.NotReached || len(h.Reasons) == 0 || !strings.HasSuffix(h.Reasons[0], "of 100000 in 1h: not tested") {
+			if h := by["per-hour"]; h.Verdict != audit.NotReached || len(h.Reasons) == 0 || !strings.HasSuffix(h.Reasons[0], "of 100000 in 1h: not tested") {
 				t.Errorf("per-hour: %s %q", h.Verdict, h.Reasons)
 			}
 			if hour := strings.Contains(stderr, "--fail-on-leak: per-hour: not reached: "); hour != (tc.extra == nil) {
 				t.Errorf("stderr %q: per-hour named %v, want %v", stderr, hour, tc.extra == nil)
 			}
-			want := bench.Held
+			want := audit.Held
 			if !tc.search {
-				want = bench.Leaked
+				want = audit.Leaked
 			}
 			if s := by["search"]; s.Verdict != want {
 				t.Errorf("search: %s %q, want %s", s.Verdict, s.Reasons, want)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
 )
@@ -117,7 +118,7 @@ func TestBenchUnderAdmission(t *testing.T) {
 		t.Fatalf("audit %+v", res.Audit)
 	}
 	l := res.Audit.Limits[0]
-	if res.Audit.Verdict != bench.NotReached || l.SharedLimit || l.UnderAdmitted == 0 || l.UnderAdmitted != l.DenialsJudged || l.DenialsAttributed != 0 {
+	if res.Audit.Verdict != audit.NotReached || l.SharedLimit || l.UnderAdmitted == 0 || l.UnderAdmitted != l.DenialsJudged || l.DenialsAttributed != 0 {
 		t.Fatalf("%s %q: %d of %d denials judged under-admitted (shared %v), %d its own; want not reached, every one under", res.Audit.Verdict,
 			res.Audit.Reasons, l.UnderAdmitted, l.DenialsJudged, l.SharedLimit, l.DenialsAttributed)
 	}
@@ -178,7 +179,7 @@ func TestEdgeNeverUnderAdmits(t *testing.T) {
 				decodeJSON(t, stdout, &res)
 				// Just over the limit, a loaded machine's flights may hide that a
 				// window was full when a denial came: not reached, never accused.
-				if code != exitOK || res.Audit == nil || res.Audit.Verdict != bench.Held && res.Audit.Verdict != bench.NotReached {
+				if code != exitOK || res.Audit == nil || res.Audit.Verdict != audit.Held && res.Audit.Verdict != audit.NotReached {
 					t.Fatalf("%v: exit %d, stderr %q, audit %+v", load, code, stderr, res.Audit)
 				}
 				if l := res.Audit.Limits[0]; l.Denials == 0 || l.UnderAdmitted != 0 {
