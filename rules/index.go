@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ratelab/ratelab/internal/edits"
 )
 
 // crossCheck checks what no single field shows: that there are limits
@@ -89,7 +91,7 @@ func (p *parser) crossCheck() {
 
 func suggestName(name string, known []string) string {
 	for _, k := range known {
-		if distance(k, name) <= 2 {
+		if edits.Distance(k, name) <= 2 {
 			return fmt.Sprintf(" (did you mean %s?)", k)
 		}
 	}

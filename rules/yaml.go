@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelab/ratelab/internal/edits"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -195,35 +196,11 @@ func suggest(name string, known []string) string {
 		}, strings.ToLower(s))
 	}
 	for _, k := range known {
-		if squash(k) == squash(name) || distance(k, name) <= 2 {
+		if squash(k) == squash(name) || edits.Distance(k, name) <= 2 {
 			return fmt.Sprintf(" (did you mean %s?)", k)
 		}
 	}
 	return fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
-}
-
-// distance is the Levenshtein distance between a and b, for short names.
-func distance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return len(a) + len(b)
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // text reads a scalar as its text: null is empty.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ratelab/ratelab/internal/edits"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -51,7 +52,7 @@ func flagSuggestions(c *cobra.Command, typed string) []string {
 			return
 		}
 		name := strings.ToLower(f.Name)
-		switch d := levenshtein(typed, name); {
+		switch d := edits.Distance(typed, name); {
 		case d < best:
 			best, closest = d, []string{f.Name}
 		case d == best:
@@ -82,25 +83,4 @@ func orList(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
-
-// levenshtein is the number of single-byte edits that make a into b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/ratelab/ratelab/internal/edits"
 )
 
 // TestMistypedFlagSuggested: an unknown flag exits 2 and names the flags
@@ -46,8 +48,8 @@ func TestLevenshtein(t *testing.T) {
 	}{
 		{"", "", 0}, {"", "abc", 3}, {"trails", "trials", 2}, {"expect-limt", "expect-limit", 1}, {"kitten", "sitting", 3},
 	} {
-		if got := levenshtein(tc.a, tc.b); got != tc.want || levenshtein(tc.b, tc.a) != tc.want {
-			t.Errorf("levenshtein(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		if got := edits.Distance(tc.a, tc.b); got != tc.want || edits.Distance(tc.b, tc.a) != tc.want {
+			t.Errorf("edits.Distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
 	}
 }
