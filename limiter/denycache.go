@@ -3,6 +3,8 @@ package limiter
 import (
 	"sync"
 	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
 )
 
 // denyCache remembers limits that denied, until they admit again: the
@@ -64,5 +66,49 @@ func (c *denyCache) put(key string, d denial, now time.Time) {
 		if !now.Before(u.until) {
 			delete(c.denied, k)
 		}
+	}
+}
+
+// cached answers p from the deny cache when a limit it meets, not in
+// shadow mode, is cached as refusing at least what the request takes of it
+// (a take of 0 asks whether one more would be admitted: it is refused
+// exactly when a take of 1 is). The cached limits are decided, refusing
+// until their entries pass, and so are those decided without Redis
+// (known); the others are not.
+func (l *Limiter) cached(p Plan, cs checks, now time.Time, a *Answer) bool {
+	if !l.cfg.DenyCache || len(cs.list) == 0 {
+		return false
+	}
+	found := false
+	for i, lim := range p.Limits {
+		j := cs.at[i]
+		if j < 0 || lim.Check.Shadow {
+			continue
+		}
+		c := cs.list[j]
+		if d, ok := l.denied.get(cacheKey(c), now); ok && max(c.Cost, 1) >= d.cost {
+			a.Limits[i] = Result{Decided: true, RetryAfter: d.until.Sub(now), Reset: d.reset.Sub(now)}
+			found = true
+		}
+	}
+	if found {
+		known(p, cs, a)
+		a.Outcome = OutcomeDenyCache
+	}
+	return found
+}
+
+// cacheDenials remembers the limits Redis refused (not those in shadow
+// mode), decided at now: until they admit again what was asked.
+func (l *Limiter) cacheDenials(checks []algorithms.Check, out algorithms.Outcome, now time.Time) {
+	if !l.cfg.DenyCache {
+		return
+	}
+	for j, c := range checks {
+		d := out.Checks[j]
+		if d.Skipped || d.Allowed || c.Shadow || d.RetryAfter <= 0 {
+			continue
+		}
+		l.denied.put(cacheKey(c), denial{until: now.Add(d.RetryAfter), reset: now.Add(max(d.RetryAfter, d.Reset)), cost: max(c.Cost, 1)}, now)
 	}
 }
