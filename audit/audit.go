@@ -1,6 +1,15 @@
-// Package audit holds what the admission audit found when it judged what a
-// rate limiter admitted against what it promised: the verdicts, and what
-// it found for each limit, its consumers, Retry-After and headers.
+// Package audit is the admission audit: the judge of what a rate limiter
+// admitted against what it promised. It is a function of the samples (what
+// each consumer sent, what was answered, when; the load engine records
+// them, in package bench) and of the expectations (--expect-limit's
+// limits, a gateway's rules file, a rate limit service's configuration):
+// it meets each sample with the limits it met and their counters, tells
+// which limit justifies each denial, and judges each limit on its own
+// (held only when the load pushed it to its cap, leaked, not reached),
+// with its under-admission, its rate-limit headers and its Retry-After,
+// for which it asks the engine for probes (Prober). The same judge serves
+// bench http, bench rls and report merge, which re-judges several runs'
+// samples as one (Merge). It returns plain data and never prints.
 package audit
 
 import (

@@ -1,222 +1,164 @@
 package bench
 
 import (
-	"cmp"
+	"bufio"
+	"bytes"
+	"context"
+	"net"
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
+	"net/netip"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/audit"
-	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/rules"
 )
 
-// sample is one request of a consumer, kept for the audit: a response, or
-// a transport error (status 0).
-type sample struct {
-	consumer int32
-	status   int16  // 0 for a transport error
-	route    uint16 // the route of a mix (Routes) it was sent to
-	// otherMayDeny, on a denial projected on one limit, says that another
-	// limit the request met may have denied it: it would not surely have
-	// admitted it, or what it counted is not known.
-	otherMayDeny bool
-	// judgement is what the audit made of a denial, projected on one
-	// limit (see denialJudgement).
-	judgement denialJudgement
-	// adverts are the policies its response spoke of: advs[advAt:advAt+advN]
-	// of the slice kept beside the samples; then come the violated
-	// policies its 429's problem body named (violatedPolicies).
-	advN       uint8
-	violated   uint8
-	advAt      uint32
-	sent, done time.Duration // since the measured run began
-	retryAfter time.Duration // -1 when absent
-	limit      int64         // advertised limit; -1 when absent
-	remaining  int64         // advertised remaining; -1 when absent
-	reset      time.Duration // advertised time until the quota resets; -1 when absent
+// The engine's side of the audit: after the run, it tells package audit
+// what each request or call sent (as the rules read it), hands it the
+// samples, and sends the probes it asks for (probes.go).
+
+// sent describes the requests of a run as a gateway reads them, for the
+// rules they meet: each is read back from the bytes the engine sends, so
+// that every identity, route and header is the one sent.
+type sent struct {
+	mix       *mix
+	consumers int
+	// sources are the consumers' own addresses (--source-ips), one each;
+	// without them, every request is sent from source (no port).
+	sources []netip.Addr
+	source  string
+	buf     []byte
 }
 
-func (s sample) ok() bool { return s.status >= 200 && s.status < 300 }
+// request is the request of consumer to route, as the rules read it, sent
+// from the consumer's address; with no consumer, that of the one client.
+func (s *sent) request(route, consumer int) rules.Request {
+	if s.consumers == 0 {
+		consumer = -1 // the one client, as the engine sends it
+	}
+	from := s.source
+	if consumer >= 0 && consumer < len(s.sources) {
+		from = s.sources[consumer].Unmap().String()
+	}
+	raw := s.mix.request(route, consumer).render(&s.buf, consumer)
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+	if err != nil { // the engine's own request: never
+		return rules.Request{RemoteAddress: from}
+	}
+	return rules.Request{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Host: req.Host,
+		RemoteAddress: from, Header: req.Header}
+}
 
-// denied says the limit turned the request away (429).
-func (s sample) denied() bool { return s.status == http.StatusTooManyRequests }
+// localAddress is the address, without its port, that conn was opened
+// from: the remote_address a gateway sees when no proxy is in between.
+func localAddress(nc net.Conn) string {
+	if host, _, err := net.SplitHostPort(nc.LocalAddr().String()); err == nil {
+		return host
+	}
+	return ""
+}
 
-// answered says the request got a response.
-func (s sample) answered() bool { return s.status != 0 }
-
-// maxSamples bounds what the audit keeps.
-const maxSamples = 5_000_000
-
-// maxWorstConsumers bounds LimitAudit.WorstConsumers.
-const maxWorstConsumers = 10
-
-// sharedNote says why a shard of shared consumers cannot judge alone what
-// needs all of a consumer's responses.
-const sharedNote = "other load machines send the same consumers (--shared-consumers): report merge judges this over all of them"
-
-// newSample reads the rate-limit fields of a response.
-func newSample(consumer int, sent, done time.Duration, status int, f *limitFields) sample {
-	s := sample{consumer: int32(consumer), sent: sent, done: done, status: int16(status), retryAfter: -1, limit: -1, remaining: -1, reset: -1}
-	if f.retryAfter != "" {
-		if n, err := strconv.ParseFloat(f.retryAfter, 64); err == nil && n >= 0 && n < 1e9 {
-			s.retryAfter = time.Duration(n * float64(time.Second))
-		} else if t, err := http.ParseTime(f.retryAfter); err == nil {
-			s.retryAfter = max(time.Until(t), 0)
+// runAudit has the audit judge a run's samples by cfg's limits, asking
+// the engine for the Retry-After probes. It returns the meeting of samples
+// and limits it judged by, and the hints of what the load missed
+// (Result.AuditHints).
+func runAudit(ctx context.Context, cfg HTTPConfig, p *plan, rec audit.Record, cov audit.Coverage, source string) (audit.Audit, *audit.Meeting, []string) {
+	exps := cfg.expectations()
+	var m audit.Meeting
+	var values *sentValues
+	name := p.consumerName
+	if cfg.ExpectRules != nil {
+		s := &sent{mix: p.req, consumers: cfg.Consumers, sources: p.sources, source: source}
+		if cfg.Consumers == 0 {
+			name = func(int32) string { return "the client" }
 		}
-	}
-	if q, ok := sfParam(f.policy, "q"); ok {
-		s.limit = q
-	} else if n, err := strconv.ParseInt(cmp.Or(f.limit, f.xLimit), 10, 64); err == nil {
-		s.limit = n
-	}
-	if r, ok := sfParam(f.rateLimit, "r"); ok {
-		s.remaining = r
-	} else if n, err := strconv.ParseInt(cmp.Or(f.remaining, f.xRemaining), 10, 64); err == nil {
-		s.remaining = n
-	}
-	if t, ok := sfParam(f.rateLimit, "t"); ok {
-		s.reset = resetIn(t)
-	} else if n, err := strconv.ParseInt(cmp.Or(f.reset, f.xReset), 10, 64); err == nil {
-		if n > 1e9 { // an epoch time, as some X-RateLimit-Reset fields send
-			n -= time.Now().Unix()
-		}
-		s.reset = resetIn(max(n, 0))
-	}
-	return s
-}
-
-// expectation is what the audit holds an endpoint to.
-type expectation struct {
-	policy algorithms.Policy
-	// algorithm is the registry name of the algorithm the endpoint claims;
-	// empty for the sliding-window rule.
-	algorithm string
-	guarantee algorithms.Guarantee
-	// id names the limit in reasons and reports: 5/1s, or a rules limit's
-	// ID; names are the names a response's headers may give it (a rules
-	// limit's ID and name); descriptor is the rule it is on, in words.
-	id         string
-	names      []string
-	descriptor string
-	// quota is the limit as the gateway advertises it (before cost), and
-	// burst its burst in the same units (0 when it has none); cost is what
-	// one request takes (1 but in rules); shadow and unlimited as in
-	// rules.Limit.
-	quota             int64
-	burst             int64
-	cost              int64
-	shadow, unlimited bool
-	// refusedMaySpend says a request refused may still have spent this
-	// limit (another limit refused it): the checks of remaining count
-	// every request, not only those admitted. refusedAtZero says a request
-	// this limit alone refused must have been told 0 remaining of it (a
-	// rate limit service's OVER_LIMIT status).
-	refusedMaySpend, refusedAtZero bool
-	// unmet says why no request met the limit, when what was sent shows
-	// it (sentValues.unmetHint).
-	unmet string
-	// noPolicies says the responses speak of descriptors, not of policies
-	// (a rate limit service's statuses): a limit none of them names is not
-	// one the gateway left out.
-	noPolicies bool
-}
-
-// newExpectation makes the expectation of limit per window under
-// algorithm ("" for the sliding-window rule).
-func newExpectation(limit int64, window time.Duration, algorithm string) (expectation, error) {
-	return expectationOf(algorithms.Policy{Limit: limit, Window: window}, algorithm)
-}
-
-// expectationOf makes the expectation of policy p under algorithm (""
-// for the sliding-window rule, which has no burst).
-func expectationOf(p algorithms.Policy, algorithm string) (expectation, error) {
-	e := expectation{policy: p, algorithm: algorithm, guarantee: algorithms.SlidingWindow, quota: p.Limit, burst: p.Burst, cost: 1}
-	if algorithm != "" {
-		info, ok := algorithms.Lookup(algorithm)
-		if !ok || !info.Algorithm {
-			return e, field.Errorf("ExpectAlgorithm", "%q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
-		}
-		e.guarantee = info.Guarantee
-	}
-	if err := algorithms.CheckBurst(algorithm, p); err != nil {
-		return e, field.Errorf("ExpectBurst", "%d: a burst is for token-bucket and gcra, not %s", p.Burst, cmp.Or(algorithm, "the sliding-window rule"))
-	}
-	return e, nil
-}
-
-// coverage is what the samples hold of the run.
-type coverage struct {
-	// from is when they begin to hold every request that can count
-	// against a limit (0, or after the warm-up's last response).
-	from time.Duration
-	// horizon, when not negative, is when samples started to be dropped:
-	// checks that need every request up to some time judge only what
-	// ended before it.
-	horizon time.Duration
-	// partial says the samples are one machine's share of consumers that
-	// others send too: every admission the run saw is real, so the
-	// admission count stays sound, but the checks that need every request
-	// of a consumer (remaining, under-admission) are not made.
-	partial bool
-	// skipUnder, when set, says why under-admission cannot be judged (the
-	// samples are partial, or the run was interrupted and the requests in
-	// flight then were never answered).
-	skipUnder string
-}
-
-// audit judges the samples against each expectation, on each consumer's
-// own counter (named by name), and makes the verdict of them all.
-func auditAll(samples []sample, exps []expectation, consumers int, cov coverage, name func(int32) string) audit.Audit {
-	return auditLimits(samples, nil, exps, everyConsumer(samples, len(exps), consumers, name), cov)
-}
-
-// overall is the verdict of several limits: the worst of theirs, with the
-// reasons of each limit that has it, named when there are several.
-func overall(limits []audit.LimitAudit) (audit.Verdict, []string) {
-	v := audit.Held
-	judged := 0
-	for _, l := range limits {
-		if l.Verdict == audit.NotJudged {
-			continue
-		}
-		judged++
-		if rank(l.Verdict) < rank(v) {
-			v = l.Verdict
-		}
-	}
-	reasons := []string{}
-	if judged == 0 && len(limits) > 0 {
-		v = audit.NoVerdict
-		reasons = append(reasons, "no limit the audit could judge: each is shadow, unlimited or of cost 0")
-	}
-	for _, l := range limits {
-		if l.Verdict != v {
-			continue
-		}
-		for _, r := range l.Reasons {
-			if len(limits) > 1 {
-				r = l.Label() + ": " + r
+		values = newSentValues(cfg.ExpectRules)
+		m = audit.RulesMeeting(rec.Samples, cfg.ExpectRules, values.watch(s.request), name)
+		for k, l := range cfg.ExpectRules.Limits() {
+			if m.Met(k) == 0 {
+				exps[k].Unmet = values.unmetHint(cfg, l)
 			}
-			reasons = append(reasons, r)
+		}
+	} else {
+		m = audit.EveryConsumer(rec.Samples, len(exps), cfg.Consumers, p.consumerName)
+	}
+	a := audit.Judge(rec, exps, m, cov, name)
+	audit.Probe(ctx, p, rec.Samples, &a, cov, probesOff(cfg.NoProbes, ""))
+	var hints []string
+	if values != nil {
+		hints = values.oneCounterHints(cfg, cfg.ExpectRules, m)
+	}
+	if h := cfg.sharedHint(a); h != "" {
+		hints = append(hints, h)
+	}
+	return a, &m, hints
+}
+
+// rlsAudit has the audit judge a run's calls against what cfg expects,
+// asking the engine for the probes of duration_until_reset. It returns the
+// meeting of samples and limits it judged by.
+//
+// Envoy refuses a request only when the overall code is OVER_LIMIT: it
+// lets a call answered with any other code (UNKNOWN) through as it lets
+// OK through, so the audit counts those calls as admitted (the results
+// still show them as another code).
+func rlsAudit(ctx context.Context, cfg RLSConfig, p *plan, calls *rlsCalls, rec *audit.Record, cov audit.Coverage) (audit.Audit, *audit.Meeting) {
+	for i := range rec.Samples {
+		if rec.Samples[i].Status == rlsUnknown {
+			rec.Samples[i].Status = rlsOK
 		}
 	}
-	return v, reasons
-}
-
-// rank orders the verdicts, the strongest first: a leak, then what could
-// not be judged, then what was not tested, and held last.
-func rank(v audit.Verdict) int {
-	switch v {
-	case audit.Leaked:
-		return 0
-	case audit.NoVerdict:
-		return 1
-	case audit.NotReached:
-		return 2
+	svc := cfg.service(calls)
+	skip := ""
+	if cfg.Consumers > 1 {
+		for _, d := range cfg.descriptors() {
+			if !d.namesConsumer() {
+				skip = "descriptor " + d.String() + " is every consumer's: the probes of several consumers at once would spend it"
+				break
+			}
+		}
 	}
-	return 3
+	a, m := svc.Judge(ctx, rec, cov, p, probesOff(cfg.NoProbes, skip), p.consumerName)
+	return a, &m
 }
 
-func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }
+// service is the run of cfg's calls (made by calls) as the audit reads
+// them, and what it holds the service to.
+func (c RLSConfig) service(calls *rlsCalls) audit.Service {
+	svc := audit.Service{Domain: c.Domain, Sent: calls.entries, Label: descriptorLabel, Consumers: c.Consumers, Cost: c.cost(),
+		Config: c.ExpectConfig, Limit: audit.ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm, Burst: c.ExpectBurst}}
+	for _, set := range c.sets() {
+		texts := make([]string, len(set.Descriptors))
+		for i, d := range set.Descriptors {
+			texts[i] = d.String()
+		}
+		svc.Sets = append(svc.Sets, texts)
+	}
+	if c.ExpectConfig != nil {
+		svc.Unmet = c.unmetHint()
+	}
+	return svc
+}
+
+// probesOff is why no probe is made: they were turned off, or skip.
+func probesOff(noProbes bool, skip string) string {
+	if noProbes {
+		return "probes turned off (--no-probes)"
+	}
+	return skip
+}
+
+// descriptorLabel is a descriptor's entries as key=value,key=value,
+// escaped as Descriptor.String escapes them.
+func descriptorLabel(entries []rules.Entry) string {
+	d := make(Descriptor, len(entries))
+	for i, e := range entries {
+		d[i] = DescriptorEntry{Key: e.Key, Value: e.Value}
+	}
+	return d.String()
+}
+
+// coverage is what the samples hold of the run (l, with its defaults),
+// for the audit.
+func (d drove) coverage(ctx context.Context, l load) audit.Coverage {
+	return audit.NewCoverage(d.warmUntil, d.horizon, l.Shards > 1 && l.SharedConsumers, ctx.Err() != nil)
+}

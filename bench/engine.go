@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // plan is what every connection of a run shares, read-only once built.
@@ -69,10 +71,8 @@ type plan struct {
 	probes atomic.Int64
 	// wholeAfter says a denied consumer is surely admitted only once every
 	// limit its request met is whole again (a sample's reset), not at its
-	// Retry-After alone; noEarlyProbe that an admission before then proves
-	// nothing (a rolling window frees a slot before it is whole). A rate
-	// limit service's duration_until_reset is both.
-	wholeAfter, noEarlyProbe bool
+	// Retry-After alone: a rate limit service's duration_until_reset.
+	wholeAfter bool
 }
 
 // probesUntil is when the probes will be over; zero when none run.
@@ -125,13 +125,13 @@ type conn struct {
 	id int
 	w  wire
 
-	timer   *time.Timer
-	batch   []event
-	bytes   int64
-	unsent  int64
-	first   [numKinds]string // the first message of each error kind
-	samples []sample
-	advs    []advert // the samples' adverts
+	timer  *time.Timer
+	batch  []event
+	bytes  int64
+	unsent int64
+	first  [numKinds]string // the first message of each error kind
+	// rec keeps the samples, for the audit.
+	rec audit.Record
 	// responses are kept with KeepResponses.
 	responses []Response
 	// cappedAt is when this connection stopped keeping samples, since the
@@ -150,9 +150,9 @@ type wire interface {
 	// at sentAt plus the run's timeout, and reads the answer: its status
 	// (for gRPC, as sample statuses read it) and the bytes of its body.
 	exchange(ctx context.Context, sentAt time.Time, consumer, route int) (status int, body int64, err error)
-	// sample is the answer the last exchange read, as the audit keeps
-	// it, with the policies it spoke of appended to advs.
-	sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert)
+	// record keeps s, the request of the last exchange, in rec with what
+	// its answer said (its status, and what it advertised).
+	record(rec *audit.Record, s audit.Sample)
 	// limited says the last answer carried rate-limit fields: the limiter
 	// decided it.
 	limited() bool
@@ -325,24 +325,19 @@ func (c *conn) flush() {
 // are missing.
 func (c *conn) keepSample(consumer, route int, sent, done time.Duration, answered bool) {
 	consumer = max(consumer, 0) // one anonymous client: the audit's consumer 0
-	if len(c.samples) >= c.p.sampleCap {
+	if len(c.rec.Samples) >= c.p.sampleCap {
 		if c.cappedAt < 0 {
 			c.cappedAt = sent
 		}
 		return
 	}
+	s := audit.NewSample(consumer, sent, done, 0)
+	s.Route = uint16(route)
 	if !answered {
-		s := newSample(consumer, sent, done, 0, &limitFields{})
-		s.route = uint16(route)
-		c.samples = append(c.samples, s)
+		c.rec.Add(s)
 		return
 	}
-	var s sample
-	at := len(c.advs)
-	s, c.advs = c.w.sample(consumer, sent, done, c.advs)
-	s.route = uint16(route)
-	s.advAt, s.advN = uint32(at), uint8(len(c.advs)-at)-s.violated
-	c.samples = append(c.samples, s)
+	c.w.record(&c.rec, s)
 }
 
 // response makes the Response of one request, with what its wire read.
@@ -418,11 +413,6 @@ func newPlan(cfg HTTPConfig, t *tally) (*plan, error) {
 	if u.Scheme == "https" {
 		p.tls = &tls.Config{ServerName: u.Hostname(), InsecureSkipVerify: cfg.Insecure, NextProtos: []string{"http/1.1"}} //nolint:gosec // --insecure is the user's choice, for test gateways
 	}
-	p.names = map[string]int16{}
-	for k, exp := range cfg.expectations() {
-		for _, name := range exp.names {
-			p.names[name] = int16(k)
-		}
-	}
+	p.names = audit.Names(cfg.expectations())
 	return p, nil
 }

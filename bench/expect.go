@@ -1,95 +1,17 @@
 package bench
 
 import (
-	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/rules"
 )
 
-// ExpectedLimit is one limit the audit holds each consumer to.
-type ExpectedLimit struct {
-	Limit  int64
-	Window time.Duration
-	// Algorithm is the algorithm whose guarantee it is held to; empty for
-	// the sliding-window rule (at most Limit in any Window).
-	Algorithm string
-	// Burst is, for token-bucket and gcra, the most admitted at one
-	// instant; zero means Limit. (Left out of the run's id when zero, so
-	// that runs without one keep theirs.)
-	Burst int64 `json:"Burst,omitempty"`
-}
-
-// String is the limit as --expect-limit takes it: 5/1s, 100/1m:gcra,
-// 10/1s:gcra:burst=6.
-func (e ExpectedLimit) String() string {
-	s := fmt.Sprintf("%d/%s", e.Limit, rules.Window(e.Window))
-	if e.Algorithm != "" {
-		s += ":" + e.Algorithm
-	}
-	if e.Burst > 0 {
-		s += fmt.Sprintf(":burst=%d", e.Burst)
-	}
-	return s
-}
-
-// policy is the limit's policy.
-func (e ExpectedLimit) policy() algorithms.Policy {
-	return algorithms.Policy{Limit: e.Limit, Window: e.Window, Burst: e.Burst}
-}
-
-// maxExpected bounds the limits of one audit: a request's limits are a
-// bit mask.
-const maxExpected = 64
-
-// ParseExpectedLimits reads an --expect-limit value: a comma list of
-// LIMIT/WINDOW, then optionally :ALGORITHM and, for token-bucket and
-// gcra, :burst=N (5/1s,12/10s:gcra, 10/1s:gcra:burst=6), as
-// algorithms.ParseLimit reads them; a limit that names no algorithm gets
-// algorithm ("" for the sliding-window rule).
-func ParseExpectedLimits(s, algorithm string) ([]ExpectedLimit, error) {
-	var out []ExpectedLimit
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		l, err := algorithms.ParseLimit(item)
-		if err != nil {
-			// ParseLimit's error names the limit already: "0/1s": ...
-			return nil, field.Errorf("ExpectLimits", "%v", err)
-		}
-		alg := l.Algorithm
-		if alg == "" {
-			if !knownAlgorithm(algorithm) {
-				return nil, field.Errorf("ExpectAlgorithm", "%q: want one of %s", algorithm, strings.Join(algorithms.Algorithms(), ", "))
-			}
-			alg = algorithm
-		}
-		if algorithms.CheckBurst(alg, l.Policy) != nil {
-			// A named algorithm was checked: this one is {ExpectAlgorithm}'s, or none.
-			why := "it names no algorithm"
-			if alg != "" {
-				why = "{ExpectAlgorithm} is " + alg
-			}
-			return nil, field.Errorf("ExpectLimits", "%q: a burst is for token-bucket and gcra, and %s: name one, as in %s", item, why,
-				algorithms.Limit{Policy: l.Policy, Algorithm: "gcra"})
-		}
-		out = append(out, ExpectedLimit{Limit: l.Policy.Limit, Window: l.Policy.Window, Algorithm: alg, Burst: l.Policy.Burst})
-	}
-	return out, nil
-}
-
-// knownAlgorithm says whether name is "" (the sliding-window rule) or an
-// algorithm an endpoint can be held to.
-func knownAlgorithm(name string) bool {
-	if name == "" {
-		return true
-	}
-	info, ok := algorithms.Lookup(name)
-	return ok && info.Algorithm
-}
+// What the audit expects of a run, as its configuration says it: the
+// engine's side of the audit's expectations (package audit judges them).
 
 // expectPolicy is ExpectLimit per ExpectWindow, with ExpectBurst.
 func (c HTTPConfig) expectPolicy() algorithms.Policy {
@@ -97,10 +19,10 @@ func (c HTTPConfig) expectPolicy() algorithms.Policy {
 }
 
 // expected is every limit of ExpectLimit and ExpectLimits, in order.
-func (c HTTPConfig) expected() []ExpectedLimit {
-	var all []ExpectedLimit
+func (c HTTPConfig) expected() []audit.ExpectedLimit {
+	var all []audit.ExpectedLimit
 	if c.ExpectLimit > 0 {
-		all = append(all, ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm, Burst: c.ExpectBurst})
+		all = append(all, audit.ExpectedLimit{Limit: c.ExpectLimit, Window: c.ExpectWindow, Algorithm: c.ExpectAlgorithm, Burst: c.ExpectBurst})
 	}
 	return append(all, c.ExpectLimits...)
 }
@@ -118,24 +40,24 @@ func (c HTTPConfig) validateExpect() error {
 		return field.Errorf("ExpectRules", "and {ExpectLimits} are two audits: give one")
 	case c.ExpectRules != nil && !c.ExpectRules.Gateway():
 		return field.Errorf("ExpectRules", "%s: rules not checked for the gateway", c.ExpectRules.File)
-	case c.ExpectRules != nil && len(c.ExpectRules.Limits()) > maxExpected:
-		return field.Errorf("ExpectRules", "%s: at most %d limits (got %d)", c.ExpectRules.File, maxExpected, len(c.ExpectRules.Limits()))
-	case len(all) > maxExpected:
-		return field.Errorf("ExpectLimits", "at most %d limits (got %d)", maxExpected, len(all))
+	case c.ExpectRules != nil && len(c.ExpectRules.Limits()) > audit.MaxLimits:
+		return field.Errorf("ExpectRules", "%s: at most %d limits (got %d)", c.ExpectRules.File, audit.MaxLimits, len(c.ExpectRules.Limits()))
+	case len(all) > audit.MaxLimits:
+		return field.Errorf("ExpectLimits", "at most %d limits (got %d)", audit.MaxLimits, len(all))
 	case len(c.ExpectLimits) > 0 && c.Consumers == 0:
 		return field.Errorf("ExpectLimits", "audit per consumer: they need {ConsumerHeader}")
 	}
 	for i, e := range all {
-		if err := e.policy().Validate(); err != nil {
+		if err := e.Policy().Validate(); err != nil {
 			return field.Errorf("ExpectLimits", "%s: %v", e, err)
 		}
-		if !knownAlgorithm(e.Algorithm) {
+		if !audit.KnownAlgorithm(e.Algorithm) {
 			return field.Errorf("ExpectLimits", "%s: %q is not an algorithm (want %s)", e, e.Algorithm, strings.Join(algorithms.Algorithms(), ", "))
 		}
-		if err := algorithms.CheckBurst(e.Algorithm, e.policy()); err != nil {
+		if err := algorithms.CheckBurst(e.Algorithm, e.Policy()); err != nil {
 			return field.Errorf("ExpectLimits", "%s: %v", e, err)
 		}
-		if j := slices.IndexFunc(all[:i], func(o ExpectedLimit) bool { return o.Window == e.Window }); j >= 0 {
+		if j := slices.IndexFunc(all[:i], func(o audit.ExpectedLimit) bool { return o.Window == e.Window }); j >= 0 {
 			return field.Errorf("ExpectLimits", "%s and %s are two limits on one window (%s): keep one", all[j], e, rules.Window(e.Window))
 		}
 	}
@@ -143,17 +65,11 @@ func (c HTTPConfig) validateExpect() error {
 }
 
 // expectations are what the audit holds the endpoint to, one per limit.
-func (c HTTPConfig) expectations() []expectation {
+func (c HTTPConfig) expectations() []audit.Expectation {
 	if c.ExpectRules != nil {
-		return rulesExpectations(c.ExpectRules)
+		return audit.RulesExpectations(c.ExpectRules)
 	}
-	var exps []expectation
-	for _, e := range c.expected() {
-		exp, _ := expectationOf(e.policy(), e.Algorithm) // validated
-		exp.id = e.String()
-		exps = append(exps, exp)
-	}
-	return exps
+	return audit.Expected(c.expected())
 }
 
 // LimitIDs are the IDs of the limits the audit may judge, as it labels
@@ -162,88 +78,58 @@ func (c HTTPConfig) expectations() []expectation {
 func (c HTTPConfig) LimitIDs() []string {
 	var ids []string
 	for _, e := range c.expectations() {
-		ids = append(ids, e.id)
+		ids = append(ids, e.ID)
 	}
 	return ids
 }
 
-// rulesExpectations are the limits of a rules file, in file order.
-func rulesExpectations(set *rules.Set) []expectation {
-	var exps []expectation
-	for _, l := range set.Limits() {
-		exp := expectation{policy: l.Policy, algorithm: l.Algorithm, guarantee: algorithms.SlidingWindow, id: l.ID,
-			names: []string{l.ID}, descriptor: descriptorText(l.Descriptor), shadow: l.Shadow, unlimited: l.Unlimited, cost: l.Cost, quota: l.Policy.Limit,
-			burst: l.Policy.Burst}
-		if l.Name != "" && l.Name != l.ID {
-			exp.names = append(exp.names, l.Name)
-		}
-		if info, ok := algorithms.Lookup(l.Algorithm); ok && info.Algorithm {
-			exp.guarantee = info.Guarantee
-		}
-		if l.Cost > 1 && !l.Unlimited {
-			// What one request takes: the limit admits whole requests.
-			exp.policy.Limit = l.Policy.Limit / l.Cost
-			exp.policy.Burst = l.Policy.Burst / l.Cost
-		}
-		exps = append(exps, exp)
-	}
-	return exps
-}
-
-// descriptorText is the rule a limit is on, its descriptors from the top:
-// header:X-Consumer-Id > path=/search.
-func descriptorText(d *rules.Descriptor) string {
-	var parts []string
-	for ; d != nil; d = d.Parent {
-		p := d.Key
-		if d.Value != "" {
-			p += "=" + d.Value
-		}
-		parts = append(parts, p)
-	}
-	slices.Reverse(parts)
-	return strings.Join(parts, " > ")
-}
-
-// units is the policy in the units the limit counts (its quota per
-// window) and what one request takes of them. A bucket refills, and a
-// sliding counter weighs, units, not whole requests: requests of several
-// units are admitted at quota / cost a window, which policy.Limit (the
-// quota in whole requests, rounded down) falls short of when the cost
-// does not divide the quota. Windows and logs admit whole requests in
-// each window, which policy.Limit counts exactly.
-func (e expectation) units() (algorithms.Policy, int64) {
-	if e.cost > 1 && e.quota > 0 && !e.unlimited {
-		return algorithms.Policy{Limit: e.quota, Window: e.policy.Window, Burst: e.burst}, e.cost
-	}
-	return e.policy, 1
-}
-
-// rule says in words what the limit allows.
-func (e expectation) rule() string {
-	switch p, cost := e.units(); {
-	case cost > 1 && (e.guarantee == algorithms.BurstRefill || e.guarantee == algorithms.WeightedWindows):
-		return fmt.Sprintf("%s, in units, of which a request takes %d", e.guarantee.Rule(p), cost)
-	}
-	return e.guarantee.Rule(e.policy)
-}
-
-// judged reports whether the audit judges the limit: a shadow limit never
-// blocks, an unlimited one always admits, and one of cost 0 (or more than
-// its limit) takes nothing a request could be judged by.
-func (e expectation) judged() bool {
-	return !e.shadow && !e.unlimited && e.cost != 0 && e.policy.Limit > 0
-}
-
-// unjudgedReason says why the audit does not judge the limit.
-func (e expectation) unjudgedReason() string {
+// validateExpect checks what the audit expects.
+func (c RLSConfig) validateExpect() error {
 	switch {
-	case e.unlimited:
-		return "unlimited: always admitted, never judged"
-	case e.shadow:
-		return "shadow: counted by the gateway and never enforced, so never judged as a leak of it"
-	case e.cost == 0:
-		return "cost 0: checks without consuming, so nothing it admits counts"
+	case c.ExpectLimit < 0 || (c.ExpectLimit > 0) != (c.ExpectWindow > 0):
+		return field.Errorf("ExpectLimit", "needs a positive limit and window (got %d per %s)", c.ExpectLimit, c.ExpectWindow)
+	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
+		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
+	case c.ExpectConfig != nil && c.ExpectLimit > 0:
+		return field.Errorf("ExpectConfig", "and {ExpectLimit} are two audits: give one")
+	case c.ExpectConfig != nil && c.ExpectConfig.Domain != c.Domain:
+		return field.Errorf("ExpectConfig", "%s: its domain is %q, not the calls' %q", c.ExpectConfig.File, c.ExpectConfig.Domain, c.Domain)
+	case c.ExpectConfig != nil && len(c.ExpectConfig.Limits()) > audit.MaxLimits:
+		return field.Errorf("ExpectConfig", "%s: at most %d limits (got %d)", c.ExpectConfig.File, audit.MaxLimits, len(c.ExpectConfig.Limits()))
 	}
-	return fmt.Sprintf("cost %d is above its limit of %d: no request fits", e.cost, e.policy.Limit)
+	if c.ExpectLimit > 0 {
+		p := algorithms.Policy{Limit: c.ExpectLimit, Window: c.ExpectWindow, Burst: c.ExpectBurst}
+		if err := p.Validate(); err != nil {
+			return field.Errorf("ExpectLimit", ": %v", err)
+		}
+		if _, err := audit.ExpectationOf(p, c.ExpectAlgorithm); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// LimitIDs are the IDs of the limits the audit may judge, as it labels
+// them (LimitAudit.Label): each descriptor's with ExpectLimit
+// (user={consumer}), or each limit's of ExpectConfig.
+func (c RLSConfig) LimitIDs() []string {
+	var ids []string
+	switch {
+	case c.ExpectConfig != nil:
+		for _, e := range audit.RulesExpectations(c.ExpectConfig) {
+			ids = append(ids, e.ID)
+		}
+	case c.ExpectLimit > 0:
+		for _, d := range c.Descriptors {
+			ids = append(ids, d.String())
+		}
+	}
+	return ids
+}
+
+// auditing says whether the run is audited.
+func (c RLSConfig) auditing() bool { return c.ExpectLimit > 0 || c.ExpectConfig != nil }
+
+// cost is what one call takes of each descriptor's limit: its hits_addend,
+// which the service reads as 1 when unset.
+func (c RLSConfig) cost() int64 { return max(int64(c.HitsAddend), 1) }

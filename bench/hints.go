@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelab/ratelab/audit"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -104,7 +105,7 @@ func (v *sentValues) unmetHint(cfg HTTPConfig, l *rules.Limit) string {
 // header or query parameter, those that every request met on one counter
 // because every one sent that header or parameter alike, while several
 // consumers were sent: where their identities could go.
-func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m meeting) []string {
+func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m audit.Meeting) []string {
 	sent := cfg.consumersSent()
 	if sent < 2 {
 		return nil
@@ -112,7 +113,7 @@ func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m meeting) 
 	var attrs []rules.Attribute
 	ids := map[rules.Attribute][]string{}
 	for k, l := range set.Limits() {
-		if lc := m.of[k]; len(lc.idx) == 0 || len(lc.names) != 1 {
+		if m.Met(k) == 0 || m.Counters(k) != 1 {
 			continue
 		}
 		for _, d := range descriptorPath(l) {
@@ -130,7 +131,7 @@ func (v *sentValues) oneCounterHints(cfg HTTPConfig, set *rules.Set, m meeting) 
 	var hints []string
 	for _, a := range attrs {
 		hint := fmt.Sprintf("every request sent %s as %s, so the %d consumers met %s on one counter", a.Words(),
-			shown(cut(v.first[a], 60)), sent, joinOr(ids[a], "and"))
+			shown(cut(v.first[a], 60)), sent, plural.List(ids[a], "and"))
 		if went := cfg.identitiesWent(); went != "" {
 			hint += "; the identities went in " + went
 		}
@@ -167,7 +168,7 @@ func (c HTTPConfig) sharedHint(a audit.Audit) string {
 	if len(params) == 0 {
 		return ""
 	}
-	hint := joinOr(shared, "and") + " seemed shared across the identities"
+	hint := plural.List(shared, "and") + " seemed shared across the identities"
 	if went := c.identitiesWent(); went != "" {
 		hint += ", which went in " + went
 	}
@@ -204,7 +205,7 @@ func (c HTTPConfig) identitiesWent() string {
 	if len(c.SourceIPs) > 0 {
 		places = append(places, "the source address (--source-ips)")
 	}
-	return joinOr(places, "and")
+	return plural.List(places, "and")
 }
 
 // consumerThere says how to send the identities in a: the consumer header
@@ -318,15 +319,7 @@ func (c RLSConfig) unmetHint() string {
 	}
 	example := Descriptor{{Key: first.Key, Value: value}}
 	return fmt.Sprintf("its descriptors begin with key %s, and those sent with %s: send one that begins with it, such as --descriptor %s",
-		joinOr(top, "or"), joinOr(sent, "or"), example)
-}
-
-// joinOr joins words as a sentence does: a, b and c (or: a, b or c).
-func joinOr(words []string, and string) string {
-	if len(words) < 2 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " " + and + " " + words[len(words)-1]
+		plural.List(top, "or"), plural.List(sent, "or"), example)
 }
 
 // cut is s cut to at most n bytes of valid UTF-8, … marking a cut.

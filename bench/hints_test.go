@@ -43,17 +43,17 @@ func hintsOf(t *testing.T, cfg HTTPConfig, set *rules.Set) (map[string]string, [
 		t.Fatal(err)
 	}
 	s := &sent{mix: m, consumers: cfg.Consumers, source: "127.0.0.1"}
-	var samples []sample
+	var samples []audit.Sample
 	for c := range max(cfg.Consumers, 1) {
 		for r := range max(len(cfg.Routes), 1) {
-			samples = append(samples, sample{consumer: int32(c), route: uint16(r)})
+			samples = append(samples, audit.Sample{Consumer: int32(c), Route: uint16(r)})
 		}
 	}
 	v := newSentValues(set)
-	met := rulesMeeting(samples, set, v.watch(s.request), consumerName)
+	met := audit.RulesMeeting(samples, set, v.watch(s.request), consumerName)
 	unmet := map[string]string{}
 	for k, l := range set.Limits() {
-		if len(met.of[k].idx) == 0 {
+		if met.Met(k) == 0 {
 			unmet[l.ID] = v.unmetHint(cfg, l)
 		}
 	}
@@ -203,8 +203,11 @@ func TestWithQueryConsumer(t *testing.T) {
 // when no descriptor begins with a key the configuration's begin with,
 // and only then.
 func TestRLSUnmetHint(t *testing.T) {
-	set := serviceSet(t, "domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 5}\n"+
-		"  - key: generic_key\n    value: global\n    rate_limit: {unit: second, requests_per_unit: 500}\n")
+	set, err := rules.Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 5}\n"+
+		"  - key: generic_key\n    value: global\n    rate_limit: {unit: second, requests_per_unit: 500}\n"), rules.ForService(), rules.WithDefaultAlgorithm("fixed-window"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		descriptors string
 		consumers   int

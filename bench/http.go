@@ -4,7 +4,10 @@
 // back on a fixed number of connections (a closed model). It speaks
 // HTTP/1.1 itself, one goroutine per connection, with each request's bytes
 // rendered once and only the response fields it needs parsed, so that it
-// measures the endpoint and not itself. It returns plain results and never
+// measures the endpoint and not itself; bench rls calls a rate limit
+// service over gRPC on the same engine. When a run is audited, it keeps
+// each request as a sample for package audit, which judges them, and
+// sends the probes the audit asks for. It returns plain results and never
 // prints.
 package bench
 
@@ -17,6 +20,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -102,7 +106,7 @@ type HTTPConfig struct {
 	// ExpectLimits are limits the endpoint enforces on each consumer all at
 	// once (5 per 1s and 12 per 10s), each judged by its own guarantee;
 	// with ExpectLimit, that one first. No two on one window.
-	ExpectLimits []ExpectedLimit
+	ExpectLimits []audit.ExpectedLimit
 	// ExpectRules, when set, audits the endpoint by its own rules file
 	// (parsed rules.ForGateway): each request is judged by the limits it
 	// meets, on the counters they keep. Not with ExpectLimit(s).
@@ -190,7 +194,7 @@ func (c HTTPConfig) Validate() error {
 		if err := c.expectPolicy().Validate(); err != nil {
 			return field.Errorf("ExpectLimit", ": %v", err)
 		}
-		if _, err := expectationOf(c.expectPolicy(), c.ExpectAlgorithm); err != nil {
+		if _, err := audit.ExpectationOf(c.expectPolicy(), c.ExpectAlgorithm); err != nil {
 			return err
 		}
 	}
@@ -263,9 +267,9 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	d.fill(&res)
 	if p.audit {
 		cov := d.coverage(ctx, cfg.load())
-		a, m, hints := runAudit(ctx, cfg, p, d.samples, d.advs, cov, d.source)
+		a, m, hints := runAudit(ctx, cfg, p, d.rec, cov, d.source)
 		res.Audit, res.AuditHints = &a, hints
-		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+		res.AuditSamples = audit.Encode(d.rec, m)
 		ps.hideKeys(res.AuditSamples)
 	}
 	return res, ctx.Err()

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // httpWire is a connection's HTTP/1.1: it renders each request's bytes,
@@ -42,26 +44,22 @@ func (c *httpWire) exchange(ctx context.Context, sentAt time.Time, consumer, rou
 	return c.resp.status, c.resp.body, nil
 }
 
-// sample reads the rate-limit fields of the last response, and the
-// policies a 429's problem body named as violated (after its adverts).
-func (c *httpWire) sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert) {
-	s := newSample(consumer, sent, done, c.resp.status, &c.resp.limits)
-	advs = parseAdverts(advs, &c.resp.limits, c.p.names)
+// record keeps s with the status of the last response, what its
+// rate-limit fields advertised, and the policies a 429's problem body
+// named as violated.
+func (c *httpWire) record(rec *audit.Record, s audit.Sample) {
+	s.Status = int16(c.resp.status)
+	var problem []byte
 	if c.resp.problem {
-		at := len(advs)
-		advs = violatedPolicies(advs, c.resp.kept, &c.resp.limits, c.p.names)
-		s.violated = uint8(len(advs) - at)
+		problem = c.resp.kept
 	}
-	return s, advs
+	rec.AddResponse(s, &c.resp.limits, problem, c.p.names)
 }
 
 // limited says the last response carried rate-limit fields
 // (RateLimit-Policy, RateLimit, RateLimit-Limit/-Remaining, or their
 // X-RateLimit- forms).
-func (c *httpWire) limited() bool {
-	f := &c.resp.limits
-	return f.policy != "" || f.rateLimit != "" || f.limit != "" || f.remaining != "" || f.xLimit != "" || f.xRemaining != ""
-}
+func (c *httpWire) limited() bool { return c.resp.limits.Advertised() }
 
 func (c *httpWire) source() string { return c.from0 }
 

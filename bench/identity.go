@@ -237,6 +237,9 @@ func (ids *identities) mint(secret []byte, claims []JWTClaim) ([]string, error) 
 	return jwts, nil
 }
 
+// consumerName names consumer c when no identity does: consumer-N.
+func consumerName(c int32) string { return "consumer-" + strconv.Itoa(int(c)) }
+
 // name is consumer c's identity.
 func (ids *identities) name(c int) string {
 	if ids.names != nil {

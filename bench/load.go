@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 )
 
@@ -92,7 +93,7 @@ func (l load) withDefaults() load {
 
 // newSchedule is the plan of a load (with its defaults), without a
 // transport: the caller sets wire, and what its transport reads.
-func newSchedule(l load, t *tally, audit bool) *plan {
+func newSchedule(l load, t *tally, auditing bool) *plan {
 	p := &plan{
 		warmup:          l.Warmup,
 		timeout:         l.Timeout,
@@ -104,7 +105,7 @@ func newSchedule(l load, t *tally, audit bool) *plan {
 		open:            l.Rate > 0,
 		requests:        l.Requests,
 		consumers:       l.Consumers,
-		audit:           audit,
+		audit:           auditing,
 		keepResponses:   l.KeepResponses,
 		tally:           t,
 	}
@@ -115,7 +116,7 @@ func newSchedule(l load, t *tally, audit bool) *plan {
 		p.every = float64(time.Second) / l.Rate
 		p.firstMeasured = int64(math.Ceil(float64(l.Warmup) / p.every))
 	}
-	p.sampleCap = max(maxSamples/l.Connections, 1)
+	p.sampleCap = max(audit.MaxSamples/l.Connections, 1)
 	return p
 }
 
@@ -133,9 +134,8 @@ func (p *plan) route(j int64, consumer int) int {
 type drove struct {
 	// elapsed is the measured run's length.
 	elapsed time.Duration
-	// samples and advs are every connection's, for the audit.
-	samples []sample
-	advs    []advert
+	// rec holds every connection's samples, for the audit.
+	rec audit.Record
 	// source is the address the first connection was opened from.
 	source    string
 	bytes     int64
@@ -205,12 +205,7 @@ func drive(ctx context.Context, p *plan, l load) (d drove, stop func(), err erro
 				d.first[k] = msg
 			}
 		}
-		base := uint32(len(d.advs))
-		d.advs = append(d.advs, c.advs...)
-		for _, s := range c.samples {
-			s.advAt += base
-			d.samples = append(d.samples, s)
-		}
+		d.rec.Append(c.rec)
 		if d.source == "" {
 			d.source = c.w.source()
 		}
@@ -237,17 +232,4 @@ func (d drove) fill(res *Result) {
 		}
 	}
 	res.responses = append(res.responses, d.responses...)
-}
-
-// coverage is what the samples hold of the run (l, with its defaults),
-// for the audit.
-func (d drove) coverage(ctx context.Context, l load) coverage {
-	cov := coverage{from: d.warmUntil, horizon: d.horizon, partial: l.Shards > 1 && l.SharedConsumers}
-	switch {
-	case cov.partial:
-		cov.skipUnder = sharedNote
-	case ctx.Err() != nil:
-		cov.skipUnder = "the run was interrupted: the requests in flight then were never answered"
-	}
-	return cov
 }

@@ -6,12 +6,10 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/hdr"
 )
@@ -195,10 +193,7 @@ func MergeWith(runs []Result, opts MergeOptions) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res.Audit, res.AuditNote = ma.audit, ma.note
-	if res.Audit != nil {
-		res.AuditSamples = encodeSamplesWith(ma.samples, ma.advs, ma.meeting) // so that a merge can be merged again
-	}
+	res.Audit, res.AuditNote, res.AuditSamples = ma.Audit, ma.Note, ma.Samples
 	res.Bytes = bytes
 	for k, msg := range first {
 		if e, ok := res.ErrorKinds[kindNames[k]]; ok {
@@ -249,8 +244,8 @@ func (r Result) mergeable(first int64) error {
 		return err
 	}
 	if r.Audit != nil {
-		if len(r.Audit.Limits) > maxExpected {
-			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), maxExpected)
+		if len(r.Audit.Limits) > audit.MaxLimits {
+			return fmt.Errorf("audit of %d limits: at most %d", len(r.Audit.Limits), audit.MaxLimits)
 		}
 		for i := range r.Audit.Limits {
 			if r.Audit.Limits[i].Unlimited {
@@ -305,190 +300,19 @@ func mergeTimelines(t *timeline, runs []Result, began int64) error {
 	return nil
 }
 
-// mergedAudit is the audit of several runs' samples as one run's: with the
-// samples it judged, their adverts and counters; or a note that says why
-// there is none.
-type mergedAudit struct {
-	audit   *audit.Audit
-	note    string
-	samples []sample
-	advs    []advert
-	meeting *meeting
-}
-
-// mergeAudits audits the runs' samples as one run, or says why it cannot.
-func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (mergedAudit, error) {
-	var with, without []int
+// mergeAudits audits the runs' samples as one run, through the audit, or
+// says why it cannot.
+func mergeAudits(runs []Result, lay layout, began int64, tolerance time.Duration) (audit.Merged, error) {
+	parts := make([]audit.Part, len(runs))
 	for i, r := range runs {
-		if r.Audit != nil {
-			with = append(with, i+1)
-		} else {
-			without = append(without, i+1)
-		}
-	}
-	none := func(format string, a ...any) (mergedAudit, error) {
-		return mergedAudit{note: fmt.Sprintf(format, a...)}, nil
-	}
-	switch {
-	case len(with) == 0:
-		return mergedAudit{}, nil
-	case len(without) > 0:
-		return none("no merged audit: run %v ran without --expect-limit or --expect-rules", without)
-	}
-	first := runs[0].Audit.Limits
-	if len(first) == 0 {
-		return none("no merged audit: run 1's audit holds no limit (a file written before audits listed their limits)")
-	}
-	// An audit by rules keeps which counters each request met: the merge
-	// judges each counter on every run's requests that met it.
-	var counters *counterMerge
-	if byRules(first) {
-		counters = newCounterMerge(len(first))
-	}
-	var all []sample
-	var advs []advert
-	cov := coverage{horizon: -1}
-	probes := make([]audit.RetryAfterAudit, len(first))
-	honest, probed := make([]bool, len(first)), make([]bool, len(first))
-	for k := range honest {
-		honest[k] = true
-	}
-	for i, r := range runs {
-		a := r.Audit
-		if !sameLimits(a.Limits, first) {
-			return none("no merged audit: run %d expected %s, run 1 %s", i+1, limitsText(a.Limits), limitsText(first))
-		}
-		if r.AuditSamples == nil {
-			return none("no merged audit: run %d kept no audit samples (it was written before they were kept)", i+1)
-		}
-		if counters != nil && len(r.AuditSamples.Counters) != len(first) {
-			return none("no merged audit: run %d kept no counters of its rules' limits", i+1)
-		}
-		offset := time.Duration(r.StartedUnixMillis-began) * time.Millisecond
-		bound := max(lay.total, 1) // an anonymous run's requests are consumer 0's
+		parts[i] = audit.Part{Audit: r.Audit, Samples: r.AuditSamples, Offset: time.Duration(r.StartedUnixMillis-began) * time.Millisecond,
+			Consumers: max(lay.total, 1), Rename: lay.of[i]} // an anonymous run's requests are consumer 0's
 		if lay.apart {
-			bound = max(r.Config.Consumers, 1)
-		}
-		ss, ads, hits, err := r.AuditSamples.decodeAll(offset, bound)
-		if err != nil {
-			return mergedAudit{}, fmt.Errorf("run %d: %w", i+1, err)
-		}
-		if counters != nil {
-			if err := counters.add(len(all), hits, r.AuditSamples.Counters); err != nil {
-				return mergedAudit{}, fmt.Errorf("run %d: audit samples: %w", i+1, err)
-			}
-		}
-		base := uint32(len(advs))
-		advs = append(advs, ads...)
-		for k := range ss {
-			if of := lay.of[i]; of != nil {
-				ss[k].consumer = of[ss[k].consumer]
-			}
-			ss[k].sent -= tolerance
-			ss[k].done += tolerance
-			ss[k].advAt += base
-		}
-		all = append(all, ss...)
-		if a.CappedFromMillis != nil {
-			h := offset + time.Duration(*a.CappedFromMillis)*time.Millisecond
-			if cov.horizon < 0 || h < cov.horizon {
-				cov.horizon = h
-			}
-		}
-		// Before a run began (and its warm-up ended), its consumers may
-		// have been admitted by requests that no run kept.
-		cov.from = max(cov.from, offset+time.Duration(min(max(a.CompleteFromMillis, 0), maxSampleMicros/1000))*time.Millisecond+tolerance)
-		// The Retry-After probes ran on each machine after its run: the
-		// merge keeps what they found.
-		for k, l := range a.Limits {
-			ra := l.RetryAfter
-			probes[k].Probes += ra.Probes
-			probes[k].MaxErrorMillis = max(probes[k].MaxErrorMillis, ra.MaxErrorMillis)
-			probes[k].Early += ra.Early
-			if ra.Honest != nil {
-				probed[k] = true
-				honest[k] = honest[k] && *ra.Honest
-			} else if probes[k].Skipped == "" {
-				probes[k].Skipped = fmt.Sprintf("run %d: %s", i+1, ra.Skipped)
-			}
+			parts[i].Consumers = max(r.Config.Consumers, 1)
 		}
 	}
-	exps := make([]expectation, len(first))
-	for k, l := range first {
-		// The burst is in the limit's units, the limit in whole requests.
-		p := algorithms.Policy{Limit: l.Limit, Window: time.Duration(l.WindowMillis) * time.Millisecond, Burst: l.Burst / max(l.Cost, 1)}
-		exp, err := expectationOf(p, l.Algorithm)
-		if err != nil {
-			return mergedAudit{}, fmt.Errorf("run 1: audit: %w", err)
-		}
-		exp.id, exp.burst = l.ID, l.Burst
-		if counters != nil { // a rules limit, as the run's audit described it
-			exp.descriptor, exp.shadow, exp.unlimited, exp.cost = l.Descriptor, l.Shadow, l.Unlimited, l.Cost
-			exp.quota = l.Limit * max(l.Cost, 1)
-			if l.Quota > 0 {
-				exp.quota = l.Quota
-			}
-		}
-		exps[k] = exp
-	}
-	for k := range exps { // bench rls: see rlsAudit
-		exps[k].refusedAtZero = runs[0].Command == "bench_rls"
-		exps[k].noPolicies = exps[k].refusedAtZero
-	}
-	if runs[0].Config.severalPerCall() {
-		for k := range exps {
-			exps[k].refusedMaySpend = true
-		}
-		if cov.skipUnder == "" {
-			cov.skipUnder = severalDescriptors
-		}
-	}
-	m := everyConsumer(all, len(exps), max(lay.total, 1), lay.namer())
-	if counters != nil {
-		m = counters.m
-	}
-	a := auditLimits(all, advs, exps, m, cov)
-	checkViolated(&a, all, advs, exps, m, lay.namer())
-	for k := range a.Limits {
-		a.Limits[k].RetryAfter = probes[k]
-		if probed[k] {
-			a.Limits[k].RetryAfter.Honest = &honest[k]
-			a.Limits[k].RetryAfter.Skipped = ""
-		}
-	}
-	return mergedAudit{audit: &a, samples: all, advs: advs, meeting: &m}, nil
-}
-
-// byRules says whether an audit's limits are a rules file's.
-func byRules(limits []audit.LimitAudit) bool {
-	return len(limits) > 0 && limits[0].Descriptor != ""
-}
-
-// sameLimits says whether two audits judged the same limits, in order.
-func sameLimits(a, b []audit.LimitAudit) bool {
-	return slices.EqualFunc(a, b, func(x, y audit.LimitAudit) bool {
-		return x.Limit == y.Limit && x.WindowMillis == y.WindowMillis && x.Algorithm == y.Algorithm && x.ID == y.ID &&
-			x.Descriptor == y.Descriptor && x.Shadow == y.Shadow && x.Unlimited == y.Unlimited && x.Cost == y.Cost
-	})
-}
-
-// limitsText says which limits an audit judged: "5 per 1000 ms (gcra)".
-func limitsText(ls []audit.LimitAudit) string {
-	parts := make([]string, len(ls))
-	for i, l := range ls {
-		parts[i] = fmt.Sprintf("%d per %d ms (%s)", l.Limit, l.WindowMillis, orRule(l.Algorithm))
-	}
-	if len(parts) == 0 {
-		return "no limit"
-	}
-	return strings.Join(parts, " and ")
-}
-
-func orRule(algorithm string) string {
-	if algorithm == "" {
-		return "the sliding-window rule"
-	}
-	return algorithm
+	return audit.Merge(parts, audit.Merging{Tolerance: tolerance, Consumers: max(lay.total, 1), Name: lay.namer(),
+		Service: runs[0].Command == "bench_rls", Several: runs[0].Config.severalPerCall()})
 }
 
 // sameEndpoint says whether two runs' targets can be merged: the same

@@ -3,8 +3,12 @@ package bench
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 )
 
 // fuzzRun is a small audited run as bench http writes it: histograms, a
@@ -14,22 +18,23 @@ func fuzzRun(start int64, statuses ...int32) []byte {
 		Consumers: 2, ConsumerHeader: "X-Consumer-Id", Interval: time.Second, Shards: 1, ExpectLimit: 2, ExpectWindow: time.Second}
 	t := newTally(cfg.Interval)
 	var events []event
-	var samples []sample
+	var rec audit.Record
 	for i, status := range statuses {
 		done := time.Duration(i+1) * 150 * time.Millisecond
 		events = append(events, event{done: done, latency: 900 + int64(i)*10, lag: 5, status: status, kind: kindReset})
 		if status != 0 {
-			samples = append(samples, sample{consumer: int32(i % 2), status: int16(status), sent: done - time.Millisecond, done: done,
-				retryAfter: -1, limit: 2, remaining: int64(i % 3), reset: time.Second})
+			var f audit.Fields // RateLimit-Limit: 2, and what remains
+			f.Set([]byte("RateLimit-Limit"), []byte("2"))
+			f.Set([]byte("RateLimit-Remaining"), []byte(strconv.Itoa(i%3)))
+			f.Set([]byte("RateLimit-Reset"), []byte("1"))
+			rec.AddResponse(audit.NewSample(i%2, done-time.Millisecond, done, int(status)), &f, nil, nil)
 		}
 	}
 	t.add(events)
 	res := cfg.result(t, cfg.Duration)
 	res.StartedUnixMillis = start
 	res.RunID = cfg.runID()
-	exp, _ := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
-	a := auditAll(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
-	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
+	res.Audit, res.AuditSamples = judged(rec, cfg.ExpectLimit, cfg.ExpectWindow, cfg.Consumers)
 	b, _ := json.Marshal(res)
 	return b
 }
@@ -147,4 +152,15 @@ func checkMerged(t *testing.T, m Result) {
 	if _, err := Merge([]Result{again}, 0); err != nil {
 		t.Fatalf("the merge cannot be merged again: %v", err)
 	}
+}
+
+// judged is what a run keeps of its audit of rec by limit per window (the
+// sliding-window rule) on each of consumers' own counters: the audit and
+// its samples.
+func judged(rec audit.Record, limit int64, window time.Duration, consumers int) (*audit.Audit, *audit.Samples) {
+	exp, _ := audit.ExpectationOf(algorithms.Policy{Limit: limit, Window: window}, "")
+	exps := []audit.Expectation{exp}
+	m := audit.EveryConsumer(rec.Samples, len(exps), consumers, consumerName)
+	a := audit.Judge(rec, exps, m, audit.NewCoverage(0, -1, false, false), consumerName)
+	return &a, audit.Encode(rec, nil)
 }

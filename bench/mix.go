@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 )
 
@@ -39,7 +40,6 @@ type WeightedValue struct {
 // Bounds of a mix: every combination of a route and the consumer values is
 // rendered once, before the run.
 const (
-	maxRoutes = 64
 	maxWeight = 1000
 	maxKinds  = 1024
 )
@@ -81,8 +81,8 @@ func ParseConsumerValues(s string) (ConsumerValues, error) {
 
 // validateMix checks the routes and consumer values of c.
 func (c HTTPConfig) validateMix() error {
-	if len(c.Routes) > maxRoutes {
-		return field.Errorf("Routes", "at most %d (got %d)", maxRoutes, len(c.Routes))
+	if len(c.Routes) > audit.MaxRoutes {
+		return field.Errorf("Routes", "at most %d (got %d)", audit.MaxRoutes, len(c.Routes))
 	}
 	for _, r := range c.Routes {
 		u, err := url.Parse(r.Path)

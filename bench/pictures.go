@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/ratelab/ratelab/audit"
 )
 
 // DecodeHistogram reads one of the result's kept histograms ("all", "2xx",
@@ -59,7 +61,7 @@ func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
 	if a.Descriptor != "" {
 		return nil, errors.New("a limit of a rules file counts on its own counters, not the consumers'")
 	}
-	samples, err := r.AuditSamples.decode(0, max(r.Config.Consumers, 1))
+	samples, err := r.AuditSamples.Decode(max(r.Config.Consumers, 1))
 	if err != nil {
 		return nil, err
 	}
@@ -68,15 +70,15 @@ func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
 		return nil, err
 	}
 	span := p.Window - time.Millisecond
-	exp, err := expectationOf(p, a.Algorithm)
+	exp, err := audit.ExpectationOf(p, a.Algorithm)
 	if err != nil {
 		return nil, err
 	}
-	allowed := exp.guarantee.MaxIn(exp.policy, span)
-	per := map[int32][]sample{}
+	allowed := exp.MaxIn(span)
+	per := map[int32][]audit.Sample{}
 	for _, s := range samples {
-		if s.ok() {
-			per[s.consumer] = append(per[s.consumer], s)
+		if s.OK() {
+			per[s.Consumer] = append(per[s.Consumer], s)
 		}
 	}
 	ids := make([]int32, 0, len(per))
@@ -96,18 +98,18 @@ func (r Result) RollingAdmissionsOf(k, n int) ([]ConsumerWindows, error) {
 	var out []ConsumerWindows
 	for _, id := range ids[:min(n, len(ids))] {
 		ok := per[id]
-		slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+		slices.SortFunc(ok, func(a, b audit.Sample) int { return cmp.Compare(a.Sent, b.Sent) })
 		cw := ConsumerWindows{Consumer: r.Config.identity(id), Allowed: allowed}
 		step := (len(ok) + maxWindowPoints - 1) / maxWindowPoints // windows are counted from at most so many starts
 		for i := 0; i < len(ok); i += step {
 			s := ok[i]
 			var k int64
-			for j := i; j < len(ok) && ok[j].sent < s.sent+span; j++ {
-				if ok[j].done < s.sent+span {
+			for j := i; j < len(ok) && ok[j].Sent < s.Sent+span; j++ {
+				if ok[j].Done < s.Sent+span {
 					k++
 				}
 			}
-			cw.Points = append(cw.Points, WindowCount{AtMillis: s.sent.Milliseconds(), Admitted: k})
+			cw.Points = append(cw.Points, WindowCount{AtMillis: s.Sent.Milliseconds(), Admitted: k})
 		}
 		out = append(out, cw)
 	}

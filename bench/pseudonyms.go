@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // Identities read from a file (HTTPConfig's and RLSConfig's Identities:
@@ -95,7 +97,7 @@ func (p *pseudonyms) scheme() string {
 // hideKeys hashes the counter keys of a's audit by rules, which may hold
 // an identity (a descriptor's value, a header's): with the same key, so
 // that one counter keeps one key across the shards of a run.
-func (p *pseudonyms) hideKeys(a *AuditSamples) {
+func (p *pseudonyms) hideKeys(a *audit.Samples) {
 	if p == nil || a == nil {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/hdr"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Settings is the configuration as reports show it.
@@ -152,7 +153,7 @@ type Result struct {
 	AuditHints []string `json:"audit_hints,omitempty"`
 	// AuditSamples keeps what the audit judged, for merges; only with
 	// --expect-limit.
-	AuditSamples *AuditSamples `json:"audit_samples,omitempty"`
+	AuditSamples *audit.Samples `json:"audit_samples,omitempty"`
 
 	all       *hdrhistogram.Histogram
 	responses []Response
@@ -178,26 +179,13 @@ func (r Result) Failures() int64 {
 // FailedStatuses lists the responses other than 2xx and 429 by status, in
 // status order, as "400 × 240, 503 × 2"; empty when there were none.
 func (r Result) FailedStatuses() string {
-	return statusList(r.StatusCounts, failed)
+	return plural.Tally(r.StatusCounts, failed)
 }
 
 // failed says whether a response of status code (as StatusCounts keys it)
 // is a failure of the run.
 func failed(code string) bool {
 	return !strings.HasPrefix(code, "2") && code != "429"
-}
-
-// statusList lists the counts whose status keep accepts, in status order,
-// as "400 × 240, 429 × 3".
-func statusList(counts map[string]int64, keep func(code string) bool) string {
-	codes := slices.Sorted(maps.Keys(counts))
-	var parts []string
-	for _, code := range codes {
-		if n := counts[code]; n > 0 && keep(code) {
-			parts = append(parts, code+" × "+strconv.FormatInt(n, 10))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // Unanswered is an error, naming the kinds of transport error, when the

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
 	"github.com/ratelab/ratelab/internal/pemfile"
 	"github.com/ratelab/ratelab/rules"
@@ -285,8 +286,8 @@ func (c RLSConfig) Validate() error {
 		return field.Errorf("Sets", "and {Descriptors} are two ways of giving the calls: give one (a set of --call holds several descriptors)")
 	case len(c.Descriptors) == 0 && len(c.Sets) == 0:
 		return field.Errorf("Descriptors", "must be given at least once (or {Sets}): a call with no descriptor is malformed")
-	case len(c.Sets) > maxRoutes:
-		return field.Errorf("Sets", "at most %d (got %d)", maxRoutes, len(c.Sets))
+	case len(c.Sets) > audit.MaxRoutes:
+		return field.Errorf("Sets", "at most %d (got %d)", audit.MaxRoutes, len(c.Sets))
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
 	}
@@ -507,6 +508,7 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	}
 	p := newSchedule(l, t, cfg.auditing())
 	p.wire = func() wire { return newRLSWire(p, cfg.Target, calls, tc) }
+	p.wholeAfter = true // duration_until_reset: when the limits are whole again
 	p.identities = cfg.Identities
 	if len(cfg.Sets) > 1 {
 		weights := make([]int, len(cfg.Sets))
@@ -542,9 +544,9 @@ func RunRLS(ctx context.Context, cfg RLSConfig) (Result, error) {
 	res.RunID, res.Instance = runID, newInstance()
 	d.fill(&res)
 	if p.audit {
-		a, m := rlsAudit(ctx, cfg, p, calls, d.samples, d.advs, d.coverage(ctx, l))
+		a, m := rlsAudit(ctx, cfg, p, calls, &d.rec, d.coverage(ctx, l))
 		res.Audit = &a
-		res.AuditSamples = encodeSamplesWith(d.samples, d.advs, m)
+		res.AuditSamples = audit.Encode(d.rec, m)
 		ps.hideKeys(res.AuditSamples)
 	}
 	return res, ctx.Err()

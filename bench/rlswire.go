@@ -5,12 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ratelab/ratelab/audit"
+	"github.com/ratelab/ratelab/rules"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -102,6 +103,21 @@ func (c *rlsCalls) request(set, consumer int) *pb.RateLimitRequest {
 	return c.render(set, consumer)
 }
 
+// entries are the entries of each descriptor of consumer's call (-1: no
+// consumer) of set, as the rules read them.
+func (c *rlsCalls) entries(set, consumer int) [][]rules.Entry {
+	req := c.request(set, consumer)
+	descs := make([][]rules.Entry, len(req.GetDescriptors()))
+	for d, desc := range req.GetDescriptors() {
+		entries := make([]rules.Entry, len(desc.GetEntries()))
+		for j, e := range desc.GetEntries() {
+			entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		descs[d] = entries
+	}
+	return descs
+}
+
 // render makes consumer's call of set.
 func (c *rlsCalls) render(set, consumer int) *pb.RateLimitRequest {
 	cs := &c.sets[set]
@@ -184,52 +200,53 @@ func rlsStatus(code pb.RateLimitResponse_Code) int {
 	return rlsUnknown
 }
 
-// sample reads the last answer: its overall code, and each descriptor's
-// status as an advert named by the descriptor's index (the audit names
-// them by limit): current_limit as q and w (s), limit_remaining as r,
-// duration_until_reset as t (s, rounded up). A call OVER_LIMIT waits, as
-// its Retry-After, the longest duration_until_reset of the descriptors
-// over their limit or with nothing remaining (the next call would be
-// refused by them too); its reset is the longest of every descriptor with
-// a limit, when all of them are whole again.
-func (w *rlsWire) sample(consumer int, sent, done time.Duration, advs []advert) (sample, []advert) {
-	s := sample{consumer: int32(max(consumer, 0)), sent: sent, done: done, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+// record keeps s with the last answer: its overall code, and each
+// descriptor's status as a policy named by the descriptor's index (the
+// audit names them by limit): current_limit as quota and window (s),
+// limit_remaining as remaining, duration_until_reset as the time to reset
+// (s, rounded up). A call OVER_LIMIT waits, as its Retry-After, the
+// longest duration_until_reset of the descriptors over their limit or
+// with nothing remaining (the next call would be refused by them too);
+// its reset is the longest of every descriptor with a limit, when all of
+// them are whole again.
+func (w *rlsWire) record(rec *audit.Record, s audit.Sample) {
 	if w.resp == nil {
-		return s, advs
+		rec.Add(s)
+		return
 	}
-	s.status = int16(rlsStatus(w.resp.GetOverallCode()))
-	for i, st := range w.resp.GetStatuses() {
-		reset := time.Duration(-1)
-		if d := st.GetDurationUntilReset(); d != nil && d.IsValid() {
-			reset = max(d.AsDuration(), 0)
-		}
+	s.Status = int16(rlsStatus(w.resp.GetOverallCode()))
+	statuses := w.resp.GetStatuses()
+	for _, st := range statuses {
+		reset := until(st)
 		cl := st.GetCurrentLimit()
 		exhausted := st.GetCode() == pb.RateLimitResponse_OVER_LIMIT || (cl != nil && st.GetLimitRemaining() == 0)
-		if s.status == rlsOver && exhausted && reset >= 0 {
-			s.retryAfter = max(s.retryAfter, reset)
+		if s.Status == rlsOver && exhausted && reset >= 0 {
+			s.RetryAfter = max(s.RetryAfter, reset)
 		}
 		if cl != nil && reset >= 0 {
-			s.reset = max(s.reset, reset)
+			s.Reset = max(s.Reset, reset)
 		}
-		if cl == nil || i >= maxAdverts {
+	}
+	rec.Add(s)
+	for i, st := range statuses {
+		cl := st.GetCurrentLimit()
+		if cl == nil {
 			continue
 		}
-		a := advert{name: int16(i), named: true, q: clamp32(int64(cl.GetRequestsPerUnit())), w: clamp32(int64(limitWindow(cl) / time.Second)),
-			r: clamp32(int64(st.GetLimitRemaining()))}
-		if reset >= 0 {
-			a.t = clamp32(int64((reset + time.Second - 1) / time.Second))
+		resetSecs := int64(-1)
+		if reset := until(st); reset >= 0 {
+			resetSecs = int64((reset + time.Second - 1) / time.Second)
 		}
-		advs = append(advs, a)
+		rec.AddStatus(i, int64(cl.GetRequestsPerUnit()), int64(limitWindow(cl)/time.Second), int64(st.GetLimitRemaining()), resetSecs)
 	}
-	return s, advs
 }
 
-// clamp32 is v, given when an int32 holds it.
-func clamp32(v int64) given {
-	if v < 0 || v > math.MaxInt32 {
-		return given{}
+// until is a status' duration_until_reset; -1 when it gives none.
+func until(st *pb.RateLimitResponse_DescriptorStatus) time.Duration {
+	if d := st.GetDurationUntilReset(); d != nil && d.IsValid() {
+		return max(d.AsDuration(), 0)
 	}
-	return givenAs(int32(v))
+	return -1
 }
 
 // unitSeconds are the units of a status' current_limit.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/randid"
 )
 
@@ -47,7 +48,7 @@ func (c HTTPConfig) runID() string {
 		SharedConsumers                                                     bool
 		Identities                                                          []string
 		JWTClaims                                                           []JWTClaim
-		ExpectLimits                                                        []ExpectedLimit
+		ExpectLimits                                                        []audit.ExpectedLimit
 		Routes                                                              []Route
 		ConsumerValues                                                      []ConsumerValues
 		Rules                                                               bool

@@ -73,7 +73,7 @@ func keyRun(t *testing.T, target string, start int64, limit int) Result {
 		ConsumerHeader: "X-Consumer-Id", Interval: time.Second, Shards: 1, ExpectLimit: int64(limit), ExpectWindow: time.Second}
 	tl := newTally(cfg.Interval)
 	var events []event
-	var samples []sample
+	var rec audit.Record
 	for i := range 20 {
 		status := int16(200)
 		if i >= limit {
@@ -82,18 +82,13 @@ func keyRun(t *testing.T, target string, start int64, limit int) Result {
 		sent := time.Duration(i) * 50 * time.Millisecond
 		done := sent + time.Millisecond
 		events = append(events, event{done: done, latency: 1000, status: int32(status)})
-		samples = append(samples, sample{consumer: 0, status: status, sent: sent, done: done, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+		rec.Add(audit.NewSample(0, sent, done, int(status)))
 	}
 	tl.add(events)
 	res := cfg.result(tl, cfg.Duration)
 	res.StartedUnixMillis = start
 	res.RunID = cfg.runID()
-	exp, err := newExpectation(cfg.ExpectLimit, cfg.ExpectWindow, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := auditAll(samples, []expectation{exp}, cfg.Consumers, coverage{horizon: -1}, consumerName)
-	res.Audit, res.AuditSamples = &a, encodeSamples(samples)
+	res.Audit, res.AuditSamples = judged(rec, cfg.ExpectLimit, cfg.ExpectWindow, cfg.Consumers)
 	return roundTripJSON(t, res) // as report merge reads it
 }
 

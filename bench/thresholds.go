@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
 // Thresholds are the limits a run must stay within; each is off at its
@@ -182,7 +183,7 @@ func failuresText(r Result) string {
 
 // seenText lists every status r got, and its transport errors.
 func seenText(r Result) string {
-	s := cmp.Or(statusList(r.StatusCounts, func(string) bool { return true }), "none")
+	s := cmp.Or(plural.Tally(r.StatusCounts, func(string) bool { return true }), "none")
 	if r.Errors > 0 {
 		s += "; transport errors: " + kindsText(r.ErrorKinds)
 	}
@@ -195,5 +196,5 @@ func kindsText(kinds map[string]ErrorKind) string {
 	for k, e := range kinds {
 		counts[k] = e.Count
 	}
-	return strings.ReplaceAll(statusList(counts, func(string) bool { return true }), " × ", " ")
+	return strings.ReplaceAll(plural.Tally(counts, func(string) bool { return true }), " × ", " ")
 }

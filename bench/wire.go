@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as a method
@@ -54,7 +56,7 @@ type response struct {
 	// close is set when the server will close the connection after it.
 	close bool
 	// limits holds the rate-limit fields, read only when auditing.
-	limits limitFields
+	limits audit.Fields
 	// problem says the response is a 429 whose body is a problem
 	// (Content-Type application/problem+json, RFC 9457), read only when
 	// auditing; kept holds the first maxProblem bytes of its body. kept's
@@ -65,13 +67,6 @@ type response struct {
 
 // maxProblem bounds what is kept of a problem's body.
 const maxProblem = 4 << 10
-
-// limitFields are the raw values of the fields the audit reads.
-type limitFields struct {
-	retryAfter, policy, rateLimit string
-	limit, remaining, reset       string // RateLimit-Limit, -Remaining, -Reset
-	xLimit, xRemaining, xReset    string // X-RateLimit-…
-}
 
 // readResponse reads one response from br: the status line, the fields it
 // needs (Content-Length, Transfer-Encoding, Connection, and the rate-limit
@@ -158,7 +153,7 @@ func readHead(br *bufio.Reader, head, audit bool, r *response) error {
 			}
 		}
 		if audit {
-			r.limits.set(name, value)
+			r.limits.Set(name, value)
 		}
 	}
 	if http10 && !keepAlive {
@@ -344,34 +339,4 @@ func clip(b []byte) string {
 		return string(b[:64]) + "…"
 	}
 	return string(b)
-}
-
-// set keeps value when name is one of the rate-limit fields.
-func (f *limitFields) set(name, value []byte) {
-	var dst *string
-	switch strings.ToLower(string(name)) {
-	case "retry-after":
-		dst = &f.retryAfter
-	case "ratelimit-policy":
-		dst = &f.policy
-	case "ratelimit":
-		dst = &f.rateLimit
-	case "ratelimit-limit":
-		dst = &f.limit
-	case "ratelimit-remaining":
-		dst = &f.remaining
-	case "ratelimit-reset":
-		dst = &f.reset
-	case "x-ratelimit-limit":
-		dst = &f.xLimit
-	case "x-ratelimit-remaining":
-		dst = &f.xRemaining
-	case "x-ratelimit-reset":
-		dst = &f.xReset
-	default:
-		return
-	}
-	if *dst == "" {
-		*dst = string(value)
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // countingReader counts the bytes read through it.
@@ -95,9 +97,11 @@ func FuzzReadResponse(f *testing.F) {
 					t.Fatalf("buffer %d: kept %d bytes of a body of %d (status %d, problem %v)", size, len(r.kept), r.body, r.status, r.problem)
 				}
 				// The audit reads the rate-limit fields as it finds them.
-				s := newSample(0, 0, 1, r.status, &r.limits)
-				if s.reset < -1 || s.reset > 1e9*time.Second || s.retryAfter < -1 {
-					t.Fatalf("buffer %d: reset %s, Retry-After %s from %+v", size, s.reset, s.retryAfter, r.limits)
+				var rec audit.Record
+				rec.AddResponse(audit.NewSample(0, 0, 1, r.status), &r.limits, nil, nil)
+				s := rec.Samples[0]
+				if s.Reset < -1 || s.Reset > 1e9*time.Second || s.RetryAfter < -1 {
+					t.Fatalf("buffer %d: reset %s, Retry-After %s from %+v", size, s.Reset, s.RetryAfter, r.limits)
 				}
 				if read := cr.n - int64(br.Buffered()); bodies > read {
 					t.Fatalf("buffer %d: bodies of %d bytes counted from %d bytes read", size, bodies, read)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/rules"
 )
@@ -48,7 +49,7 @@ func sourceIPs(cfg *bench.HTTPConfig, opts benchOptions) error {
 // of requests sent, into cfg.
 func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
 	for _, v := range opts.expectLimits {
-		ls, err := bench.ParseExpectedLimits(v, opts.ExpectAlgorithm)
+		ls, err := audit.ParseExpectedLimits(v, opts.ExpectAlgorithm)
 		if err != nil {
 			return flagError(err, benchNames)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/audit"
 	"github.com/ratelab/ratelab/bench"
 	"github.com/ratelab/ratelab/limiter"
 	"github.com/ratelab/ratelab/reports"
@@ -191,7 +192,7 @@ func rlsExpect(cfg *bench.RLSConfig, opts benchRLSOptions) error {
 		return usagef("--fail-on-under needs --expect-limit or --expect-config")
 	}
 	if opts.expectLimit != "" {
-		ls, err := bench.ParseExpectedLimits(opts.expectLimit, opts.ExpectAlgorithm)
+		ls, err := audit.ParseExpectedLimits(opts.expectLimit, opts.ExpectAlgorithm)
 		if err != nil {
 			return flagError(err, benchRLSNames, benchNames)
 		}

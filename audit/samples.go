@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"encoding/base64"
@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// AuditSamples keeps, in a run's JSON, every response the audit judged, so
+// Samples keeps, in a run's JSON, every response the audit judged, so
 // that `report merge` can audit runs from several load machines as one: a
 // limiter that leaks across machines is caught although each machine alone
 // saw too little to tell.
-type AuditSamples struct {
+type Samples struct {
 	// Encoding names the format of Data: "ratelab-samples-v3", a sequence
 	// of unsigned varints per response, in consumer and send order:
 	// consumer (delta), sent in µs since the measured run began (delta
@@ -48,30 +48,43 @@ type SampleCounters struct {
 	Names []string `json:"names"`
 }
 
+// MaxRoutes bounds the routes of a run (bench http's paths, or bench
+// rls's sets of descriptors) that a sample keeps.
+const MaxRoutes = 64
+
 const (
 	samplesEncoding   = "ratelab-samples-v3"
 	samplesEncodingV2 = "ratelab-samples-v2"
 	samplesEncodingV1 = "ratelab-samples-v1"
 )
 
+// Encode packs a run's samples, with their adverts and, for an audit by
+// rules or by a rate limit service's configuration, the counters m says
+// they met (nil: none), for its result's JSON.
+func Encode(rec Record, m *Meeting) *Samples { return encodeSamplesWith(rec.Samples, rec.advs, m) }
+
+// Decode unpacks the samples of a result of consumers consumers, without
+// their adverts.
+func (a *Samples) Decode(consumers int) ([]Sample, error) { return a.decode(0, consumers) }
+
 // encodeSamples packs samples without adverts for JSON.
-func encodeSamples(samples []sample) *AuditSamples { return encodeSamplesWith(samples, nil, nil) }
+func encodeSamples(samples []Sample) *Samples { return encodeSamplesWith(samples, nil, nil) }
 
 // encodeSamplesWith packs samples, with their adverts in advs and, for an
 // audit by rules, the counters m says they met, for JSON. Times are kept in
 // whole µs, sent rounded down and received rounded up, so that a flight
 // only ever grows: the audit stays sound on what it reads back.
-func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSamples {
+func encodeSamplesWith(samples []Sample, advs []Advert, m *Meeting) *Samples {
 	order := make([]int, len(samples))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(i, j int) int {
 		a, b := samples[i], samples[j]
-		if a.consumer != b.consumer {
-			return int(a.consumer - b.consumer)
+		if a.Consumer != b.Consumer {
+			return int(a.Consumer - b.Consumer)
 		}
-		return cmpDur(a.sent, b.sent)
+		return cmpDur(a.Sent, b.Sent)
 	})
 	hits := m.perSample(len(samples))
 	buf := make([]byte, 0, len(samples)*10)
@@ -79,28 +92,28 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 	var sent int64
 	for _, i := range order {
 		s := samples[i]
-		c := int64(s.consumer)
+		c := int64(s.Consumer)
 		if c != consumer {
 			sent = 0
 		}
 		buf = binary.AppendUvarint(buf, uint64(c-consumer))
 		consumer = c
-		us := s.sent.Microseconds()
+		us := s.Sent.Microseconds()
 		buf = binary.AppendUvarint(buf, uint64(us-sent))
 		sent = us
-		flight := (s.done - time.Duration(us)*time.Microsecond + time.Microsecond - 1) / time.Microsecond
+		flight := (s.Done - time.Duration(us)*time.Microsecond + time.Microsecond - 1) / time.Microsecond
 		buf = binary.AppendUvarint(buf, uint64(max(flight, 0)))
-		buf = binary.AppendUvarint(buf, uint64(s.status))
-		buf = binary.AppendUvarint(buf, plusOne(s.retryAfter.Milliseconds(), s.retryAfter >= 0))
+		buf = binary.AppendUvarint(buf, uint64(s.Status))
+		buf = binary.AppendUvarint(buf, plusOne(s.RetryAfter.Milliseconds(), s.RetryAfter >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(s.limit, s.limit >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(s.remaining, s.remaining >= 0))
-		buf = binary.AppendUvarint(buf, plusOne(int64(s.reset/time.Second), s.reset >= 0))
-		buf = binary.AppendUvarint(buf, uint64(s.route))
-		var ads, vio []advert
+		buf = binary.AppendUvarint(buf, plusOne(int64(s.Reset/time.Second), s.Reset >= 0))
+		buf = binary.AppendUvarint(buf, uint64(s.Route))
+		var ads, vio []Advert
 		if end := int(s.advAt) + int(s.advN); end+int(s.violated) <= len(advs) {
 			ads, vio = advs[s.advAt:end], advs[end:end+int(s.violated)]
 		}
-		for _, list := range [2][]advert{ads, vio} {
+		for _, list := range [2][]Advert{ads, vio} {
 			buf = binary.AppendUvarint(buf, uint64(len(list)))
 			for _, a := range list {
 				buf = appendAdvert(buf, a)
@@ -114,7 +127,7 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 			}
 		}
 	}
-	a := &AuditSamples{Encoding: samplesEncoding, Count: len(samples), Data: base64.StdEncoding.EncodeToString(buf)}
+	a := &Samples{Encoding: samplesEncoding, Count: len(samples), Data: base64.StdEncoding.EncodeToString(buf)}
 	if hits != nil {
 		for _, lc := range m.of {
 			a.Counters = append(a.Counters, SampleCounters{Keys: lc.keys, Names: lc.names})
@@ -124,7 +137,7 @@ func encodeSamplesWith(samples []sample, advs []advert, m *meeting) *AuditSample
 }
 
 // appendAdvert writes a policy as Data holds it.
-func appendAdvert(buf []byte, a advert) []byte {
+func appendAdvert(buf []byte, a Advert) []byte {
 	legacy := uint64(0)
 	if a.legacy {
 		legacy = 1
@@ -165,14 +178,14 @@ const (
 
 // decode unpacks the samples, shifted by offset (the run's start less the
 // earliest start of the runs merged), without their adverts.
-func (a *AuditSamples) decode(offset time.Duration, consumers int) ([]sample, error) {
+func (a *Samples) decode(offset time.Duration, consumers int) ([]Sample, error) {
 	ss, _, _, err := a.decodeAll(offset, consumers)
 	return ss, err
 }
 
 // decodeAll unpacks the samples, shifted by offset, their adverts, and for
 // an audit by rules the counters each met (nil otherwise).
-func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample, []advert, [][]counterHit, error) {
+func (a *Samples) decodeAll(offset time.Duration, consumers int) ([]Sample, []Advert, [][]counterHit, error) {
 	v3 := a.Encoding == samplesEncoding
 	v2 := v3 || a.Encoding == samplesEncodingV2
 	if !v2 && a.Encoding != samplesEncodingV1 {
@@ -187,8 +200,8 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 	}
 	// A response takes 8 bytes at least: what Data holds bounds what to
 	// make room for, whatever Count says.
-	out := make([]sample, 0, min(a.Count, len(buf)/8))
-	var advs []advert
+	out := make([]Sample, 0, min(a.Count, len(buf)/8))
+	var advs []Advert
 	var hits [][]counterHit
 	if err := a.checkCounters(); err != nil {
 		return nil, nil, nil, err
@@ -224,15 +237,15 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 		}
 		consumer += int64(f[0])
 		sent += d
-		s := sample{consumer: int32(consumer), status: int16(f[3]),
-			sent:       time.Duration(sent)*time.Microsecond + offset,
-			retryAfter: -1, limit: minusOne(f[5]), remaining: minusOne(f[6]), reset: -1}
-		s.done = s.sent + time.Duration(f[2])*time.Microsecond
+		s := Sample{Consumer: int32(consumer), Status: int16(f[3]),
+			Sent:       time.Duration(sent)*time.Microsecond + offset,
+			RetryAfter: -1, limit: minusOne(f[5]), remaining: minusOne(f[6]), Reset: -1}
+		s.Done = s.Sent + time.Duration(f[2])*time.Microsecond
 		if f[4] > 0 {
-			s.retryAfter = time.Duration(minusOne(f[4])) * time.Millisecond
+			s.RetryAfter = time.Duration(minusOne(f[4])) * time.Millisecond
 		}
 		if f[7] > 0 {
-			s.reset = time.Duration(minusOne(f[7])) * time.Second
+			s.Reset = time.Duration(minusOne(f[7])) * time.Second
 		}
 		if v2 {
 			if advs, err = decodeAdverts(&s, advs, next, v3); err != nil {
@@ -256,7 +269,7 @@ func (a *AuditSamples) decodeAll(offset time.Duration, consumers int) ([]sample,
 
 // decodeAdverts reads a v2 sample's route and adverts into s and advs,
 // and with v3 the policies its problem body named as violated.
-func decodeAdverts(s *sample, advs []advert, next func() (uint64, error), v3 bool) ([]advert, error) {
+func decodeAdverts(s *Sample, advs []Advert, next func() (uint64, error), v3 bool) ([]Advert, error) {
 	var head [2]uint64
 	for i := range head {
 		v, err := next()
@@ -265,10 +278,10 @@ func decodeAdverts(s *sample, advs []advert, next func() (uint64, error), v3 boo
 		}
 		head[i] = v
 	}
-	if head[0] >= maxRoutes || head[1] > maxAdverts {
+	if head[0] >= MaxRoutes || head[1] > maxAdverts {
 		return nil, fmt.Errorf("audit samples: route %d or %d policies out of range", head[0], head[1])
 	}
-	s.route, s.advAt, s.advN = uint16(head[0]), uint32(len(advs)), uint8(head[1])
+	s.Route, s.advAt, s.advN = uint16(head[0]), uint32(len(advs)), uint8(head[1])
 	advs, err := decodePolicies(advs, head[1], next)
 	if err != nil || !v3 {
 		return advs, err
@@ -285,7 +298,7 @@ func decodeAdverts(s *sample, advs []advert, next func() (uint64, error), v3 boo
 }
 
 // decodePolicies reads n policies into advs.
-func decodePolicies(advs []advert, n uint64, next func() (uint64, error)) ([]advert, error) {
+func decodePolicies(advs []Advert, n uint64, next func() (uint64, error)) ([]Advert, error) {
 	for range n {
 		var f [6]uint64
 		for i := range f {
@@ -295,10 +308,10 @@ func decodePolicies(advs []advert, n uint64, next func() (uint64, error)) ([]adv
 			}
 			f[i] = v
 		}
-		if f[0] > maxExpected || f[1] > 1 || f[2] > 1<<31 || f[3] > 1<<31 || f[4] > 1<<31 || f[5] > 1<<31 {
+		if f[0] > MaxLimits || f[1] > 1 || f[2] > 1<<31 || f[3] > 1<<31 || f[4] > 1<<31 || f[5] > 1<<31 {
 			return nil, fmt.Errorf("audit samples: policy %v out of range", f)
 		}
-		a := advert{legacy: f[1] == 1, q: givenPlusOne(f[2]), w: givenPlusOne(f[3]), r: givenPlusOne(f[4]), t: givenPlusOne(f[5])}
+		a := Advert{legacy: f[1] == 1, q: givenPlusOne(f[2]), w: givenPlusOne(f[3]), r: givenPlusOne(f[4]), t: givenPlusOne(f[5])}
 		if f[0] > 0 {
 			a.name, a.named = int16(f[0]-1), true
 		}

@@ -1,6 +1,7 @@
-package bench
+package audit
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -30,20 +31,18 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := HTTPConfig{Target: "http://127.0.0.1:8080/", Method: "GET", Requests: 1, Consumers: 2, ConsumerHeader: "X-Consumer-Id",
-		Routes:         []Route{{Path: "/search", Weight: 1}, {Path: "/items", Weight: 1}},
-		ConsumerValues: []ConsumerValues{{Header: "X-Plan", Values: []WeightedValue{{"gold", 1}, {"free", 1}}}}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+	// The requests as the engine sends them: a route of /search and
+	// /items, each consumer's identity, and its plan.
+	req := func(route, consumer int) rules.Request {
+		h := http.Header{}
+		h.Set("X-Consumer-Id", consumerName(int32(consumer)))
+		h.Set("X-Plan", []string{"gold", "free"}[consumer])
+		return rules.Request{Method: "GET", Path: []string{"/search", "/items"}[route], Host: "127.0.0.1:8080",
+			RemoteAddress: "127.0.0.1", Header: h}
 	}
-	m, _, err := newMix(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sent{mix: m, consumers: cfg.Consumers, source: "127.0.0.1"}
 	// consumer-0 (gold) and consumer-1 (free), each to /search and /items.
-	samples := []sample{{consumer: 0, route: 0}, {consumer: 0, route: 1}, {consumer: 1, route: 0}, {consumer: 1, route: 1}}
-	met := rulesMeeting(samples, set, s.request, consumerName)
+	samples := []Sample{{Consumer: 0, Route: 0}, {Consumer: 0, Route: 1}, {Consumer: 1, Route: 0}, {Consumer: 1, Route: 1}}
+	met := RulesMeeting(samples, set, req, consumerName)
 	for k, want := range []struct {
 		idx   []int32
 		names string

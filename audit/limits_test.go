@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"strconv"
@@ -18,7 +18,7 @@ func TestQuotedPolicyName(t *testing.T) {
 		{`"a,b";q=10;w=60, "c";q=5`, `"a,b";r=3;t=1`, 10, 3},
 		{`"say \"q=1;\"";q=7;w=1`, `"say \"q=1;\"";r=6;t=1`, 7, 6},
 	} {
-		s := newSample(0, 0, 1, 200, &limitFields{policy: tc.policy, rateLimit: tc.rateLimit})
+		s := newSample(0, 0, 1, 200, &Fields{policy: tc.policy, rateLimit: tc.rateLimit})
 		if s.limit != tc.limit || s.remaining != tc.remaining {
 			t.Errorf("%s / %s: limit %d, remaining %d: want %d and %d", tc.policy, tc.rateLimit, s.limit, s.remaining, tc.limit, tc.remaining)
 		}
@@ -28,14 +28,14 @@ func TestQuotedPolicyName(t *testing.T) {
 // A reset too far to hold in a time.Duration is read as absent, never
 // wrapped around into a near one.
 func TestFarReset(t *testing.T) {
-	for _, f := range []limitFields{
+	for _, f := range []Fields{
 		{rateLimit: `"default";r=0;t=18446744074`},                                      // 2^64 ns and a bit: 0.29 s once wrapped
 		{rateLimit: `"default";r=0;t=999999999999999`},                                  // the largest structured-field integer
 		{xRemaining: "0", xReset: "9223372036854775807"},                                // an "epoch time" past any clock
 		{xRemaining: "0", xReset: strconv.FormatInt(time.Now().Unix()+18446744079, 10)}, // 5.29 s once wrapped
 	} {
-		if s := newSample(0, 0, 1, 200, &f); s.reset >= 0 {
-			t.Errorf("%+v: reset read as %s: want absent", f, s.reset)
+		if s := newSample(0, 0, 1, 200, &f); s.Reset >= 0 {
+			t.Errorf("%+v: reset read as %s: want absent", f, s.Reset)
 		}
 	}
 }

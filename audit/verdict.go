@@ -1,13 +1,14 @@
-package bench
+package audit
 
 import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/audit"
+	"github.com/ratelab/ratelab/internal/plural"
 	"github.com/ratelab/ratelab/rules"
 )
 
@@ -16,28 +17,28 @@ import (
 // together to tell a limit shared across identities. Every figure and the
 // verdict come from the samples; the Retry-After probes, which send more,
 // are added by the caller. notes are what its denials say beyond counts.
-func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, name func(int32) string, notes denialNotes) audit.LimitAudit {
+func judgeLimit(samples []Sample, exp Expectation, consumers int, cov Coverage, name func(int32) string, notes denialNotes) LimitAudit {
 	p := exp.policy
-	l := audit.LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []audit.ConsumerAudit{}}
-	per := make([][]sample, consumers)
+	l := LimitAudit{Limit: p.Limit, WindowMillis: p.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.rule(), Reasons: []string{}, WorstConsumers: []ConsumerAudit{}}
+	per := make([][]Sample, consumers)
 	statuses := map[string]int64{}
 	var answered, turnedAway int64
 	for _, s := range samples {
-		per[s.consumer] = append(per[s.consumer], s)
-		if s.answered() {
+		per[s.Consumer] = append(per[s.Consumer], s)
+		if s.Answered() {
 			answered++
-			statuses[strconv.Itoa(int(s.status))]++
-			if !s.ok() && !s.denied() {
+			statuses[strconv.Itoa(int(s.Status))]++
+			if !s.OK() && !s.Denied() {
 				turnedAway++
 			}
 		}
 		checkAdvertised(s, p.Limit, exp.guarantee.Capacity(p), &l.Headers, name)
-		if exp.refusedAtZero && s.denied() && !s.otherMayDeny && s.remaining > 0 {
+		if exp.refusedAtZero && s.Denied() && !s.otherMayDeny && s.remaining > 0 {
 			// Refused, and by this limit alone: nothing remained of it.
 			l.Headers.Violations++
 			if l.Headers.Example == "" {
-				l.Headers.Example = name(s.consumer) + " was refused with " + strconv.FormatInt(s.remaining, 10) + " remaining"
+				l.Headers.Example = name(s.Consumer) + " was refused with " + strconv.FormatInt(s.remaining, 10) + " remaining"
 			}
 		}
 	}
@@ -79,7 +80,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 			}
 			remainingChecks(counted, p.Window, cov.horizon, exp.guarantee == algorithms.SlidingWindow, &l.Headers, name)
 		}
-		keepWorst(&l.WorstConsumers, audit.ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
+		keepWorst(&l.WorstConsumers, ConsumerAudit{Admitted: j.admitted, Denied: j.denied, Failed: j.failed,
 			OverAdmitted: max(j.worst.admitted-j.worst.allowed, 0), UnderAdmitted: j.under}, int32(c), name)
 	}
 	if worstOf >= 0 {
@@ -108,9 +109,9 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 	// its admissions account for what each consumer was denied below its
 	// own, the gateway keys them all alike.
 	if underJudged && underConsumers >= 2 {
-		var ok []sample
+		var ok []Sample
 		for _, s := range samples {
-			if s.ok() {
+			if s.OK() {
 				ok = append(ok, s)
 			}
 		}
@@ -128,15 +129,15 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 		per, name)
 	switch {
 	case l.OverAdmitted > 0:
-		l.Verdict = audit.Leaked
+		l.Verdict = Leaked
 		l.Reasons = []string{fmt.Sprintf("%s got %d through in %s where %d were allowed (%s)", l.WorstConsumer,
 			l.WorstWindowAdmitted, time.Duration(l.WorstSpanMillis)*time.Millisecond, l.WorstSpanAllowed, l.Rule)}
 	case len(reasons) > 0:
-		l.Verdict, l.Reasons = audit.NoVerdict, reasons
+		l.Verdict, l.Reasons = NoVerdict, reasons
 	case l.DenialsAttributed == 0:
-		l.Verdict, l.Reasons = audit.NotReached, []string{notReached(&l, notes)}
+		l.Verdict, l.Reasons = NotReached, []string{notReached(&l, notes)}
 	default:
-		l.Verdict = audit.Held
+		l.Verdict = Held
 	}
 	return l
 }
@@ -144,7 +145,7 @@ func judgeLimit(samples []sample, exp expectation, consumers int, cov coverage, 
 // notReached says how far the load got of a limit that none of its
 // denials shows enforced: the most one counter got in a window, and, when
 // that filled it, why no denial was its own.
-func notReached(l *audit.LimitAudit, notes denialNotes) string {
+func notReached(l *LimitAudit, notes denialNotes) string {
 	got := fmt.Sprintf("%d of %d in %s", l.MostInWindow, l.FullAt, rules.Window(time.Duration(l.FullSpanMillis)*time.Millisecond))
 	unsure := ""
 	if notes.unsure != "" {
@@ -175,7 +176,7 @@ type seen struct {
 
 // unjudgeable says why the audit could not judge l, in words; none when
 // it could. per holds each consumer's requests.
-func unjudgeable(l *audit.LimitAudit, s seen, per [][]sample, name func(int32) string) []string {
+func unjudgeable(l *LimitAudit, s seen, per [][]Sample, name func(int32) string) []string {
 	switch {
 	case s.requests == 0:
 		return []string{"no request was sent in the measured run"}
@@ -186,22 +187,22 @@ func unjudgeable(l *audit.LimitAudit, s seen, per [][]sample, name func(int32) s
 	if 2*s.turnedAway > s.answered {
 		reasons = append(reasons, fmt.Sprintf("most responses, %d of %d, were neither 2xx nor 429 (%s): "+
 			"the gateway turned the requests away for something other than its limit", s.turnedAway, s.answered,
-			statusList(s.statuses, failed)))
+			plural.Tally(s.statuses, failed)))
 	}
 	if len(s.noOK) > 0 {
 		first := s.noOK[0]
 		statuses := map[string]int64{}
 		for _, r := range per[first] {
-			if r.answered() {
-				statuses[strconv.Itoa(int(r.status))]++
+			if r.Answered() {
+				statuses[strconv.Itoa(int(r.Status))]++
 			}
 		}
 		if len(s.noOK) == 1 {
 			reasons = append(reasons, fmt.Sprintf("%s got no 2xx in its responses (%s): nothing shows what its limit admits",
-				name(first), statusList(statuses, anyStatus)))
+				name(first), plural.Tally(statuses, anyStatus)))
 		} else {
 			reasons = append(reasons, fmt.Sprintf("%d of the %d consumers got no 2xx, such as %s (%s): nothing shows what their limit admits",
-				len(s.noOK), l.Consumers, name(first), statusList(statuses, anyStatus)))
+				len(s.noOK), l.Consumers, name(first), plural.Tally(statuses, anyStatus)))
 		}
 	}
 	if l.SharedLimit {
@@ -214,7 +215,7 @@ func unjudgeable(l *audit.LimitAudit, s seen, per [][]sample, name func(int32) s
 
 // judged is what one consumer's requests show.
 type judged struct {
-	ok []sample // its successes
+	ok []Sample // its successes
 	// answered counts its responses; admitted, denied and failed split
 	// its requests into 2xx, 429 and the rest (transport errors included).
 	answered, admitted, denied, failed int64
@@ -228,14 +229,14 @@ type judged struct {
 	own, judged, elsewhere, under int64
 }
 
-func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
+func judgeConsumer(ss []Sample, exp Expectation, cov Coverage) judged {
 	var j judged
 	for _, s := range ss {
 		switch {
-		case s.ok():
+		case s.OK():
 			j.ok = append(j.ok, s)
 			j.admitted++
-		case s.denied():
+		case s.Denied():
 			j.denied++
 			if s.judgement == ownDenial {
 				j.own++
@@ -252,7 +253,7 @@ func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
 		default:
 			j.failed++
 		}
-		if s.answered() {
+		if s.Answered() {
 			j.answered++
 		}
 	}
@@ -266,7 +267,7 @@ func judgeConsumer(ss []sample, exp expectation, cov coverage) judged {
 
 // checkAdvertised checks the limit and remaining a response advertised
 // against the expected limit, remaining up to most (a bucket's burst).
-func checkAdvertised(s sample, limit, most int64, h *audit.HeadersAudit, name func(int32) string) {
+func checkAdvertised(s Sample, limit, most int64, h *HeadersAudit, name func(int32) string) {
 	if s.limit < 0 && s.remaining < 0 {
 		return
 	}
@@ -281,7 +282,7 @@ func checkAdvertised(s sample, limit, most int64, h *audit.HeadersAudit, name fu
 	if bad != "" {
 		h.Violations++
 		if h.Example == "" {
-			h.Example = name(s.consumer) + " " + bad + " (expected limit " + strconv.FormatInt(limit, 10) + ")"
+			h.Example = name(s.Consumer) + " " + bad + " (expected limit " + strconv.FormatInt(limit, 10) + ")"
 		}
 	}
 }
@@ -289,8 +290,8 @@ func checkAdvertised(s sample, limit, most int64, h *audit.HeadersAudit, name fu
 // keepWorst puts consumer c's summary among the worst, if it is one of
 // the maxWorstConsumers worst so far: the most over-admitted, then the
 // most under-admitted, then one with no 2xx; of equals, the first kept.
-func keepWorst(worst *[]audit.ConsumerAudit, ca audit.ConsumerAudit, c int32, name func(int32) string) {
-	worse := func(a, b audit.ConsumerAudit) bool {
+func keepWorst(worst *[]ConsumerAudit, ca ConsumerAudit, c int32, name func(int32) string) {
+	worse := func(a, b ConsumerAudit) bool {
 		switch {
 		case a.OverAdmitted != b.OverAdmitted:
 			return a.OverAdmitted > b.OverAdmitted
@@ -314,13 +315,19 @@ func keepWorst(worst *[]audit.ConsumerAudit, ca audit.ConsumerAudit, c int32, na
 
 func anyStatus(string) bool { return true }
 
+// failed says whether a response of status code (a key of a count by
+// status) was neither 2xx nor 429.
+func failed(code string) bool {
+	return !strings.HasPrefix(code, "2") && code != "429"
+}
+
 // spentOrNot is every request of ss, as remainingChecks counts them when a
 // request refused may have spent the limit: only the admitted ones keep
 // their remaining, to be judged.
-func spentOrNot(ss []sample) []sample {
+func spentOrNot(ss []Sample) []Sample {
 	out := slices.Clone(ss)
 	for i := range out {
-		if !out[i].ok() {
+		if !out[i].OK() {
 			out[i].remaining = -1
 		}
 	}

@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"math"
@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"time"
-
-	"github.com/ratelab/ratelab/audit"
 )
 
 // remainingChecks judges a consumer's advertised remaining counts with rules
@@ -29,13 +27,13 @@ import (
 // Only pairs whose second success ended before horizon (when not negative)
 // are judged, so that no success in between can be missing. Each pair costs
 // O(log n).
-func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *audit.HeadersAudit, name func(int32) string) {
+func remainingChecks(ok []Sample, window, horizon time.Duration, zero bool, h *HeadersAudit, name func(int32) string) {
 	// Pairs are of successes that gave a remaining; what came between is
 	// counted over every success, with one or not: a response that names
 	// only the policy closest to exhaustion still consumed the others.
 	all := slices.Clone(ok)
-	slices.SortFunc(all, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
-	var ss []sample
+	slices.SortFunc(all, func(a, b Sample) int { return cmpDur(a.Sent, b.Sent) })
+	var ss []Sample
 	for _, s := range all {
 		if s.remaining >= 0 {
 			ss = append(ss, s)
@@ -46,12 +44,12 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *a
 	}
 	ssSents := make([]time.Duration, len(ss))
 	for i, s := range ss {
-		ssSents[i] = s.sent
+		ssSents[i] = s.Sent
 	}
 	sents := make([]time.Duration, len(all))
 	dones := make([]time.Duration, len(all))
 	for i, s := range all {
-		sents[i], dones[i] = s.sent, s.done
+		sents[i], dones[i] = s.Sent, s.Done
 	}
 	slices.Sort(dones)
 	// countBelow counts the values of sorted below v (or up to v, with inclusive).
@@ -63,19 +61,19 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *a
 			return sorted[i] >= v
 		}))
 	}
-	violate := func(s sample, what string) {
+	violate := func(s Sample, what string) {
 		h.Violations++
 		if h.Example == "" {
-			h.Example = name(s.consumer) + " " + what
+			h.Example = name(s.Consumer) + " " + what
 		}
 	}
 	oldest := 0 // the first success (of all), in send order, that ended after x.sent - window
 	for i, x := range ss {
-		for oldest < len(all) && all[oldest].done <= x.sent-window {
+		for oldest < len(all) && all[oldest].Done <= x.Sent-window {
 			oldest++
 		}
 		// y: the first success with a remaining sent after x came back.
-		j := sort.Search(len(ssSents), func(k int) bool { return ssSents[k] >= x.done })
+		j := sort.Search(len(ssSents), func(k int) bool { return ssSents[k] >= x.Done })
 		if j == len(ss) {
 			continue
 		}
@@ -83,26 +81,26 @@ func remainingChecks(ok []sample, window, horizon time.Duration, zero bool, h *a
 			j = i + 1
 		}
 		y := ss[j]
-		if horizon >= 0 && y.done >= horizon {
+		if horizon >= 0 && y.Done >= horizon {
 			continue
 		}
 		// Successes other than x and y whose flights overlap [x.sent, y.done]:
 		// those sent before y.done, less those that ended by x.sent.
-		between := countBelow(sents, y.done, false) - countBelow(dones, x.sent, true) - 2
+		between := countBelow(sents, y.Done, false) - countBelow(dones, x.Sent, true) - 2
 		if x.remaining-y.remaining > 1+between {
 			violate(y, "remaining fell from "+strconv.FormatInt(x.remaining, 10)+" to "+strconv.FormatInt(y.remaining, 10)+
 				" with "+strconv.FormatInt(between, 10)+" admissions in between")
 		}
-		if zero && x.remaining == 0 && x.reset >= 0 {
+		if zero && x.remaining == 0 && x.Reset >= 0 {
 			// The earliest success that may still count in x's window frees
 			// its slot a window after it was sent, less a millisecond for
 			// limiters that keep whole milliseconds.
 			earliest := time.Duration(math.MaxInt64)
-			if oldest < len(all) && all[oldest].sent <= x.done {
-				earliest = all[oldest].sent + window - time.Millisecond
+			if oldest < len(all) && all[oldest].Sent <= x.Done {
+				earliest = all[oldest].Sent + window - time.Millisecond
 			}
-			resetAt := x.sent + x.reset - time.Second
-			if y.done < earliest && y.done < resetAt {
+			resetAt := x.Sent + x.Reset - time.Second
+			if y.Done < earliest && y.Done < resetAt {
 				violate(y, "was admitted right after a response that said 0 remaining")
 			}
 		}

@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ import (
 // may stray from the limiter's own: a millisecond for the scripts' whole
 // milliseconds, and 0.2% for clocks that tick at slightly different rates.
 // Every check of a denial, justified or surely false, asks it.
-func (e expectation) fullWindow() (need int64, lookback, margin time.Duration) {
+func (e Expectation) fullWindow() (need int64, lookback, margin time.Duration) {
 	lookback = e.guarantee.Lookback(e.policy)
 	return e.guarantee.Capacity(e.policy), lookback, time.Millisecond + lookback/500
 }
@@ -63,7 +63,7 @@ func (e expectation) fullWindow() (need int64, lookback, margin time.Duration) {
 // counted, and how many fill it: a window and the limit, but for a bucket,
 // whose burst may be above or below its limit, its lookback (the time the
 // burst takes to refill) and the burst.
-func (e expectation) fullSpan() (time.Duration, int64) {
+func (e Expectation) fullSpan() (time.Duration, int64) {
 	if need, lookback, _ := e.fullWindow(); e.guarantee == algorithms.BurstRefill {
 		return lookback, need
 	}
@@ -90,15 +90,15 @@ const (
 // at all when a refused request may have spent the limit) may count when
 // its flight reaches into the span from a lookback before the denial was
 // sent to when it came back.
-func checkDenials(ss []sample, exp expectation, cov coverage, f func(i int, st limitState)) {
+func checkDenials(ss []Sample, exp Expectation, cov Coverage, f func(i int, st limitState)) {
 	need, lookback, margin := exp.fullWindow()
 	var okSents, okDones, sents, dones []time.Duration
 	for _, s := range ss {
-		if s.ok() {
-			okSents, okDones = append(okSents, s.sent), append(okDones, s.done)
+		if s.OK() {
+			okSents, okDones = append(okSents, s.Sent), append(okDones, s.Done)
 		}
-		if !s.denied() || exp.refusedMaySpend {
-			sents, dones = append(sents, s.sent), append(dones, s.done)
+		if !s.Denied() || exp.refusedMaySpend {
+			sents, dones = append(sents, s.Sent), append(dones, s.Done)
 		}
 	}
 	for _, d := range [][]time.Duration{okSents, okDones, sents, dones} {
@@ -111,21 +111,21 @@ func checkDenials(ss []sample, exp expectation, cov coverage, f func(i int, st l
 		return int64(sort.Search(len(sorted), func(i int) bool { return sorted[i] >= v }))
 	}
 	for i, d := range ss {
-		if !d.denied() {
+		if !d.Denied() {
 			continue
 		}
 		// Those that ended by its send, less those that began by the
 		// lookback's start: a flight that spans the whole lookback is
 		// taken away, never added, so the count is never above the truth.
-		inside := upTo(okDones, d.sent) - upTo(okSents, d.done-lookback+margin)
-		from := d.sent - lookback - margin
-		reach := below(sents, d.done) - upTo(dones, from)
+		inside := upTo(okDones, d.Sent) - upTo(okSents, d.Done-lookback+margin)
+		from := d.Sent - lookback - margin
+		reach := below(sents, d.Done) - upTo(dones, from)
 		switch {
 		case inside >= need:
 			f(i, stateFull)
 		case reach >= need:
 			f(i, stateMay)
-		case from < cov.from || (cov.horizon >= 0 && d.done >= cov.horizon):
+		case from < cov.from || (cov.horizon >= 0 && d.Done >= cov.horizon):
 			f(i, stateUnknown)
 		default:
 			f(i, stateRoom)
@@ -167,10 +167,10 @@ type denialBook struct {
 	full, may, uncounted, suspect []uint64
 }
 
-func newDenialBook(samples []sample) *denialBook {
+func newDenialBook(samples []Sample) *denialBook {
 	b := &denialBook{}
 	for i, s := range samples {
-		if s.denied() {
+		if s.Denied() {
 			b.at = append(b.at, int32(i))
 		}
 	}
@@ -184,7 +184,7 @@ func newDenialBook(samples []sample) *denialBook {
 // unknown, met no limit (of enforcing) full or possibly denying, and no
 // unknown one of a shorter lookback (lookbacks, by limit). It then marks,
 // at each denial, the unknown limits whose counter is suspect.
-func (b *denialBook) markSuspects(m meeting, enforcing uint64, lookbacks []time.Duration) {
+func (b *denialBook) markSuspects(m Meeting, enforcing uint64, lookbacks []time.Duration) {
 	shows := make([][]bool, len(m.of)) // per limit, per counter
 	for j, lc := range m.of {
 		if enforcing&(1<<j) == 0 {
@@ -292,26 +292,18 @@ type denialNotes struct {
 }
 
 // limitIDs names the limits of mask by their IDs, in order.
-func limitIDs(mask uint64, exps []expectation) string {
+func limitIDs(mask uint64, exps []Expectation) string {
 	var ids []string
 	for m := mask; m != 0; m &= m - 1 {
-		ids = append(ids, exps[bits.TrailingZeros64(m)].id)
+		ids = append(ids, exps[bits.TrailingZeros64(m)].ID)
 	}
-	return joinAnd(ids)
-}
-
-// joinAnd joins words as a list in prose: "a", "a and b", "a, b and c".
-func joinAnd(words []string) string {
-	if len(words) < 2 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
+	return plural.List(ids, "and")
 }
 
 // unjudgedReason says why denials were not judged: late of them came
 // after the samples stop; uncounted[k] of the others met limit k, whose
 // lookback reaches before they begin. It says what would judge them.
-func unjudgedReason(uncounted *[maxExpected]int64, late int64, exps []expectation, cov coverage) string {
+func unjudgedReason(uncounted *[MaxLimits]int64, late int64, exps []Expectation, cov Coverage) string {
 	type cause struct {
 		k int
 		n int64
@@ -331,7 +323,7 @@ func unjudgedReason(uncounted *[maxExpected]int64, late int64, exps []expectatio
 		var named []string
 		for _, c := range causes {
 			_, lookback, _ := exps[c.k].fullWindow()
-			named = append(named, fmt.Sprintf("%s (a look-back of %s; %s)", exps[c.k].id, rules.Window(lookback), plural.Count(c.n, "denial")))
+			named = append(named, fmt.Sprintf("%s (a look-back of %s; %s)", exps[c.k].ID, rules.Window(lookback), plural.Count(c.n, "denial")))
 		}
 		where, after := "the run's start", "the first "+rules.Window(longest)
 		if cov.from > 0 {

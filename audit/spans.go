@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ type span struct {
 
 // worstSpan finds the span of time in which ok (a consumer's successes)
 // went furthest beyond what the expectation allows.
-func worstSpan(ok []sample, exp expectation) span {
+func worstSpan(ok []Sample, exp Expectation) span {
 	p, g := exp.policy, exp.guarantee
 	switch g {
 	case algorithms.SlidingWindow:
@@ -46,21 +46,21 @@ func worstSpan(ok []sample, exp expectation) span {
 // [s, s+span) that starts at a success's send, in O(n log n): a sweep over
 // the starts in send order, with the flights not yet passed counted by when
 // they ended in a Fenwick tree.
-func worstWindow(ok []sample, span time.Duration) int64 {
+func worstWindow(ok []Sample, span time.Duration) int64 {
 	if len(ok) == 0 {
 		return 0
 	}
-	slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	slices.SortFunc(ok, func(a, b Sample) int { return cmpDur(a.Sent, b.Sent) })
 	// Each flight's place among the flights ordered by end.
 	byEnd := make([]int, len(ok))
 	for i := range byEnd {
 		byEnd[i] = i
 	}
-	slices.SortFunc(byEnd, func(i, j int) int { return cmpDur(ok[i].done, ok[j].done) })
+	slices.SortFunc(byEnd, func(i, j int) int { return cmpDur(ok[i].Done, ok[j].Done) })
 	dones := make([]time.Duration, len(ok))
 	ranks := make([]int, len(ok))
 	for r, i := range byEnd {
-		dones[r], ranks[i] = ok[i].done, r
+		dones[r], ranks[i] = ok[i].Done, r
 	}
 	tree := make([]int64, len(ok)+1) // counts the flights not yet passed, by place
 	add := func(r int, v int64) {
@@ -80,7 +80,7 @@ func worstWindow(ok []sample, span time.Duration) int64 {
 	}
 	var worst int64
 	for i, s := range ok {
-		end := sort.Search(len(dones), func(k int) bool { return dones[k] >= s.sent+span })
+		end := sort.Search(len(dones), func(k int) bool { return dones[k] >= s.Sent+span })
 		if n := below(end); n > worst {
 			worst = n
 		}

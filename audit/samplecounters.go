@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ type counterHit struct{ k, c int32 }
 // perSample lists, for each of n samples, the limits it met and their
 // counters: for an audit by rules (whose counters have keys); nil for
 // counters that are the consumers' own, or no meeting.
-func (m *meeting) perSample(n int) [][]counterHit {
+func (m *Meeting) perSample(n int) [][]counterHit {
 	if m == nil || len(m.of) == 0 || m.of[0].keys == nil {
 		return nil
 	}
@@ -24,9 +24,9 @@ func (m *meeting) perSample(n int) [][]counterHit {
 }
 
 // checkCounters checks the counter tables of an audit by rules.
-func (a *AuditSamples) checkCounters() error {
-	if len(a.Counters) > maxExpected {
-		return fmt.Errorf("audit samples: counters of %d limits, at most %d", len(a.Counters), maxExpected)
+func (a *Samples) checkCounters() error {
+	if len(a.Counters) > MaxLimits {
+		return fmt.Errorf("audit samples: counters of %d limits, at most %d", len(a.Counters), MaxLimits)
 	}
 	for k, t := range a.Counters {
 		if len(t.Keys) != len(t.Names) || len(t.Keys) > 1<<31-1 {
@@ -37,7 +37,7 @@ func (a *AuditSamples) checkCounters() error {
 }
 
 // decodeHits reads one sample's limits and counters.
-func (a *AuditSamples) decodeHits(next func() (uint64, error)) ([]counterHit, error) {
+func (a *Samples) decodeHits(next func() (uint64, error)) ([]counterHit, error) {
 	n, err := next()
 	if err != nil {
 		return nil, err
@@ -66,12 +66,12 @@ func (a *AuditSamples) decodeHits(next func() (uint64, error)) ([]counterHit, er
 // counterMerge gathers the counters of several runs' samples into one
 // meeting: counters of one key are one, whichever run met them.
 type counterMerge struct {
-	m     meeting
+	m     Meeting
 	index []map[string]int32 // per limit, counter by key
 }
 
 func newCounterMerge(limits int) *counterMerge {
-	cm := &counterMerge{m: meeting{of: make([]limitCounters, limits)}, index: make([]map[string]int32, limits)}
+	cm := &counterMerge{m: Meeting{of: make([]limitCounters, limits)}, index: make([]map[string]int32, limits)}
 	for k := range cm.index {
 		cm.index[k] = map[string]int32{}
 		cm.m.of[k].keys = []string{}

@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"cmp"
@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ratelab/ratelab/audit"
+	"github.com/ratelab/ratelab/internal/plural"
 )
 
-// meeting says which limits each sample met, and on which counter of each:
+// Meeting says which limits each sample met, and on which counter of each:
 // requests that share a counter are judged together.
-type meeting struct {
+type Meeting struct {
 	// met[i] is the mask of the limits sample i met (bit k: limit k).
 	met []uint64
 	// of[k] is limit k's part: the samples that met it and their counters.
@@ -38,14 +38,14 @@ type limitCounters struct {
 // rules, or by a rate limit service's descriptors): requests that name one
 // key count against one counter, whichever consumer sent them.
 type counterBook struct {
-	m        meeting
+	m        Meeting
 	counters []map[string]int32 // per limit, counter by key
 	owner    [][]int32          // per limit, each counter's consumer; -2 when several
 	name     func(int32) string
 }
 
 func newCounterBook(samples, limits int, name func(int32) string) *counterBook {
-	b := &counterBook{m: meeting{met: make([]uint64, samples), of: make([]limitCounters, limits)},
+	b := &counterBook{m: Meeting{met: make([]uint64, samples), of: make([]limitCounters, limits)},
 		counters: make([]map[string]int32, limits), owner: make([][]int32, limits), name: name}
 	for k := range b.m.of {
 		b.m.of[k].keys = []string{}
@@ -82,16 +82,16 @@ func (b *counterBook) add(i int, k, c int32) {
 	lc.counter = append(lc.counter, c)
 }
 
-// everyConsumer is the meeting of limits that each consumer has its own of,
+// EveryConsumer is the meeting of limits that each consumer has its own of,
 // and that every request meets: --expect-limit's. name names the consumers.
-func everyConsumer(samples []sample, limits, consumers int, name func(int32) string) meeting {
-	m := meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, limits)}
+func EveryConsumer(samples []Sample, limits, consumers int, name func(int32) string) Meeting {
+	m := Meeting{met: make([]uint64, len(samples)), of: make([]limitCounters, limits)}
 	all := uint64(1)<<limits - 1
 	idx := make([]int32, len(samples))
 	counter := make([]int32, len(samples))
 	for i, s := range samples {
 		m.met[i] = all
-		idx[i], counter[i] = int32(i), s.consumer
+		idx[i], counter[i] = int32(i), s.Consumer
 	}
 	names := make([]string, consumers)
 	for c := range names {
@@ -103,6 +103,23 @@ func everyConsumer(samples []sample, limits, consumers int, name func(int32) str
 	return m
 }
 
+// Judge judges a run's samples (rec) against each expectation, each on
+// its own counters (m), with what their answers advertised and the
+// policies their 429s named as violated, and makes the verdict of them
+// all; name names the consumers in the faults of violated policies.
+func Judge(rec Record, exps []Expectation, m Meeting, cov Coverage, name func(int32) string) Audit {
+	a := auditLimits(rec.Samples, rec.advs, exps, m, cov)
+	checkViolated(&a, rec.Samples, rec.advs, exps, m, name)
+	return a
+}
+
+// Met counts the samples that met limit k, and Counters its counters.
+func (m Meeting) Met(k int) int { return len(m.of[k].idx) }
+
+// Counters counts limit k's counters: those the samples that met it
+// counted against.
+func (m Meeting) Counters(k int) int { return len(m.of[k].names) }
+
 // auditLimits judges the samples against several limits at once, each by
 // its own guarantee on its own counters (m), and makes the verdict of them
 // all. advs holds the samples' adverts.
@@ -112,9 +129,9 @@ func everyConsumer(samples []sample, limits, consumers int, name func(int32) str
 // (see attribution.go); one that no limit justifies or may have made, and
 // that every limit it met would surely have admitted, is under-admission.
 // Shadow, unlimited and cost 0 limits are reported, never judged.
-func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting, cov coverage) audit.Audit {
+func auditLimits(samples []Sample, advs []Advert, exps []Expectation, m Meeting, cov Coverage) Audit {
 	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
-	a := audit.Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
+	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
 	if cov.horizon >= 0 {
 		ms := cov.horizon.Milliseconds()
 		a.CappedFromMillis = &ms
@@ -131,7 +148,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 		if !exp.judged() {
 			continue
 		}
-		forCounters(samples, m.of[k], func(ss []sample, idx []int32) {
+		forCounters(samples, m.of[k], func(ss []Sample, idx []int32) {
 			checkDenials(ss, exp, cov, func(i int, st limitState) { book.note(idx[i], k, st) })
 		})
 	}
@@ -142,23 +159,23 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 	book.markSuspects(m, enforcing, lookbacks)
 	for k, exp := range exps {
 		lc := m.of[k]
-		var proj []sample
+		var proj []Sample
 		if len(exps) == 1 && lc.consumers {
 			// The one limit, on the consumers' own counters: the samples
 			// are projected where they are (what they read is not lost:
 			// their adverts stay).
 			proj = samples
 		} else {
-			proj = make([]sample, len(lc.idx))
+			proj = make([]Sample, len(lc.idx))
 		}
 		var notes denialNotes
 		var rivals, unsure uint64
-		var uncounted [maxExpected]int64
+		var uncounted [MaxLimits]int64
 		var late int64
 		for j, i := range lc.idx {
 			s := samples[i]
-			s.consumer = lc.counter[j]
-			if s.denied() && exp.judged() {
+			s.Consumer = lc.counter[j]
+			if s.Denied() && exp.judged() {
 				v := book.view(i, k, m.met[i]&enforcing, cov.skipUnder != "")
 				s.judgement, s.otherMayDeny = v.judgement, v.otherMayDeny
 				if v.rivals != 0 {
@@ -167,7 +184,7 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 				}
 				switch {
 				case v.judgement != unjudged:
-				case cov.horizon >= 0 && s.done >= cov.horizon:
+				case cov.horizon >= 0 && s.Done >= cov.horizon:
 					late++
 				default:
 					for u := v.uncounted; u != 0; u &= u - 1 {
@@ -183,20 +200,20 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 			notes.unjudged = unjudgedReason(&uncounted, late, exps, cov)
 		}
 		l := limitLine(proj, exp, lc.names, cov, len(samples) > 0, notes)
-		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.id, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
+		l.ID, l.Descriptor, l.Shadow, l.Unlimited, l.Cost, l.Requests = exp.ID, exp.descriptor, exp.shadow, exp.unlimited, exp.cost, int64(len(proj))
 		l.Burst = exp.burst
 		if _, cost := exp.units(); cost > 1 {
 			l.Quota = exp.quota
 		}
 		for _, s := range proj {
-			if s.ok() {
+			if s.OK() {
 				l.Admitted++
 			}
 		}
 		if exp.judged() {
 			if never := neverAdvertised(samples, advs, lc, k, exps); never != "" {
 				l.Headers.NeverAdvertised = never
-				if l.Verdict == audit.NotReached || l.Verdict == audit.NoVerdict {
+				if l.Verdict == NotReached || l.Verdict == NoVerdict {
 					l.Reasons = append(l.Reasons, "the gateway "+never)
 				}
 			}
@@ -210,26 +227,26 @@ func auditLimits(samples []sample, advs []advert, exps []expectation, m meeting,
 // limitLine is what the audit found of one limit, from the samples that
 // met it, projected on its counters (named by names). sent says the run
 // sent requests at all; notes are what its denials say beyond counts.
-func limitLine(proj []sample, exp expectation, names []string, cov coverage, sent bool, notes denialNotes) audit.LimitAudit {
+func limitLine(proj []Sample, exp Expectation, names []string, cov Coverage, sent bool, notes denialNotes) LimitAudit {
 	name := func(c int32) string { return names[c] }
-	blank := audit.LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
-		Rule: exp.rule(), WorstConsumers: []audit.ConsumerAudit{}}
+	blank := LimitAudit{Limit: exp.policy.Limit, WindowMillis: exp.policy.Window.Milliseconds(), Algorithm: exp.algorithm,
+		Rule: exp.rule(), WorstConsumers: []ConsumerAudit{}}
 	switch {
 	case !exp.judged():
 		l := blank
 		if exp.unlimited {
 			l.Rule = "unlimited"
 		}
-		l.Verdict, l.Reasons, l.Consumers = audit.NotJudged, []string{exp.unjudgedReason()}, len(names)
+		l.Verdict, l.Reasons, l.Consumers = NotJudged, []string{exp.unjudgedReason()}, len(names)
 		for _, s := range proj {
-			if s.denied() {
+			if s.Denied() {
 				l.Denials++
 			}
 		}
 		return l
 	case len(proj) == 0 && sent:
 		l := blank
-		l.Verdict, l.Reasons = audit.NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.unmet, "send what it matches (its route, its headers)")}
+		l.Verdict, l.Reasons = NoVerdict, []string{"no request sent met it: " + cmp.Or(exp.Unmet, "send what it matches (its route, its headers)")}
 		return l
 	}
 	l := judgeLimit(proj, exp, len(names), cov, name, notes)
@@ -241,7 +258,7 @@ func limitLine(proj []sample, exp expectation, names []string, cov coverage, sen
 // k (those of lc) named policies in RateLimit-Policy, and never k (by its
 // name, or by its quota and window), how many did and which they named;
 // "" when some named k, or none named any.
-func neverAdvertised(samples []sample, advs []advert, lc limitCounters, k int, exps []expectation) string {
+func neverAdvertised(samples []Sample, advs []Advert, lc limitCounters, k int, exps []Expectation) string {
 	if exps[k].noPolicies {
 		return ""
 	}
@@ -260,7 +277,7 @@ func neverAdvertised(samples []sample, advs []advert, lc limitCounters, k int, e
 			policies = true
 			what := fmt.Sprintf("q=%d;w=%d", a.q.n, a.w.n)
 			if a.named {
-				what = exps[a.name].id
+				what = exps[a.name].ID
 			}
 			if len(named) < 4 && !slices.Contains(named, what) {
 				named = append(named, what)
@@ -274,13 +291,13 @@ func neverAdvertised(samples []sample, advs []advert, lc limitCounters, k int, e
 		return ""
 	}
 	return fmt.Sprintf("never advertised it: %d responses to its requests named %s in RateLimit-Policy, and never it "+
-		"(by name, or by quota and window): a strong sign that the gateway leaves it out", naming, joinAnd(named))
+		"(by name, or by quota and window): a strong sign that the gateway leaves it out", naming, plural.List(named, "and"))
 }
 
 // speaksOf says whether an advert may be of limit k: it names it, or,
 // unnamed, gives its quota and window (w in whole seconds, rounded either
 // way).
-func speaksOf(a advert, k int, exps []expectation) bool {
+func speaksOf(a Advert, k int, exps []Expectation) bool {
 	if a.named {
 		return int(a.name) == k
 	}
@@ -292,17 +309,17 @@ func speaksOf(a advert, k int, exps []expectation) bool {
 // forCounters calls f with each counter's samples of lc (the samples'
 // consumer set to the counter), in send order, and their indexes in
 // samples.
-func forCounters(samples []sample, lc limitCounters, f func(ss []sample, idx []int32)) {
+func forCounters(samples []Sample, lc limitCounters, f func(ss []Sample, idx []int32)) {
 	per := make([][]int32, len(lc.names))
 	for j, i := range lc.idx {
 		per[lc.counter[j]] = append(per[lc.counter[j]], i)
 	}
-	var ss []sample
+	var ss []Sample
 	for c, idx := range per {
 		ss = ss[:0]
 		for _, i := range idx {
 			s := samples[i]
-			s.consumer = int32(c)
+			s.Consumer = int32(c)
 			ss = append(ss, s)
 		}
 		f(ss, idx)
@@ -319,7 +336,7 @@ func forCounters(samples []sample, lc limitCounters, f func(ss []sample, idx []i
 // policies is any limit its request met, its first is held to the tightest
 // of them (the lowest rate), as are legacy fields whose limit is none of
 // them.
-func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expectation) {
+func project(s *Sample, advs []Advert, k int, met, enforcing uint64, exps []Expectation) {
 	if s.advN == 0 {
 		return
 	}
@@ -354,7 +371,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 	if !resolvedAny && firstDraft >= 0 && tight == k {
 		draft = firstDraft
 	}
-	s.limit, s.remaining, s.reset = -1, -1, -1
+	s.limit, s.remaining, s.Reset = -1, -1, -1
 	pick := draft
 	if pick < 0 {
 		pick = legacy
@@ -371,7 +388,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 		s.remaining = int64(a.r.n) / cost
 	}
 	if a.t.ok {
-		s.reset = time.Duration(a.t.n) * time.Second
+		s.Reset = time.Duration(a.t.n) * time.Second
 	}
 }
 
@@ -379,7 +396,7 @@ func project(s *sample, advs []advert, k int, met, enforcing uint64, exps []expe
 // by quota and window (w in whole seconds, rounded either way); -1 when
 // none, ambiguous when several. An item of RateLimit alone (no quota)
 // speaks of the one limit met, when there is one.
-func resolve(a advert, met uint64, exps []expectation) int {
+func resolve(a Advert, met uint64, exps []Expectation) int {
 	if a.named {
 		if met&(1<<a.name) != 0 {
 			return int(a.name)
@@ -411,7 +428,7 @@ const ambiguous = -2
 
 // tightest is the limit of mask with the lowest rate (limit per window);
 // -1 for none.
-func tightest(mask uint64, exps []expectation) int {
+func tightest(mask uint64, exps []Expectation) int {
 	best := -1
 	for m := mask; m != 0; m &= m - 1 {
 		k := bits.TrailingZeros64(m)
@@ -431,15 +448,15 @@ func tightest(mask uint64, exps []expectation) int {
 // a second (its rounding) before the reset the same response gave for a
 // policy it said had nothing remaining: that policy denies until then, so
 // the client was told to come back too soon.
-func retryAfterBeforeReset(proj []sample, h *audit.HeadersAudit, name func(int32) string) {
+func retryAfterBeforeReset(proj []Sample, h *HeadersAudit, name func(int32) string) {
 	for _, s := range proj {
-		if !s.denied() || s.retryAfter < 0 || s.remaining != 0 || s.reset <= s.retryAfter+time.Second {
+		if !s.Denied() || s.RetryAfter < 0 || s.remaining != 0 || s.Reset <= s.RetryAfter+time.Second {
 			continue
 		}
 		h.Violations++
 		if h.Example == "" {
 			h.Example = fmt.Sprintf("%s was told Retry-After %s, but the policy said nothing remained for %s",
-				name(s.consumer), s.retryAfter, strconv.FormatInt(int64(s.reset/time.Second), 10)+"s")
+				name(s.Consumer), s.RetryAfter, strconv.FormatInt(int64(s.Reset/time.Second), 10)+"s")
 		}
 	}
 }

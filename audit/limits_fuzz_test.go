@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"strconv"
@@ -43,7 +43,7 @@ func FuzzRateLimitFields(f *testing.F) {
 	f.Add("", int64(10), int64(3), int64(20), int64(5), false, "")
 	f.Add("", int64(10), int64(3), int64(1<<62), int64(1<<62), false, "")
 	f.Fuzz(func(t *testing.T, name string, q, r, reset, retry int64, draft bool, next string) {
-		var lf limitFields
+		var lf Fields
 		retryAfter := strconv.FormatInt(retry, 10)
 		lf.retryAfter = retryAfter
 		if draft {
@@ -74,24 +74,24 @@ func FuzzRateLimitFields(f *testing.F) {
 		check("limit", s.limit, q)
 		check("remaining", s.remaining, r)
 		resetSecs := int64(-1)
-		if s.reset >= 0 {
-			resetSecs = int64(s.reset / time.Second)
+		if s.Reset >= 0 {
+			resetSecs = int64(s.Reset / time.Second)
 		}
 		switch {
 		case reset < 0 && !draft: // as an epoch time long past: 0 or absent
-			if s.reset > 0 {
-				t.Errorf("reset %d read as %s", reset, s.reset)
+			if s.Reset > 0 {
+				t.Errorf("reset %d read as %s", reset, s.Reset)
 			}
 		case reset < 0:
 			check("reset", resetSecs, reset)
 		case reset <= 1e9: // seconds from now, in both
 			check("reset", resetSecs, reset)
-		case s.reset < 0: // too far to keep: absent
+		case s.Reset < 0: // too far to keep: absent
 		case draft:
 			check("reset", resetSecs, reset)
 		default: // X-RateLimit-Reset above 10^9 is an epoch time
 			if d := resetSecs - max(reset-time.Now().Unix(), 0); d < -2 || d > 2 {
-				t.Errorf("reset at %d read as %s from now", reset, s.reset)
+				t.Errorf("reset at %d read as %s from now", reset, s.Reset)
 			}
 		}
 		// Every policy is read as well, the first with the quota and
@@ -105,10 +105,10 @@ func FuzzRateLimitFields(f *testing.F) {
 			t.Errorf("first policy read as %+v from %+v", advs[0], lf)
 		}
 		switch {
-		case retry < 0 && s.retryAfter >= 0:
-			t.Errorf("Retry-After %d read as %s", retry, s.retryAfter)
-		case retry >= 0 && retry < 1e9 && s.retryAfter != time.Duration(retry)*time.Second:
-			t.Errorf("Retry-After %d read as %s", retry, s.retryAfter)
+		case retry < 0 && s.RetryAfter >= 0:
+			t.Errorf("Retry-After %d read as %s", retry, s.RetryAfter)
+		case retry >= 0 && retry < 1e9 && s.RetryAfter != time.Duration(retry)*time.Second:
+			t.Errorf("Retry-After %d read as %s", retry, s.RetryAfter)
 		}
 	})
 }

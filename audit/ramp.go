@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"slices"
@@ -25,19 +25,19 @@ import (
 // p counts units, of which each request takes cost (1 but for a rate
 // limit service's hits_addend or a rules limit's cost): what a span
 // allows is its units over the cost, rounded down.
-func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee, cost int64) span {
+func worstRamp(ok []Sample, p algorithms.Policy, g algorithms.Guarantee, cost int64) span {
 	cost = max(cost, 1)
 	if len(ok) == 0 {
 		return span{allowed: g.MaxIn(p, 0) / cost}
 	}
 	bySent := slices.Clone(ok)
-	slices.SortFunc(bySent, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	slices.SortFunc(bySent, func(a, b Sample) int { return cmpDur(a.Sent, b.Sent) })
 	sents := make([]time.Duration, len(bySent))
 	for i, s := range bySent {
-		sents[i] = s.sent
+		sents[i] = s.Sent
 	}
 	byDone := slices.Clone(bySent)
-	slices.SortFunc(byDone, func(a, b sample) int { return cmpDur(a.done, b.done) })
+	slices.SortFunc(byDone, func(a, b Sample) int { return cmpDur(a.Done, b.Done) })
 
 	rate := float64(p.Limit) / float64(cost) / float64(p.Window) // admissions per ns of span
 	t := newMaxTree(len(bySent))
@@ -49,8 +49,8 @@ func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee, cost in
 	}
 	best, bestStart, bestEnd := 0.0, -1, time.Duration(0)
 	for k, f := range byDone {
-		t.add(0, upTo(f.sent)-1, 1)
-		if k+1 < len(byDone) && byDone[k+1].done == f.done {
+		t.add(0, upTo(f.Sent)-1, 1)
+		if k+1 < len(byDone) && byDone[k+1].Done == f.Done {
 			continue // every flight that ended then first
 		}
 		// Only the starts at or before f's send: the spans that hold f. A
@@ -59,15 +59,15 @@ func worstRamp(ok []sample, p algorithms.Policy, g algorithms.Guarantee, cost in
 		// span of admissions (under load, whose flights are long, it scored
 		// above every one that held a success, and was reported as the
 		// worst: 0 admitted).
-		v, i := t.max(0, upTo(f.sent)-1)
-		if v -= rate * float64(f.done); bestStart < 0 || v > best {
-			best, bestStart, bestEnd = v, i, f.done
+		v, i := t.max(0, upTo(f.Sent)-1)
+		if v -= rate * float64(f.Done); bestStart < 0 || v > best {
+			best, bestStart, bestEnd = v, i, f.Done
 		}
 	}
 	from := sents[bestStart]
 	var n int64
 	for _, s := range ok {
-		if s.sent >= from && s.done <= bestEnd {
+		if s.Sent >= from && s.Done <= bestEnd {
 			n++
 		}
 	}

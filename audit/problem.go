@@ -1,11 +1,9 @@
-package bench
+package audit
 
 import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-
-	"github.com/ratelab/ratelab/audit"
 )
 
 // A 429 may say which policies refused it: the body of the problem type
@@ -36,7 +34,7 @@ const maxViolated = 8
 // RateLimit-Policy, and the remaining and reset that RateLimit, gave the
 // policy of that name in the same response. A body that does not parse, or
 // has no such member, adds nothing.
-func violatedPolicies(dst []advert, body []byte, f *limitFields, names map[string]int16) []advert {
+func violatedPolicies(dst []Advert, body []byte, f *Fields, names map[string]int16) []Advert {
 	var p struct {
 		Violated []string `json:"violated-policies"`
 	}
@@ -48,7 +46,7 @@ func violatedPolicies(dst []advert, body []byte, f *limitFields, names map[strin
 			break
 		}
 		k, ok := names[name]
-		a := advert{name: k, named: ok}
+		a := Advert{name: k, named: ok}
 		if m, ok := sfNamed(f.policy, name); ok {
 			a.q, a.w = m.q, m.w
 		}
@@ -77,7 +75,7 @@ func sfNamed(field, name string) (sfMember, bool) {
 // above) to the limits its request met (m) and to what its response
 // advertised, and counts them, and the faults, in a's limits' headers.
 // exps are a's limits, in order; name names the consumers.
-func checkViolated(a *audit.Audit, samples []sample, advs []advert, exps []expectation, m meeting, name func(int32) string) {
+func checkViolated(a *Audit, samples []Sample, advs []Advert, exps []Expectation, m Meeting, name func(int32) string) {
 	if len(a.Limits) != len(exps) {
 		return
 	}
@@ -103,7 +101,7 @@ func checkViolated(a *audit.Audit, samples []sample, advs []advert, exps []expec
 				h := &a.Limits[k].Headers
 				h.Named++
 				violation(h, fmt.Sprintf("%s was refused with violated-policies naming %s, a limit its request did not meet",
-					name(s.consumer), strconv.Quote(exps[k].id)))
+					name(s.Consumer), strconv.Quote(exps[k].ID)))
 				continue
 			}
 			if k < 0 { // a policy the audit cannot place
@@ -112,19 +110,19 @@ func checkViolated(a *audit.Audit, samples []sample, advs []advert, exps []expec
 			h := &a.Limits[k].Headers
 			h.Named++
 			if cost := max(exps[k].cost, 1); v.r.ok && int64(v.r.n) >= cost {
-				named := strconv.Quote(exps[k].id)
+				named := strconv.Quote(exps[k].ID)
 				if !v.named {
-					named = "the policy of limit " + exps[k].id
+					named = "the policy of limit " + exps[k].ID
 				}
 				violation(h, fmt.Sprintf("%s was refused with violated-policies naming %s, of which the same response said %d remained",
-					name(s.consumer), named, v.r.n))
+					name(s.Consumer), named, v.r.n))
 			}
 		}
 	}
 }
 
 // violation counts a header violation, keeping the first as h's example.
-func violation(h *audit.HeadersAudit, what string) {
+func violation(h *HeadersAudit, what string) {
 	h.Violations++
 	if h.Example == "" {
 		h.Example = what

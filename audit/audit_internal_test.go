@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"math"
@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
-	"github.com/ratelab/ratelab/audit"
 )
 
 // randomSamples makes n responses of one consumer with flights that
 // overlap, remaining counts that wander, and some resets.
-func randomSamples(r *rand.Rand, n int) []sample {
-	ss := make([]sample, n)
+func randomSamples(r *rand.Rand, n int) []Sample {
+	ss := make([]Sample, n)
 	var at time.Duration
 	for i := range ss {
 		at += time.Duration(r.IntN(20)) * time.Millisecond
@@ -25,22 +24,22 @@ func randomSamples(r *rand.Rand, n int) []sample {
 			status = 429
 		}
 		remaining := int64(r.IntN(5)) - 1 // -1: a response that gave none for this limit
-		ss[i] = sample{sent: at, done: at + flight, status: status, remaining: remaining, reset: time.Duration(r.IntN(3)) * time.Second,
-			retryAfter: -1, limit: -1}
+		ss[i] = Sample{Sent: at, Done: at + flight, Status: status, remaining: remaining, Reset: time.Duration(r.IntN(3)) * time.Second,
+			RetryAfter: -1, limit: -1}
 	}
 	return ss
 }
 
 // slowWorstWindow and slowRemainingChecks are the rules as first written:
 // plain, and quadratic.
-func slowWorstWindow(ok []sample, span time.Duration) int64 {
-	slices.SortFunc(ok, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+func slowWorstWindow(ok []Sample, span time.Duration) int64 {
+	slices.SortFunc(ok, func(a, b Sample) int { return cmpDur(a.Sent, b.Sent) })
 	var worst int64
 	for i := range ok {
 		var n int64
-		end := ok[i].sent + span
-		for j := i; j < len(ok) && ok[j].sent < end; j++ {
-			if ok[j].done < end {
+		end := ok[i].Sent + span
+		for j := i; j < len(ok) && ok[j].Sent < end; j++ {
+			if ok[j].Done < end {
 				n++
 			}
 		}
@@ -49,45 +48,45 @@ func slowWorstWindow(ok []sample, span time.Duration) int64 {
 	return worst
 }
 
-func slowRemainingChecks(ok []sample, window, horizon time.Duration) int64 {
-	var ss []sample
+func slowRemainingChecks(ok []Sample, window, horizon time.Duration) int64 {
+	var ss []Sample
 	for _, s := range ok {
 		if s.remaining >= 0 {
 			ss = append(ss, s)
 		}
 	}
-	slices.SortFunc(ss, func(a, b sample) int { return cmpDur(a.sent, b.sent) })
+	slices.SortFunc(ss, func(a, b Sample) int { return cmpDur(a.Sent, b.Sent) })
 	var violations int64
 	for i := 0; i+1 < len(ss); i++ {
 		x := ss[i]
 		j := i + 1
-		for j < len(ss) && ss[j].sent < x.done {
+		for j < len(ss) && ss[j].Sent < x.Done {
 			j++
 		}
 		if j == len(ss) {
 			continue
 		}
 		y := ss[j]
-		if horizon >= 0 && y.done >= horizon {
+		if horizon >= 0 && y.Done >= horizon {
 			continue
 		}
 		between := int64(-2)   // x and y themselves
 		for _, s := range ok { // every success consumed, with a remaining or not
-			if s.done > x.sent && s.sent < y.done {
+			if s.Done > x.Sent && s.Sent < y.Done {
 				between++
 			}
 		}
 		if x.remaining-y.remaining > 1+between {
 			violations++
 		}
-		if x.remaining == 0 && x.reset >= 0 {
+		if x.remaining == 0 && x.Reset >= 0 {
 			earliest := time.Duration(math.MaxInt64)
 			for _, s := range ok {
-				if s.done > x.sent-window && s.sent <= x.done {
-					earliest = min(earliest, s.sent+window-time.Millisecond)
+				if s.Done > x.Sent-window && s.Sent <= x.Done {
+					earliest = min(earliest, s.Sent+window-time.Millisecond)
 				}
 			}
-			if y.done < earliest && y.done < x.sent+x.reset-time.Second {
+			if y.Done < earliest && y.Done < x.Sent+x.Reset-time.Second {
 				violations++
 			}
 		}
@@ -101,9 +100,9 @@ func TestFastRulesAgree(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := range 300 {
 		ss := randomSamples(r, 1+r.IntN(200))
-		var ok []sample
+		var ok []Sample
 		for _, s := range ss {
-			if s.ok() {
+			if s.OK() {
 				ok = append(ok, s)
 			}
 		}
@@ -115,7 +114,7 @@ func TestFastRulesAgree(t *testing.T) {
 		if got, want := worstWindow(slices.Clone(ok), window), slowWorstWindow(slices.Clone(ok), window); got != want {
 			t.Fatalf("trial %d: worst window %d, want %d", trial, got, want)
 		}
-		var h audit.HeadersAudit
+		var h HeadersAudit
 		remainingChecks(slices.Clone(ok), window, horizon, true, &h, consumerName)
 		if want := slowRemainingChecks(slices.Clone(ok), window, horizon); h.Violations != want {
 			t.Fatalf("trial %d: %d violations, want %d", trial, h.Violations, want)
@@ -128,11 +127,11 @@ func TestFastRulesAgree(t *testing.T) {
 // stays near n log n.
 func TestAuditIsLinear(t *testing.T) {
 	const n = 120_000
-	ss := make([]sample, n)
+	ss := make([]Sample, n)
 	for i := range ss {
 		at := time.Duration(i) * 500 * time.Microsecond
-		ss[i] = sample{sent: at, done: at + 2*time.Millisecond, status: 200, remaining: int64(i % 100), reset: time.Second,
-			retryAfter: -1, limit: -1}
+		ss[i] = Sample{Sent: at, Done: at + 2*time.Millisecond, Status: 200, remaining: int64(i % 100), Reset: time.Second,
+			RetryAfter: -1, limit: -1}
 	}
 	a := audit1(ss, slidingWindow(2000), 1, whole)
 	// 2,000 a second, each flight 2 ms: a window a millisecond short of 1 s
@@ -146,14 +145,14 @@ func TestAuditIsLinear(t *testing.T) {
 // as it was, with flights rounded outwards to whole µs.
 func TestSamplesRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	var ss []sample
+	var ss []Sample
 	for c := range 5 {
 		for _, s := range randomSamples(r, 50) {
-			s.consumer = int32(c)
-			s.sent += time.Duration(r.IntN(1000)) // sub-µs parts
-			s.done += time.Duration(r.IntN(1000))
+			s.Consumer = int32(c)
+			s.Sent += time.Duration(r.IntN(1000)) // sub-µs parts
+			s.Done += time.Duration(r.IntN(1000))
 			if r.IntN(2) == 0 {
-				s.retryAfter, s.limit = time.Duration(r.IntN(5000))*time.Millisecond, 10
+				s.RetryAfter, s.limit = time.Duration(r.IntN(5000))*time.Millisecond, 10
 			}
 			ss = append(ss, s)
 		}
@@ -167,21 +166,21 @@ func TestSamplesRoundTrip(t *testing.T) {
 		t.Fatalf("%d samples back of %d", len(got), len(ss))
 	}
 	want := slices.Clone(ss)
-	slices.SortFunc(want, func(a, b sample) int {
-		if a.consumer != b.consumer {
-			return int(a.consumer - b.consumer)
+	slices.SortFunc(want, func(a, b Sample) int {
+		if a.Consumer != b.Consumer {
+			return int(a.Consumer - b.Consumer)
 		}
-		return cmpDur(a.sent, b.sent)
+		return cmpDur(a.Sent, b.Sent)
 	})
 	for i, w := range want {
 		g := got[i]
-		sent := w.sent.Truncate(time.Microsecond) + time.Second
-		if w.retryAfter > 0 {
-			w.retryAfter = w.retryAfter.Truncate(time.Millisecond)
+		sent := w.Sent.Truncate(time.Microsecond) + time.Second
+		if w.RetryAfter > 0 {
+			w.RetryAfter = w.RetryAfter.Truncate(time.Millisecond)
 		}
-		if g.consumer != w.consumer || g.sent != sent || g.done < w.done+time.Second || g.done >= w.done+time.Second+time.Microsecond ||
-			g.status != w.status || g.retryAfter != w.retryAfter || g.limit != w.limit ||
-			g.remaining != w.remaining || g.reset != w.reset {
+		if g.Consumer != w.Consumer || g.Sent != sent || g.Done < w.Done+time.Second || g.Done >= w.Done+time.Second+time.Microsecond ||
+			g.Status != w.Status || g.RetryAfter != w.RetryAfter || g.limit != w.limit ||
+			g.remaining != w.remaining || g.Reset != w.Reset {
 			t.Fatalf("sample %d: got %+v, want %+v (shifted by 1 s)", i, g, w)
 		}
 	}
@@ -193,12 +192,12 @@ func TestSamplesRoundTrip(t *testing.T) {
 func TestCappedAuditIsSound(t *testing.T) {
 	// An honest consumer: limit 10 per second, 10 successes at the start
 	// of every second, each saying how many remain.
-	var ss []sample
+	var ss []Sample
 	for sec := range 3 {
 		for k := range 10 {
 			at := time.Duration(sec)*time.Second + time.Duration(k)*time.Millisecond
-			ss = append(ss, sample{sent: at, done: at + time.Millisecond/2, status: 200, remaining: int64(9 - k),
-				reset: time.Second, retryAfter: -1, limit: 10})
+			ss = append(ss, Sample{Sent: at, Done: at + time.Millisecond/2, Status: 200, remaining: int64(9 - k),
+				Reset: time.Second, RetryAfter: -1, limit: 10})
 		}
 	}
 	full := audit1(ss, slidingWindow(10), 1, whole)
@@ -207,13 +206,13 @@ func TestCappedAuditIsSound(t *testing.T) {
 	}
 	// Drop every other response of the second second, as a connection
 	// that hit its cap would: judged up to that cap, nothing is wrong.
-	var capped []sample
+	var capped []Sample
 	for i, s := range ss {
-		if s.sent < time.Second || i%2 == 0 {
+		if s.Sent < time.Second || i%2 == 0 {
 			capped = append(capped, s)
 		}
 	}
-	a := auditAll(capped, []expectation{slidingWindow(10)}, 1, coverage{horizon: time.Second}, consumerName)
+	a := auditAll(capped, []Expectation{slidingWindow(10)}, 1, Coverage{horizon: time.Second}, consumerName)
 	if l := a.Limits[0]; l.Headers.Violations != 0 || l.OverAdmitted != 0 || a.CappedFromMillis == nil || *a.CappedFromMillis != 1000 {
 		t.Fatalf("capped at 1 s: %+v", a)
 	}
@@ -224,7 +223,7 @@ func TestCappedAuditIsSound(t *testing.T) {
 }
 
 // whole is the coverage of a run whose samples hold every request.
-var whole = coverage{horizon: -1}
+var whole = Coverage{horizon: -1}
 
 // TestWorstSpanOfLongFlights: on a loaded machine every flight is long, and
 // the short gap between one success's send and an earlier one's reply holds
@@ -232,10 +231,10 @@ var whole = coverage{horizon: -1}
 // each guarantee whose bound grows with the span (a sliding counter's
 // audit once reported "admitted 0 in 50 ms where 5 were allowed").
 func TestWorstSpanOfLongFlights(t *testing.T) {
-	var ss []sample
+	var ss []Sample
 	for i := range 6 {
 		at := time.Duration(i) * 450 * time.Millisecond
-		ss = append(ss, sample{sent: at, done: at + 500*time.Millisecond, status: 200, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+		ss = append(ss, Sample{Sent: at, Done: at + 500*time.Millisecond, Status: 200, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1})
 	}
 	for _, alg := range []string{"sliding-counter", "token-bucket", "gcra"} {
 		t.Run(alg, func(t *testing.T) {
@@ -245,7 +244,7 @@ func TestWorstSpanOfLongFlights(t *testing.T) {
 			}
 			l := audit1(slices.Clone(ss), exp, 1, whole)
 			// No denial: no verdict, whose reason names the worst span too.
-			if l.Verdict == audit.Leaked || l.WorstWindowAdmitted == 0 || l.WorstSpanMillis < 500 {
+			if l.Verdict == Leaked || l.WorstWindowAdmitted == 0 || l.WorstSpanMillis < 500 {
 				t.Fatalf("%s %q: admitted %d in %d ms where %d were allowed", l.Verdict, l.Reasons, l.WorstWindowAdmitted, l.WorstSpanMillis, l.WorstSpanAllowed)
 			}
 		})
@@ -253,11 +252,11 @@ func TestWorstSpanOfLongFlights(t *testing.T) {
 }
 
 // audit1 audits ss against one limit, and returns what it found of it.
-func audit1(ss []sample, exp expectation, consumers int, cov coverage) audit.LimitAudit {
-	return auditAll(ss, []expectation{exp}, consumers, cov, consumerName).Limits[0]
+func audit1(ss []Sample, exp Expectation, consumers int, cov Coverage) LimitAudit {
+	return auditAll(ss, []Expectation{exp}, consumers, cov, consumerName).Limits[0]
 }
 
-func slidingWindow(limit int64) expectation {
+func slidingWindow(limit int64) Expectation {
 	e, err := newExpectation(limit, time.Second, "")
 	if err != nil {
 		panic(err)
@@ -273,9 +272,9 @@ func slidingWindow(limit int64) expectation {
 func TestRampFindsTheWorstSpan(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for trial := range 200 {
-		var ok []sample
+		var ok []Sample
 		for _, s := range randomSamples(r, 1+r.IntN(60)) {
-			if s.ok() {
+			if s.OK() {
 				ok = append(ok, s)
 			}
 		}
@@ -289,16 +288,16 @@ func TestRampFindsTheWorstSpan(t *testing.T) {
 			best := int64(math.MinInt64)
 			for _, s := range ok {
 				for _, e := range ok {
-					if s.sent > e.done {
+					if s.Sent > e.Done {
 						continue
 					}
 					var n int64
 					for _, f := range ok {
-						if f.sent >= s.sent && f.done <= e.done {
+						if f.Sent >= s.Sent && f.Done <= e.Done {
 							n++
 						}
 					}
-					d := e.done - s.sent
+					d := e.Done - s.Sent
 					if d == got.span && n == got.admitted {
 						matched = true
 					}
@@ -330,12 +329,12 @@ func TestRemainingCountsSuccessesWithoutOne(t *testing.T) {
 		{"with one", 47, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok := []sample{
-				{sent: ms(0), done: ms(2), status: 200, remaining: 48, reset: time.Second, retryAfter: -1, limit: -1},
-				{sent: ms(10), done: ms(12), status: 200, remaining: tc.between, reset: time.Second, retryAfter: -1, limit: -1},
-				{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
+			ok := []Sample{
+				{Sent: ms(0), Done: ms(2), Status: 200, remaining: 48, Reset: time.Second, RetryAfter: -1, limit: -1},
+				{Sent: ms(10), Done: ms(12), Status: 200, remaining: tc.between, Reset: time.Second, RetryAfter: -1, limit: -1},
+				{Sent: ms(20), Done: ms(22), Status: 200, remaining: 46, Reset: time.Second, RetryAfter: -1, limit: -1},
 			}
-			var h audit.HeadersAudit
+			var h HeadersAudit
 			remainingChecks(ok, time.Second, -1, true, &h, consumerName)
 			if h.Violations != tc.violations {
 				t.Fatalf("%d violations (%s), want %d", h.Violations, h.Example, tc.violations)
@@ -343,11 +342,11 @@ func TestRemainingCountsSuccessesWithoutOne(t *testing.T) {
 		})
 	}
 	// Two admissions fewer with none in between is still caught.
-	ok := []sample{
-		{sent: ms(0), done: ms(2), status: 200, remaining: 48, reset: time.Second, retryAfter: -1, limit: -1},
-		{sent: ms(20), done: ms(22), status: 200, remaining: 46, reset: time.Second, retryAfter: -1, limit: -1},
+	ok := []Sample{
+		{Sent: ms(0), Done: ms(2), Status: 200, remaining: 48, Reset: time.Second, RetryAfter: -1, limit: -1},
+		{Sent: ms(20), Done: ms(22), Status: 200, remaining: 46, Reset: time.Second, RetryAfter: -1, limit: -1},
 	}
-	var h audit.HeadersAudit
+	var h HeadersAudit
 	remainingChecks(ok, time.Second, -1, true, &h, consumerName)
 	if h.Violations != 1 {
 		t.Fatalf("%d violations, want 1", h.Violations)

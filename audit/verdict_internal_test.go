@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"math/rand/v2"
@@ -6,17 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ratelab/ratelab/audit"
 )
 
 // gateway simulates a sliding-log limiter seen from outside: requests of
 // some consumers sent at random, each decided at a random instant of its
 // flight, admitted when fewer than admit of its key's admissions were
 // decided in the window before. With shared, every consumer has one key.
-func gateway(r *rand.Rand, n, consumers int, window time.Duration, admit int, shared bool) []sample {
+func gateway(r *rand.Rand, n, consumers int, window time.Duration, admit int, shared bool) []Sample {
 	type req struct {
-		s      sample
+		s      Sample
 		decide time.Duration
 	}
 	reqs := make([]req, n)
@@ -24,14 +22,14 @@ func gateway(r *rand.Rand, n, consumers int, window time.Duration, admit int, sh
 	for i := range reqs {
 		at += time.Duration(r.IntN(int(window/20) + 1))
 		flight := time.Duration(r.IntN(int(window/5)) + 1)
-		s := sample{consumer: int32(r.IntN(consumers)), sent: at, done: at + flight, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+		s := Sample{Consumer: int32(r.IntN(consumers)), Sent: at, Done: at + flight, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1}
 		reqs[i] = req{s: s, decide: at + time.Duration(r.Int64N(int64(flight)))}
 	}
 	slices.SortFunc(reqs, func(a, b req) int { return cmpDur(a.decide, b.decide) })
 	admitted := map[int32][]time.Duration{}
-	out := make([]sample, n)
+	out := make([]Sample, n)
 	for i, q := range reqs {
-		key := q.s.consumer
+		key := q.s.Consumer
 		if shared {
 			key = 0
 		}
@@ -41,9 +39,9 @@ func gateway(r *rand.Rand, n, consumers int, window time.Duration, admit int, sh
 				in++
 			}
 		}
-		q.s.status = 429
+		q.s.Status = 429
 		if in < admit {
-			q.s.status = 200
+			q.s.Status = 200
 			admitted[key] = append(admitted[key], q.decide)
 		}
 		out[i] = q.s
@@ -80,7 +78,7 @@ func TestUnderAdmissionIsSound(t *testing.T) {
 			continue
 		}
 		shared := audit1(gateway(r, 600, consumers, window, 10, true), exp, consumers, whole)
-		if !shared.SharedLimit || shared.Verdict != audit.NoVerdict || !strings.Contains(strings.Join(shared.Reasons, "; "), "share one limit") {
+		if !shared.SharedLimit || shared.Verdict != NoVerdict || !strings.Contains(strings.Join(shared.Reasons, "; "), "share one limit") {
 			t.Fatalf("trial %d, %d consumers with one key: %+v", trial, consumers, shared)
 		}
 	}
@@ -95,20 +93,20 @@ func TestUnderAdmissionJudgesOnlyWhatTheSamplesHold(t *testing.T) {
 	exp, _ := newExpectation(5, window, "")
 	// Denied every 100 ms for 3 s, never admitted: a limiter exhausted
 	// before the run, or one that admits nothing.
-	var ss []sample
+	var ss []Sample
 	for i := range 30 {
 		at := time.Duration(i) * 100 * time.Millisecond
-		ss = append(ss, sample{status: 429, sent: at, done: at + 5*time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+		ss = append(ss, Sample{Status: 429, Sent: at, Done: at + 5*time.Millisecond, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1})
 	}
 	for _, tc := range []struct {
-		cov    coverage
+		cov    Coverage
 		judged int64
 	}{
 		{whole, 19}, // sent from 1.01 s (a window and its margin) on
-		{coverage{from: time.Second, horizon: -1}, 9},     // from 2.01 s
-		{coverage{horizon: 2 * time.Second}, 9},           // answered before 2 s
-		{coverage{horizon: -1, skipUnder: "no"}, 0},       // not judged at all
-		{coverage{from: 3 * time.Second, horizon: -1}, 0}, // after the last
+		{Coverage{from: time.Second, horizon: -1}, 9},     // from 2.01 s
+		{Coverage{horizon: 2 * time.Second}, 9},           // answered before 2 s
+		{Coverage{horizon: -1, skipUnder: "no"}, 0},       // not judged at all
+		{Coverage{from: 3 * time.Second, horizon: -1}, 0}, // after the last
 	} {
 		l := audit1(slices.Clone(ss), exp, 1, tc.cov)
 		if l.DenialsJudged != tc.judged || l.UnderAdmitted != tc.judged || l.Denials != 30 {
@@ -117,10 +115,10 @@ func TestUnderAdmissionJudgesOnlyWhatTheSamplesHold(t *testing.T) {
 	}
 	// A transport error may have been admitted: with five in the window
 	// before, a denial is no longer surely false.
-	var failed []sample
+	var failed []Sample
 	for i := range 5 {
 		at := 1500*time.Millisecond + time.Duration(i)*time.Millisecond
-		failed = append(failed, sample{sent: at, done: at + time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+		failed = append(failed, Sample{Sent: at, Done: at + time.Millisecond, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1})
 	}
 	l := audit1(append(slices.Clone(ss), failed...), exp, 1, whole)
 	if l.UnderAdmitted >= l.DenialsJudged || l.UnderAdmitted == 0 {
@@ -132,12 +130,12 @@ func TestUnderAdmissionJudgesOnlyWhatTheSamplesHold(t *testing.T) {
 // over-admission beats every other reason.
 func TestVerdicts(t *testing.T) {
 	exp, _ := newExpectation(5, time.Second, "")
-	reply := func(c int32, status int16, ms int) sample {
+	reply := func(c int32, status int16, ms int) Sample {
 		at := time.Duration(ms) * time.Millisecond
-		return sample{consumer: c, status: status, sent: at, done: at + time.Millisecond, retryAfter: -1, limit: -1, remaining: -1, reset: -1}
+		return Sample{Consumer: c, Status: status, Sent: at, Done: at + time.Millisecond, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1}
 	}
-	many := func(c int32, status int16, n, every int) []sample {
-		var ss []sample
+	many := func(c int32, status int16, n, every int) []Sample {
+		var ss []Sample
 		for i := range n {
 			ss = append(ss, reply(c, status, i*every))
 		}
@@ -145,30 +143,30 @@ func TestVerdicts(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		samples   []sample
+		samples   []Sample
 		consumers int
-		verdict   audit.Verdict
+		verdict   Verdict
 		want      []string // in the reasons
 	}{
-		{"nothing sent", nil, 1, audit.NoVerdict, []string{"no request was sent"}},
-		{"no response", []sample{reply(0, 0, 1), reply(0, 0, 2)}, 1, audit.NoVerdict, []string{"no request got a response (2 transport errors)"}},
-		{"400 to everything", append(many(0, 400, 240, 10), many(1, 400, 5, 10)...), 2, audit.NoVerdict,
+		{"nothing sent", nil, 1, NoVerdict, []string{"no request was sent"}},
+		{"no response", []Sample{reply(0, 0, 1), reply(0, 0, 2)}, 1, NoVerdict, []string{"no request got a response (2 transport errors)"}},
+		{"400 to everything", append(many(0, 400, 240, 10), many(1, 400, 5, 10)...), 2, NoVerdict,
 			[]string{"most responses, 245 of 245, were neither 2xx nor 429 (400 × 245)", "2 of the 2 consumers got no 2xx, such as consumer-0 (400 × 240)"}},
-		{"one consumer denied throughout", append(many(0, 200, 4, 300), many(1, 429, 20, 100)...), 2, audit.NoVerdict,
+		{"one consumer denied throughout", append(many(0, 200, 4, 300), many(1, 429, 20, 100)...), 2, NoVerdict,
 			[]string{"consumer-1 got no 2xx in its responses (429 × 20)"}},
-		{"under the limit", many(0, 200, 20, 300), 1, audit.NotReached, []string{"4 of 5 in 1s: not tested"}},
-		{"at the limit, never beyond", many(0, 200, 5, 100), 1, audit.NotReached,
+		{"under the limit", many(0, 200, 20, 300), 1, NotReached, []string{"4 of 5 in 1s: not tested"}},
+		{"at the limit, never beyond", many(0, 200, 5, 100), 1, NotReached,
 			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
 		// Denied before the fifth admission came back: the window was not
 		// known full.
-		{"denied with room", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, audit.NotReached,
+		{"denied with room", append(many(0, 200, 5, 100), many(0, 429, 5, 100)[1:]...), 1, NotReached,
 			[]string{"5 of 5 in 1s, but none of its requests was denied while its window was seen full: not tested"}},
-		{"at the limit, then denied", append(many(0, 200, 5, 100), reply(0, 429, 450), reply(0, 429, 900)), 1, audit.Held, nil},
-		{"a leak beats the rest", append(many(0, 200, 8, 10), many(1, 400, 40, 10)...), 2, audit.Leaked,
+		{"at the limit, then denied", append(many(0, 200, 5, 100), reply(0, 429, 450), reply(0, 429, 900)), 1, Held, nil},
+		{"a leak beats the rest", append(many(0, 200, 8, 10), many(1, 400, 40, 10)...), 2, Leaked,
 			[]string{"consumer-0 got 8 through in 999ms where 5 were allowed (at most 5 in any 1s span)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := auditAll(tc.samples, []expectation{exp}, tc.consumers, whole, consumerName)
+			a := auditAll(tc.samples, []Expectation{exp}, tc.consumers, whole, consumerName)
 			got := strings.Join(a.Reasons, "; ")
 			if a.Verdict != tc.verdict || (tc.want == nil) != (len(a.Reasons) == 0) {
 				t.Fatalf("%s %q, want %s", a.Verdict, a.Reasons, tc.verdict)
@@ -186,11 +184,11 @@ func TestVerdicts(t *testing.T) {
 // worst, the most over-admitted first.
 func TestWorstConsumersAreBounded(t *testing.T) {
 	exp, _ := newExpectation(2, time.Second, "")
-	var ss []sample
+	var ss []Sample
 	for c := range 50 {
 		for i := range c%7 + 1 { // consumer c is admitted c%7+1 times at once
-			ss = append(ss, sample{consumer: int32(c), status: 200, sent: time.Duration(i), done: time.Duration(i) + time.Millisecond,
-				retryAfter: -1, limit: -1, remaining: -1, reset: -1})
+			ss = append(ss, Sample{Consumer: int32(c), Status: 200, Sent: time.Duration(i), Done: time.Duration(i) + time.Millisecond,
+				RetryAfter: -1, limit: -1, remaining: -1, Reset: -1})
 		}
 	}
 	l := audit1(ss, exp, 50, whole)

@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"strconv"
@@ -60,4 +60,51 @@ func sfCut(field string, sep byte) []string {
 		}
 	}
 	return append(parts, field[start:])
+}
+
+// Fields are the raw values of an HTTP response's rate-limit fields, as
+// the audit reads them: Retry-After, RateLimit-Policy and RateLimit
+// (draft-10), and the legacy RateLimit-Limit/-Remaining/-Reset and their
+// X-RateLimit- forms. The engine sets them as it reads the response.
+type Fields struct {
+	retryAfter, policy, rateLimit string
+	limit, remaining, reset       string // RateLimit-Limit, -Remaining, -Reset
+	xLimit, xRemaining, xReset    string // X-RateLimit-…
+}
+
+// Set keeps value when name is one of the rate-limit fields.
+func (f *Fields) Set(name, value []byte) {
+	var dst *string
+	switch strings.ToLower(string(name)) {
+	case "retry-after":
+		dst = &f.retryAfter
+	case "ratelimit-policy":
+		dst = &f.policy
+	case "ratelimit":
+		dst = &f.rateLimit
+	case "ratelimit-limit":
+		dst = &f.limit
+	case "ratelimit-remaining":
+		dst = &f.remaining
+	case "ratelimit-reset":
+		dst = &f.reset
+	case "x-ratelimit-limit":
+		dst = &f.xLimit
+	case "x-ratelimit-remaining":
+		dst = &f.xRemaining
+	case "x-ratelimit-reset":
+		dst = &f.xReset
+	default:
+		return
+	}
+	if *dst == "" {
+		*dst = string(value)
+	}
+}
+
+// Advertised says the fields give a limit or what remains of it
+// (RateLimit-Policy, RateLimit, RateLimit-Limit/-Remaining, or their
+// X-RateLimit- forms): the limiter decided the response.
+func (f *Fields) Advertised() bool {
+	return f.policy != "" || f.rateLimit != "" || f.limit != "" || f.remaining != "" || f.xLimit != "" || f.xRemaining != ""
 }

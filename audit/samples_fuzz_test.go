@@ -1,4 +1,4 @@
-package bench
+package audit
 
 import (
 	"encoding/base64"
@@ -16,11 +16,11 @@ import (
 // flights by the clock tolerance: a send time may come before the run's
 // start.
 func FuzzAuditSamples(f *testing.F) {
-	ss := []sample{
-		{consumer: 0, sent: time.Millisecond, done: 3 * time.Millisecond, status: 200, retryAfter: -1, limit: 5, remaining: 4, reset: time.Second},
-		{consumer: 0, sent: 2 * time.Millisecond, done: 5 * time.Millisecond, status: 429, retryAfter: 1500 * time.Millisecond, limit: 5, remaining: 0, reset: 2 * time.Second},
-		{consumer: 2, sent: 0, done: 1500 * time.Microsecond, status: 200, retryAfter: -1, limit: -1, remaining: -1, reset: -1},
-		{consumer: 2, sent: -5 * time.Millisecond, done: time.Millisecond, status: 200, retryAfter: -1, limit: -1, remaining: -1, reset: -1},
+	ss := []Sample{
+		{Consumer: 0, Sent: time.Millisecond, Done: 3 * time.Millisecond, Status: 200, RetryAfter: -1, limit: 5, remaining: 4, Reset: time.Second},
+		{Consumer: 0, Sent: 2 * time.Millisecond, Done: 5 * time.Millisecond, Status: 429, RetryAfter: 1500 * time.Millisecond, limit: 5, remaining: 0, Reset: 2 * time.Second},
+		{Consumer: 2, Sent: 0, Done: 1500 * time.Microsecond, Status: 200, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1},
+		{Consumer: 2, Sent: -5 * time.Millisecond, Done: time.Millisecond, Status: 200, RetryAfter: -1, limit: -1, remaining: -1, Reset: -1},
 	}
 	enc := encodeSamples(ss)
 	data, _ := base64.StdEncoding.DecodeString(enc.Data)
@@ -36,7 +36,7 @@ func FuzzAuditSamples(f *testing.F) {
 			return // Merge never asks for these: runs begin within a day of each other
 		}
 		offset := time.Duration(offsetMillis) * time.Millisecond
-		a := &AuditSamples{Encoding: samplesEncoding, Count: count, Data: base64.StdEncoding.EncodeToString(data)}
+		a := &Samples{Encoding: samplesEncoding, Count: count, Data: base64.StdEncoding.EncodeToString(data)}
 		ss, advs, _, err := a.decodeAll(offset, consumers)
 		if err != nil {
 			return
@@ -45,8 +45,8 @@ func FuzzAuditSamples(f *testing.F) {
 			t.Fatalf("%d samples decoded, %d announced", len(ss), count)
 		}
 		for _, s := range ss {
-			if s.consumer < 0 || int(s.consumer) >= consumers || s.done < s.sent || s.status < 0 || s.status > 999 ||
-				s.retryAfter < -1 || s.limit < -1 || s.remaining < -1 || s.reset < -1 {
+			if s.Consumer < 0 || int(s.Consumer) >= consumers || s.Done < s.Sent || s.Status < 0 || s.Status > 999 ||
+				s.RetryAfter < -1 || s.limit < -1 || s.remaining < -1 || s.Reset < -1 {
 				t.Fatalf("decoded %+v of %d consumers", s, consumers)
 			}
 		}
@@ -56,7 +56,7 @@ func FuzzAuditSamples(f *testing.F) {
 		}
 		// The same responses, with the same policies (and violated
 		// policies), in the order encodeSamples writes them.
-		withAdverts := func(ss []sample, advs []advert) []string {
+		withAdverts := func(ss []Sample, advs []Advert) []string {
 			out := make([]string, len(ss))
 			for i, s := range ss {
 				ads := advs[s.advAt : s.advAt+uint32(s.advN)+uint32(s.violated)]
