@@ -55,6 +55,7 @@ var forbidden = map[string][]string{
 	"reports":    {"github.com/redis/go-redis", "net/http"},
 	"algorithms": {"net/http", "github.com/spf13/cobra"},
 	"rules":      {"net/http", "github.com/redis/go-redis", "github.com/spf13/cobra"},
+	"audit":      {"github.com/redis/go-redis", "google.golang.org/grpc", "github.com/envoyproxy", "github.com/spf13/cobra"},
 }
 
 func TestImports(t *testing.T) {
