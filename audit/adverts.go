@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Advert is one policy a response spoke of: an item of RateLimit-Policy
+// advert is one policy a response spoke of: an item of RateLimit-Policy
 // with the item of RateLimit of the same name (draft-10), or the legacy
 // fields (RateLimit-Limit/-Remaining/-Reset and their X- forms).
-type Advert struct {
+type advert struct {
 	// name is the index of the audit's limit that the item's name names
 	// (a rules limit's ID or name), when named says it names one.
 	name  int16
@@ -80,11 +80,11 @@ func sfItem(member string) sfMember {
 // naming them by names (a limit's ID or name to its index), into dst.
 // Items of RateLimit are paired with those of RateLimit-Policy by name, or,
 // when each field has one item, with each other.
-func parseAdverts(dst []Advert, f *Fields, names map[string]int16) []Advert {
+func parseAdverts(dst []advert, f *Fields, names map[string]int16) []advert {
 	start := len(dst)
-	named := func(name string) Advert {
+	named := func(name string) advert {
 		i, ok := names[name]
-		return Advert{name: i, named: ok}
+		return advert{name: i, named: ok}
 	}
 	var policyNames []string
 	if f.policy != "" {
@@ -127,7 +127,7 @@ func parseAdverts(dst []Advert, f *Fields, names map[string]int16) []Advert {
 	}
 	lim, rem, reset := legacyInt(f.limit, f.xLimit, false), legacyInt(f.remaining, f.xRemaining, false), legacyInt(f.reset, f.xReset, true)
 	if (lim.ok || rem.ok) && len(dst)-start < maxAdverts {
-		dst = append(dst, Advert{legacy: true, q: lim, r: rem, t: reset})
+		dst = append(dst, advert{legacy: true, q: lim, r: rem, t: reset})
 	}
 	return dst
 }

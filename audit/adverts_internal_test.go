@@ -16,19 +16,19 @@ func TestAdvertsSayWhatWasGiven(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    Fields
-		want []Advert
+		want []advert
 	}{
 		{"zeros are given", Fields{policy: `"first";q=0;w=0`, rateLimit: `"first";r=0;t=0`},
-			[]Advert{{name: 0, named: true, q: givenAs(0), w: givenAs(0), r: givenAs(0), t: givenAs(0)}}},
+			[]advert{{name: 0, named: true, q: givenAs(0), w: givenAs(0), r: givenAs(0), t: givenAs(0)}}},
 		{"no window, no reset", Fields{policy: `"second";q=5`, rateLimit: `"second";r=4`},
-			[]Advert{{name: 1, named: true, q: givenAs(5), r: givenAs(4)}}},
+			[]advert{{name: 1, named: true, q: givenAs(5), r: givenAs(4)}}},
 		{"a name of none", Fields{policy: `"other";q=5;w=1`},
-			[]Advert{{q: givenAs(5), w: givenAs(1)}}},
+			[]advert{{q: givenAs(5), w: givenAs(1)}}},
 		{"no quota is no policy", Fields{policy: `"first";q=-1;w=1, "second";q=2147483648;w=1, "third";w=1`}, nil},
 		{"remaining alone", Fields{rateLimit: `"first";r=3;t=2, "x";q=9`},
-			[]Advert{{name: 0, named: true, r: givenAs(3), t: givenAs(2)}}},
+			[]advert{{name: 0, named: true, r: givenAs(3), t: givenAs(2)}}},
 		{"legacy", Fields{xLimit: "10", xRemaining: "0"},
-			[]Advert{{legacy: true, q: givenAs(10), r: givenAs(0)}}},
+			[]advert{{legacy: true, q: givenAs(10), r: givenAs(0)}}},
 		{"legacy beyond an int32", Fields{limit: "4294967296"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -254,31 +254,31 @@ func TestNeverAdvertised(t *testing.T) {
 	exps := []Expectation{perSecond, search}
 	for _, tc := range []struct {
 		name   string
-		advert func(i int, s Sample) []Advert // the policies of sample i's response
+		advert func(i int, s Sample) []advert // the policies of sample i's response
 		never  bool
 	}{
-		{"only the other", func(int, Sample) []Advert {
-			return []Advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1)}}
+		{"only the other", func(int, Sample) []advert {
+			return []advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1)}}
 		}, true},
-		{"named once", func(i int, s Sample) []Advert {
-			ads := []Advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1)}}
+		{"named once", func(i int, s Sample) []advert {
+			ads := []advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1)}}
 			if i == 8 {
-				ads = append(ads, Advert{name: 1, named: true, q: givenAs(2), w: givenAs(1)})
+				ads = append(ads, advert{name: 1, named: true, q: givenAs(2), w: givenAs(1)})
 			}
 			return ads
 		}, false},
-		{"by its quota and window", func(_ int, s Sample) []Advert {
-			ads := []Advert{{q: givenAs(5), w: givenAs(1)}}
+		{"by its quota and window", func(_ int, s Sample) []advert {
+			ads := []advert{{q: givenAs(5), w: givenAs(1)}}
 			if s.Route == 1 {
-				ads = append(ads, Advert{q: givenAs(2), w: givenAs(1)})
+				ads = append(ads, advert{q: givenAs(2), w: givenAs(1)})
 			}
 			return ads
 		}, false},
-		{"legacy fields alone", func(int, Sample) []Advert { return []Advert{{legacy: true, q: givenAs(5), r: givenAs(1)}} }, false},
+		{"legacy fields alone", func(int, Sample) []advert { return []advert{{legacy: true, q: givenAs(5), r: givenAs(1)}} }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ss, m := searchRun(false)
-			var advs []Advert
+			var advs []advert
 			for i := range ss {
 				ads := tc.advert(i, ss[i])
 				ss[i].advAt, ss[i].advN = uint32(len(advs)), uint8(len(ads))
@@ -300,10 +300,10 @@ func TestNeverAdvertised(t *testing.T) {
 	}
 	// A rate limit service's statuses name descriptors, not policies.
 	ss, m := searchRun(false)
-	var advs []Advert
+	var advs []advert
 	for i := range ss {
 		ss[i].advAt, ss[i].advN = uint32(len(advs)), 1
-		advs = append(advs, Advert{name: 0, named: true, q: givenAs(5), w: givenAs(1)})
+		advs = append(advs, advert{name: 0, named: true, q: givenAs(5), w: givenAs(1)})
 	}
 	rls := slices.Clone(exps)
 	for k := range rls {

@@ -83,7 +83,7 @@ func Merge(parts []Part, opts Merging) (Merged, error) {
 		counters = newCounterMerge(len(first))
 	}
 	var all []Sample
-	var advs []Advert
+	var advs []advert
 	cov := Coverage{horizon: -1}
 	probes := make([]RetryAfterAudit, len(first))
 	honest, probed := make([]bool, len(first)), make([]bool, len(first))

@@ -129,7 +129,7 @@ func (m Meeting) Counters(k int) int { return len(m.of[k].names) }
 // (see attribution.go); one that no limit justifies or may have made, and
 // that every limit it met would surely have admitted, is under-admission.
 // Shadow, unlimited and cost 0 limits are reported, never judged.
-func auditLimits(samples []Sample, advs []Advert, exps []Expectation, m Meeting, cov Coverage) Audit {
+func auditLimits(samples []Sample, advs []advert, exps []Expectation, m Meeting, cov Coverage) Audit {
 	complete := (max(cov.from, 0) + time.Millisecond - 1) / time.Millisecond
 	a := Audit{Samples: int64(len(samples)), Reasons: []string{}, CompleteFromMillis: int64(complete)}
 	if cov.horizon >= 0 {
@@ -258,7 +258,7 @@ func limitLine(proj []Sample, exp Expectation, names []string, cov Coverage, sen
 // k (those of lc) named policies in RateLimit-Policy, and never k (by its
 // name, or by its quota and window), how many did and which they named;
 // "" when some named k, or none named any.
-func neverAdvertised(samples []Sample, advs []Advert, lc limitCounters, k int, exps []Expectation) string {
+func neverAdvertised(samples []Sample, advs []advert, lc limitCounters, k int, exps []Expectation) string {
 	if exps[k].noPolicies {
 		return ""
 	}
@@ -297,7 +297,7 @@ func neverAdvertised(samples []Sample, advs []Advert, lc limitCounters, k int, e
 // speaksOf says whether an advert may be of limit k: it names it, or,
 // unnamed, gives its quota and window (w in whole seconds, rounded either
 // way).
-func speaksOf(a Advert, k int, exps []Expectation) bool {
+func speaksOf(a advert, k int, exps []Expectation) bool {
 	if a.named {
 		return int(a.name) == k
 	}
@@ -336,7 +336,7 @@ func forCounters(samples []Sample, lc limitCounters, f func(ss []Sample, idx []i
 // policies is any limit its request met, its first is held to the tightest
 // of them (the lowest rate), as are legacy fields whose limit is none of
 // them.
-func project(s *Sample, advs []Advert, k int, met, enforcing uint64, exps []Expectation) {
+func project(s *Sample, advs []advert, k int, met, enforcing uint64, exps []Expectation) {
 	if s.advN == 0 {
 		return
 	}
@@ -396,7 +396,7 @@ func project(s *Sample, advs []Advert, k int, met, enforcing uint64, exps []Expe
 // by quota and window (w in whole seconds, rounded either way); -1 when
 // none, ambiguous when several. An item of RateLimit alone (no quota)
 // speaks of the one limit met, when there is one.
-func resolve(a Advert, met uint64, exps []Expectation) int {
+func resolve(a advert, met uint64, exps []Expectation) int {
 	if a.named {
 		if met&(1<<a.name) != 0 {
 			return int(a.name)

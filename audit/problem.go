@@ -34,7 +34,7 @@ const maxViolated = 8
 // RateLimit-Policy, and the remaining and reset that RateLimit, gave the
 // policy of that name in the same response. A body that does not parse, or
 // has no such member, adds nothing.
-func violatedPolicies(dst []Advert, body []byte, f *Fields, names map[string]int16) []Advert {
+func violatedPolicies(dst []advert, body []byte, f *Fields, names map[string]int16) []advert {
 	var p struct {
 		Violated []string `json:"violated-policies"`
 	}
@@ -46,7 +46,7 @@ func violatedPolicies(dst []Advert, body []byte, f *Fields, names map[string]int
 			break
 		}
 		k, ok := names[name]
-		a := Advert{name: k, named: ok}
+		a := advert{name: k, named: ok}
 		if m, ok := sfNamed(f.policy, name); ok {
 			a.q, a.w = m.q, m.w
 		}
@@ -75,7 +75,7 @@ func sfNamed(field, name string) (sfMember, bool) {
 // above) to the limits its request met (m) and to what its response
 // advertised, and counts them, and the faults, in a's limits' headers.
 // exps are a's limits, in order; name names the consumers.
-func checkViolated(a *Audit, samples []Sample, advs []Advert, exps []Expectation, m Meeting, name func(int32) string) {
+func checkViolated(a *Audit, samples []Sample, advs []advert, exps []Expectation, m Meeting, name func(int32) string) {
 	if len(a.Limits) != len(exps) {
 		return
 	}

@@ -17,7 +17,7 @@ func TestViolatedPolicies(t *testing.T) {
 	f := &Fields{policy: `"per-second";q=5;w=1, "per-hour";q=100;w=3600`, rateLimit: `"per-second";r=0;t=1`}
 	names := map[string]int16{"per-second": 0, "search": 1}
 	got := violatedPolicies(nil, []byte(`{"type":"x","violated-policies":["per-second","per-hour","search","other"]}`), f, names)
-	want := []Advert{
+	want := []advert{
 		{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)},
 		{q: givenAs(100), w: givenAs(3600)},
 		{name: 1, named: true},

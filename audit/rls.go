@@ -257,7 +257,7 @@ func (svc Service) expectation(k int) Expectation {
 // nameAdverts names each sample's adverts, which the wire named by
 // descriptor, by the limit its descriptor met alone; an advert of a
 // descriptor that met none, or several, says nothing.
-func (r rlsMet) nameAdverts(samples []Sample, advs []Advert) {
+func (r rlsMet) nameAdverts(samples []Sample, advs []advert) {
 	for _, s := range samples {
 		st := r.status[[2]int32{int32(s.Route), s.Consumer}]
 		for i := s.advAt; i < s.advAt+uint32(s.advN); i++ {
@@ -267,7 +267,7 @@ func (r rlsMet) nameAdverts(samples []Sample, advs []Advert) {
 				a.name = int16(st[d])
 				continue
 			}
-			*a = Advert{}
+			*a = advert{}
 		}
 	}
 }

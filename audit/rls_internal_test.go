@@ -25,12 +25,12 @@ type rlsService struct {
 
 // answer decides the calls, made every 100 ms by consumer 0, one at a
 // time, and returns them as the wire samples them.
-func (svc rlsService) answer(calls int) ([]Sample, []Advert) {
+func (svc rlsService) answer(calls int) ([]Sample, []advert) {
 	windows := [2]time.Duration{time.Second, time.Minute}
 	var used [2]int64
 	var at [2]time.Duration // each counter's window
 	var samples []Sample
-	var advs []Advert
+	var advs []advert
 	for i := range calls {
 		sent := time.Duration(i) * 100 * time.Millisecond
 		var over [2]bool
@@ -59,7 +59,7 @@ func (svc rlsService) answer(calls int) ([]Sample, []Advert) {
 			if !ok && (over[d] || r == 0) {
 				s.Status, s.RetryAfter = 429, max(s.RetryAfter, reset[d])
 			}
-			advs = append(advs, Advert{name: int16(d), named: true, q: givenAs(int32(svc.limits[d])), w: givenAs(int32(windows[d] / time.Second)),
+			advs = append(advs, advert{name: int16(d), named: true, q: givenAs(int32(svc.limits[d])), w: givenAs(int32(windows[d] / time.Second)),
 				r: givenAs(int32(r)), t: givenAs(int32(reset[d] / time.Second))})
 		}
 		samples = append(samples, s)

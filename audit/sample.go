@@ -102,10 +102,11 @@ type Record struct {
 	Samples []Sample
 	// advs holds each sample's adverts: advs[s.advAt:s.advAt+s.advN], then
 	// the policies its 429's problem body named as violated (s.violated).
-	advs []Advert
+	advs []advert
 }
 
-// Add keeps s, whose answer advertised nothing by name.
+// Add keeps s, with no policy its answer advertised: a transport error,
+// or a rate limit service's answer, whose statuses AddStatus then adds.
 func (r *Record) Add(s Sample) {
 	s.advAt, s.advN, s.violated = uint32(len(r.advs)), 0, 0
 	r.Samples = append(r.Samples, s)
@@ -138,7 +139,7 @@ func (r *Record) AddStatus(d int, quota, windowSeconds, remaining, resetSeconds 
 	if d < 0 || d >= maxAdverts || s.violated > 0 {
 		return
 	}
-	a := Advert{name: int16(d), named: true, q: clamp32(quota), w: clamp32(windowSeconds), r: clamp32(remaining)}
+	a := advert{name: int16(d), named: true, q: clamp32(quota), w: clamp32(windowSeconds), r: clamp32(remaining)}
 	if resetSeconds >= 0 {
 		a.t = clamp32(resetSeconds)
 	}

@@ -74,7 +74,7 @@ func encodeSamples(samples []Sample) *Samples { return encodeSamplesWith(samples
 // audit by rules, the counters m says they met, for JSON. Times are kept in
 // whole µs, sent rounded down and received rounded up, so that a flight
 // only ever grows: the audit stays sound on what it reads back.
-func encodeSamplesWith(samples []Sample, advs []Advert, m *Meeting) *Samples {
+func encodeSamplesWith(samples []Sample, advs []advert, m *Meeting) *Samples {
 	order := make([]int, len(samples))
 	for i := range order {
 		order[i] = i
@@ -109,11 +109,11 @@ func encodeSamplesWith(samples []Sample, advs []Advert, m *Meeting) *Samples {
 		buf = binary.AppendUvarint(buf, plusOne(s.remaining, s.remaining >= 0))
 		buf = binary.AppendUvarint(buf, plusOne(int64(s.Reset/time.Second), s.Reset >= 0))
 		buf = binary.AppendUvarint(buf, uint64(s.Route))
-		var ads, vio []Advert
+		var ads, vio []advert
 		if end := int(s.advAt) + int(s.advN); end+int(s.violated) <= len(advs) {
 			ads, vio = advs[s.advAt:end], advs[end:end+int(s.violated)]
 		}
-		for _, list := range [2][]Advert{ads, vio} {
+		for _, list := range [2][]advert{ads, vio} {
 			buf = binary.AppendUvarint(buf, uint64(len(list)))
 			for _, a := range list {
 				buf = appendAdvert(buf, a)
@@ -137,7 +137,7 @@ func encodeSamplesWith(samples []Sample, advs []Advert, m *Meeting) *Samples {
 }
 
 // appendAdvert writes a policy as Data holds it.
-func appendAdvert(buf []byte, a Advert) []byte {
+func appendAdvert(buf []byte, a advert) []byte {
 	legacy := uint64(0)
 	if a.legacy {
 		legacy = 1
@@ -185,7 +185,7 @@ func (a *Samples) decode(offset time.Duration, consumers int) ([]Sample, error) 
 
 // decodeAll unpacks the samples, shifted by offset, their adverts, and for
 // an audit by rules the counters each met (nil otherwise).
-func (a *Samples) decodeAll(offset time.Duration, consumers int) ([]Sample, []Advert, [][]counterHit, error) {
+func (a *Samples) decodeAll(offset time.Duration, consumers int) ([]Sample, []advert, [][]counterHit, error) {
 	v3 := a.Encoding == samplesEncoding
 	v2 := v3 || a.Encoding == samplesEncodingV2
 	if !v2 && a.Encoding != samplesEncodingV1 {
@@ -201,7 +201,7 @@ func (a *Samples) decodeAll(offset time.Duration, consumers int) ([]Sample, []Ad
 	// A response takes 8 bytes at least: what Data holds bounds what to
 	// make room for, whatever Count says.
 	out := make([]Sample, 0, min(a.Count, len(buf)/8))
-	var advs []Advert
+	var advs []advert
 	var hits [][]counterHit
 	if err := a.checkCounters(); err != nil {
 		return nil, nil, nil, err
@@ -269,7 +269,7 @@ func (a *Samples) decodeAll(offset time.Duration, consumers int) ([]Sample, []Ad
 
 // decodeAdverts reads a v2 sample's route and adverts into s and advs,
 // and with v3 the policies its problem body named as violated.
-func decodeAdverts(s *Sample, advs []Advert, next func() (uint64, error), v3 bool) ([]Advert, error) {
+func decodeAdverts(s *Sample, advs []advert, next func() (uint64, error), v3 bool) ([]advert, error) {
 	var head [2]uint64
 	for i := range head {
 		v, err := next()
@@ -298,7 +298,7 @@ func decodeAdverts(s *Sample, advs []Advert, next func() (uint64, error), v3 boo
 }
 
 // decodePolicies reads n policies into advs.
-func decodePolicies(advs []Advert, n uint64, next func() (uint64, error)) ([]Advert, error) {
+func decodePolicies(advs []advert, n uint64, next func() (uint64, error)) ([]advert, error) {
 	for range n {
 		var f [6]uint64
 		for i := range f {
@@ -311,7 +311,7 @@ func decodePolicies(advs []Advert, n uint64, next func() (uint64, error)) ([]Adv
 		if f[0] > MaxLimits || f[1] > 1 || f[2] > 1<<31 || f[3] > 1<<31 || f[4] > 1<<31 || f[5] > 1<<31 {
 			return nil, fmt.Errorf("audit samples: policy %v out of range", f)
 		}
-		a := Advert{legacy: f[1] == 1, q: givenPlusOne(f[2]), w: givenPlusOne(f[3]), r: givenPlusOne(f[4]), t: givenPlusOne(f[5])}
+		a := advert{legacy: f[1] == 1, q: givenPlusOne(f[2]), w: givenPlusOne(f[3]), r: givenPlusOne(f[4]), t: givenPlusOne(f[5])}
 		if f[0] > 0 {
 			a.name, a.named = int16(f[0]-1), true
 		}

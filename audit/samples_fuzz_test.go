@@ -56,7 +56,7 @@ func FuzzAuditSamples(f *testing.F) {
 		}
 		// The same responses, with the same policies (and violated
 		// policies), in the order encodeSamples writes them.
-		withAdverts := func(ss []Sample, advs []Advert) []string {
+		withAdverts := func(ss []Sample, advs []advert) []string {
 			out := make([]string, len(ss))
 			for i, s := range ss {
 				ads := advs[s.advAt : s.advAt+uint32(s.advN)+uint32(s.violated)]

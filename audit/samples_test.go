@@ -62,7 +62,7 @@ func TestAuditSamplesSentBeforeTheRun(t *testing.T) {
 func TestAuditSamplesViolated(t *testing.T) {
 	s := Sample{Consumer: 0, Sent: time.Millisecond, Done: 2 * time.Millisecond, Status: 429, RetryAfter: time.Second, limit: 5, remaining: 0,
 		Reset: time.Second, Route: 1, advN: 1, violated: 2}
-	advs := []Advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)},
+	advs := []advert{{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)},
 		{name: 0, named: true, q: givenAs(5), w: givenAs(1), r: givenAs(0), t: givenAs(1)}, {q: givenAs(100), w: givenAs(3600)}}
 	got, back, _, err := encodeSamplesWith([]Sample{s}, advs, nil).decodeAll(0, 1)
 	if err != nil || len(got) != 1 || got[0] != s || !slices.Equal(back, advs) {
