@@ -9,6 +9,23 @@ import (
 // sent, and explains it.
 func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
 	limit int64, maxLines int) Explanation {
+	return analyseTrace(ex, capt, addrs, logs, keys, limit, maxLines, nil)
+}
+
+// analyseHeld explains the trace of an in-flight limiter's trial: held
+// says, per goroutine and decision, how many requests were surely held at
+// once as it was admitted, when that passed the limit (0 otherwise); those
+// are the admissions beyond the limit.
+func analyseHeld(ex Explanation, tr trace, keys []string, limit int64, maxLines int, held [][]int64) Explanation {
+	if held == nil {
+		held = [][]int64{}
+	}
+	return analyseTrace(ex, tr.capt, tr.addrs, tr.logs, keys, limit, maxLines, held)
+}
+
+// analyseTrace is analyse, or analyseHeld when held is not nil.
+func analyseTrace(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
+	limit int64, maxLines int, held [][]int64) Explanation {
 	events, unmatched := buildTrace(capt, addrs, logs)
 	ex.Unmatched = unmatched
 	decisions := assignDecisions(events, logs)
@@ -34,7 +51,12 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	a := &analyser{events: events, decisions: decisions, keys: keys, limit: limit, expected: ex.Trial.Expected}
 	a.split()
 	a.countStaleReads(&ex)
-	moments := a.admissions(&ex)
+	var moments []Moment
+	if held != nil {
+		moments = a.heldAdmissions(&ex, heldByDecision(logs, held))
+	} else {
+		moments = a.admissions(&ex)
+	}
 	moments = append(moments, a.aborts(&ex)...)
 	moments = append(moments, a.phantoms(&ex)...)
 	moments = append(moments, a.scripts(&ex)...)
@@ -56,6 +78,22 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	}
 	ex.Lanes, ex.LanesCut = lanes(events)
 	return ex
+}
+
+// heldByDecision lays held out by decision, in the order assignDecisions
+// numbers them: goroutine by goroutine, each one's in order.
+func heldByDecision(logs []*clientLog, held [][]int64) []int64 {
+	var out []int64
+	for g, l := range logs {
+		for k := range l.decisions {
+			var n int64
+			if g < len(held) && k < len(held[g]) {
+				n = held[g][k]
+			}
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // lanes sorts the goroutines' commands into one lane each, in the

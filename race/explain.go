@@ -54,6 +54,9 @@ type Explanation struct {
 	// the limiter's totals, and MONITOR slowed the server while it ran: its
 	// latency is not comparable.
 	Trial Trial `json:"trial"`
+	// InFlightTrial is, for an in-flight limiter, the explained trial in
+	// place of Trial, as the race counts one.
+	InFlightTrial *InFlightTrial `json:"in_flight_trial,omitempty"`
 	// Decisions counts the decisions the goroutines made.
 	Decisions int64 `json:"decisions"`
 	// Commands counts the commands of the trial Redis executed, those a
@@ -198,6 +201,9 @@ type Moment struct {
 	// (over), and Allowed how many the guarantee allowed.
 	Admission int64 `json:"admission,omitempty"`
 	Allowed   int64 `json:"allowed,omitempty"`
+	// HeldAtOnce is, for an in-flight limiter's admission (over), how many
+	// requests were surely held at once as it was admitted, itself included.
+	HeldAtOnce int64 `json:"held_at_once,omitempty"`
 	// WritesBetween counts other goroutines' writes between Read and Write
 	// (over), and Between their commands of any kind (atomic).
 	WritesBetween int `json:"writes_between"`

@@ -221,6 +221,36 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 	return moments
 }
 
+// heldAdmissions counts the admissions of an in-flight limiter, marks
+// those made when more than the limit were held at once (held, by
+// decision), and tells them as admissions beyond the limit.
+func (a *analyser) heldAdmissions(ex *Explanation, held []int64) []Moment {
+	var moments []Moment
+	for d := range a.decisions {
+		at, ok := a.admitted(d)
+		if !ok || !a.decisions[d].allowed {
+			continue
+		}
+		ex.Admitted++
+		if d >= len(held) || held[d] == 0 {
+			continue
+		}
+		ex.OverAdmitted++
+		a.events[at].mark = "over"
+		m := Moment{Kind: MomentOver, Goroutine: goroutine(a.decisions[d].g), Write: a.step(at),
+			HeldAtOnce: held[d], Allowed: a.limit}
+		if u, ok := a.unitOf(d, at); ok && u.read.before(refTo(at)) {
+			m.Read = a.step(u.read.i)
+			m.WritesBetween = a.writes[at] - a.writes[u.read.i+1]
+			if p, ok := a.partner(u, at); ok {
+				m.OtherRead, m.OtherWrite = a.step(p.read.i), a.step(p.write.i)
+			}
+		}
+		moments = append(moments, m)
+	}
+	return moments
+}
+
 // partner finds another goroutine's unit that read the same count as u
 // and wrote, both reads before either write: the one whose read is
 // closest before u's, else the first after it.

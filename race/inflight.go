@@ -1,0 +1,602 @@
+package race
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelab/ratelab/algorithms"
+	"github.com/ratelab/ratelab/internal/field"
+	"github.com/ratelab/ratelab/internal/hdr"
+)
+
+// Faults are what befalls the holders of in-flight limiters' slots, each
+// a share of the admitted requests, from 0 to 1, at most 1 together. They
+// are dealt in the order the admissions come: after n admissions,
+// ⌈n × Kill⌉ holders were killed (the first holder of every trial is, when
+// Kill is above 0), and the releases lost and retried follow their own
+// shares the same way, a kill first, then a lost release, when two are
+// owed at once.
+type Faults struct {
+	// Kill is the share of holders killed halfway through their hold:
+	// their connection is closed, their release never sent, and their
+	// goroutine makes no more requests in the trial.
+	Kill float64 `json:"kill"`
+	// LoseRelease is the share of holders whose release is never sent,
+	// as when it times out before it is written.
+	LoseRelease float64 `json:"lose_release"`
+	// RetryRelease is the share of holders whose release is sent twice,
+	// as a client does whose first reply was lost.
+	RetryRelease float64 `json:"retry_release"`
+}
+
+// Validate checks each share and their sum. Errors are *field.Error naming
+// Faults.Kill, Faults.LoseRelease or Faults.RetryRelease.
+func (f Faults) Validate() error {
+	for _, s := range []struct {
+		name  string
+		share float64
+	}{{"Kill", f.Kill}, {"LoseRelease", f.LoseRelease}, {"RetryRelease", f.RetryRelease}} {
+		if math.IsNaN(s.share) || s.share < 0 || s.share > 1 {
+			return field.Errorf("Faults."+s.name, "must be a share between 0 and 1 (got %g)", s.share)
+		}
+	}
+	if sum := f.Kill + f.LoseRelease + f.RetryRelease; sum > 1+1e-9 {
+		return field.Errorf("Faults.Kill", "+ {Faults.LoseRelease} + {Faults.RetryRelease} must be at most 1: "+
+			"each holder meets one fault at most (got %g)", sum)
+	}
+	return nil
+}
+
+// fault is what befalls one holder.
+type fault int
+
+const (
+	faultNone fault = iota
+	faultKill
+	faultLose
+	faultRetry
+)
+
+// faultDealer deals the faults of one trial, in the order of admissions.
+type faultDealer struct {
+	shares [3]float64 // kill, lose, retry
+	mu     sync.Mutex
+	dealt  int64
+	given  [3]int64
+}
+
+func newFaultDealer(f Faults) *faultDealer {
+	return &faultDealer{shares: [3]float64{f.Kill, f.LoseRelease, f.RetryRelease}}
+}
+
+// next is the fault of the next admission: the first kind owed one more.
+func (d *faultDealer) next() fault {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dealt++
+	for i, s := range d.shares {
+		owed := int64(math.Ceil(float64(d.dealt)*s-1e-9)) - d.given[i]
+		if owed > 0 {
+			d.given[i]++
+			return fault(i + 1)
+		}
+	}
+	return faultNone
+}
+
+// request is one acquire of a trial and, when admitted, its hold.
+type request struct {
+	// sent and replied bound the acquire.
+	sent, replied time.Time
+	admitted      bool
+	failed        bool
+	fault         fault
+	// end is when the holder stopped holding: its release sent, its kill,
+	// or, for a lost release, when it would have been sent. released is
+	// the first release's reply; zero when none came back.
+	end, released time.Time
+}
+
+// holder is one goroutine of an in-flight race: a client of its own, whose
+// connection a kill closes, and what it did in the trial.
+type holder struct {
+	client redis.UniversalClient // nil once killed
+	sem    algorithms.Semaphore
+	log    *clientLog
+	// reqs are this trial's requests, in order; one per decision of log.
+	reqs      []request
+	latencies []int64
+	errs      int64
+	err       error
+}
+
+// run makes n requests at key, each held for hold when admitted or
+// followed by a pause as long when not, meeting the faults dealt; first,
+// when not nil, holds the first round's holders together.
+func (h *holder) run(ctx context.Context, key string, n int, hold time.Duration, faults *faultDealer, first *firstRound) {
+	failed := func(err error) {
+		h.errs++
+		if h.err == nil {
+			h.err = err
+		}
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			return
+		}
+		r := request{sent: time.Now()}
+		from := h.log.mark()
+		s, err := h.sem.Acquire(ctx, key)
+		r.replied = time.Now()
+		h.log.decided(from, s.Admitted, err)
+		if i == 0 {
+			first.replied(key)
+		}
+		h.latencies = append(h.latencies, r.replied.Sub(r.sent).Microseconds())
+		switch {
+		case err != nil:
+			r.failed = true
+			failed(err)
+		case s.Admitted:
+			r.admitted = true
+			r.fault = faults.next()
+		}
+		if !r.admitted {
+			h.reqs = append(h.reqs, r)
+			pause(ctx, hold) // a client told no comes back after a while
+			continue
+		}
+		if r.fault == faultKill {
+			pause(ctx, hold/2)
+			if i == 0 {
+				first.wait(ctx, key)
+			}
+			r.end = time.Now()
+			h.client.Close() // the holder dies with its connection
+			h.client = nil
+			h.reqs = append(h.reqs, r)
+			return
+		}
+		pause(ctx, hold)
+		if i == 0 {
+			first.wait(ctx, key)
+		}
+		r.end = time.Now()
+		if r.fault != faultLose {
+			if err := h.sem.Release(ctx, key, s); err != nil {
+				failed(err)
+			} else {
+				r.released = time.Now()
+			}
+			if r.fault == faultRetry {
+				if err := h.sem.Release(ctx, key, s); err != nil {
+					failed(err)
+				}
+			}
+		}
+		h.reqs = append(h.reqs, r)
+	}
+}
+
+// firstRound, which tests set, holds each admitted request of a trial's
+// first round in its slot until every goroutine's first acquire has
+// replied: every holder of the first round then holds at the same instant,
+// whatever the scheduling.
+type firstRound struct {
+	n     int
+	mu    sync.Mutex
+	byKey map[string]*roundTally
+}
+
+// roundTally counts one trial's first replies; all closes at n.
+type roundTally struct {
+	replied int
+	all     chan struct{}
+}
+
+func (f *firstRound) tally(key string) *roundTally {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.byKey == nil {
+		f.byKey = map[string]*roundTally{}
+	}
+	t := f.byKey[key]
+	if t == nil {
+		t = &roundTally{all: make(chan struct{})}
+		f.byKey[key] = t
+	}
+	return t
+}
+
+// replied counts a goroutine's first reply at key.
+func (f *firstRound) replied(key string) {
+	if f == nil {
+		return
+	}
+	t := f.tally(key)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.replied++
+	if t.replied == f.n {
+		close(t.all)
+	}
+}
+
+// wait returns once every goroutine's first acquire at key has replied,
+// or ctx ends.
+func (f *firstRound) wait(ctx context.Context, key string) {
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.tally(key).all:
+	case <-ctx.Done():
+	}
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// inFlight is one in-flight limiter's race: what its trials share.
+type inFlight struct {
+	cfg    Config
+	info   algorithms.SemaphoreInfo
+	policy algorithms.SemaphorePolicy
+	// control reads and deletes the trials' keys; no goroutine uses it.
+	control redis.UniversalClient
+	// count reads a key's count as the limiter counts it.
+	count func(ctx context.Context, key string) (int64, error)
+}
+
+func newInFlight(ctx context.Context, control redis.UniversalClient, cfg Config, name string) (*inFlight, error) {
+	info, _ := algorithms.LookupSemaphore(name)
+	p := algorithms.SemaphorePolicy{Limit: cfg.Policy.Limit, LeaseTTL: cmp.Or(cfg.LeaseTTL, time.Second)}
+	sem, err := algorithms.NewSemaphore(name, control, p)
+	if err != nil {
+		return nil, err
+	}
+	if l, ok := sem.(algorithms.Loader); ok {
+		if err := l.Load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	f := &inFlight{cfg: cfg, info: info, policy: p, control: control}
+	if h, ok := sem.(interface {
+		Held(context.Context, string) (int64, error)
+	}); ok {
+		f.count = h.Held
+	} else {
+		f.count = func(ctx context.Context, key string) (int64, error) {
+			n, err := control.Get(ctx, key).Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return 0, fmt.Errorf("get %s: %w", key, err)
+			}
+			return n, nil
+		}
+	}
+	return f, nil
+}
+
+// openHolders opens n holders, each with a client of one connection,
+// opened and checked.
+func (f *inFlight) openHolders(ctx context.Context, n int) ([]*holder, error) {
+	hs := make([]*holder, n)
+	for i := range hs {
+		hs[i] = &holder{}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(64)
+	for _, h := range hs {
+		g.Go(func() error { return f.reopen(gctx, h) })
+	}
+	if err := g.Wait(); err != nil {
+		closeHolders(hs)
+		return nil, err
+	}
+	return hs, nil
+}
+
+// reopen gives h a new client of one connection, opened and checked, and
+// its semaphore on it: a killed holder's next life.
+func (f *inFlight) reopen(ctx context.Context, h *holder) error {
+	opts := *f.cfg.Redis
+	opts.PoolSize = 1
+	opts.MinIdleConns = 1
+	opts.MaxIdleConns = 0
+	opts.PipelinePoolSize = -1
+	c := redis.NewUniversalClient(&opts)
+	if f.cfg.hook != nil {
+		addHook(c, f.cfg.hook)
+	}
+	if err := fillPool(ctx, c, 1); err != nil {
+		c.Close()
+		return fmt.Errorf("opening a connection: %w", err)
+	}
+	sem, err := algorithms.NewSemaphore(f.info.Name, c, f.policy)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	h.client, h.sem = c, sem
+	return nil
+}
+
+func closeHolders(hs []*holder) {
+	for _, h := range hs {
+		if h.client != nil {
+			h.client.Close()
+		}
+	}
+}
+
+// trial releases the holders together at key, measures what was held, and
+// checks the key once every holder is gone: for the lease, again once
+// every lease's TTL has passed. held lists, per holder and request, how
+// many were surely held at once as the request was admitted, when that
+// passed the limit; 0 otherwise.
+func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFlightTrial, [][]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.TrialTimeout)
+	defer cancel()
+	faults := newFaultDealer(f.cfg.Faults)
+	var ready, done sync.WaitGroup
+	ready.Add(len(hs))
+	done.Add(len(hs))
+	release := make(chan struct{})
+	for _, h := range hs {
+		h.reqs, h.latencies, h.errs, h.err = h.reqs[:0], h.latencies[:0], 0, nil
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-release
+			h.run(ctx, key, f.cfg.RequestsPerWorker, f.cfg.Hold, faults, f.cfg.together)
+		}()
+	}
+	ready.Wait()
+	began := time.Now()
+	close(release)
+	done.Wait()
+	ended := time.Now()
+	t := InFlightTrial{ElapsedMicros: ended.Sub(began).Microseconds()}
+	if err := ctx.Err(); err != nil {
+		return t, nil, fmt.Errorf("the trial did not end: %w", err)
+	}
+
+	var latencies []int64
+	var firstErr error
+	for _, h := range hs {
+		latencies = append(latencies, h.latencies...)
+		t.Errors += h.errs
+		if firstErr == nil {
+			firstErr = h.err
+		}
+		for _, r := range h.reqs {
+			t.Requests++
+			switch {
+			case r.admitted:
+				t.Admitted++
+			case !r.failed:
+				t.Denied++
+			}
+			switch r.fault {
+			case faultKill:
+				t.Faults.Killed++
+			case faultLose:
+				t.Faults.LostReleases++
+			case faultRetry:
+				t.Faults.RetriedReleases++
+			}
+		}
+	}
+	t.LatencyMicros = trialLatency(latencies)
+	if t.Requests > 0 && t.Errors >= t.Requests {
+		return t, nil, fmt.Errorf("every request failed: %w", firstErr)
+	}
+	held := f.measure(&t, hs, ended)
+
+	var err error
+	if t.HeldAtEnd, err = f.count(ctx, key); err != nil {
+		return t, held, err
+	}
+	t.Leaked = t.HeldAtEnd
+	if f.info.Expires && t.Leaked != 0 {
+		waitFrom := time.Now()
+		// Every lease was taken before the goroutines were done: by then
+		// plus the TTL, each has expired.
+		if t.Leaked, err = f.waitOutLeases(ctx, key, ended.Add(f.policy.LeaseTTL+leaseSlack(f.policy.LeaseTTL))); err != nil {
+			return t, held, err
+		}
+		t.LeaseWaitMicros = time.Since(waitFrom).Microseconds()
+	}
+	if err := f.control.Del(ctx, key).Err(); err != nil {
+		return t, held, fmt.Errorf("del %s: %w", key, err)
+	}
+	return t, held, nil
+}
+
+// leaseSlack is what a lease may differ by between Redis's clock and
+// ours: Redis's whole milliseconds, and a thousandth of the TTL for the
+// two clocks' rates.
+func leaseSlack(ttl time.Duration) time.Duration { return ttl/1000 + time.Millisecond }
+
+// waitOutLeases polls the key's live leases until none count, or until
+// deadline, by which every lease taken in the trial has expired, and
+// returns the count it saw last: 0, or the leases that outlived their TTL.
+func (f *inFlight) waitOutLeases(ctx context.Context, key string, deadline time.Time) (int64, error) {
+	step := min(max(f.policy.LeaseTTL/20, time.Millisecond), 50*time.Millisecond)
+	for {
+		// Past the deadline before the count is read, not after: a count
+		// read just before it may still hold a lease about to expire.
+		past := !time.Now().Before(deadline)
+		n, err := f.count(ctx, key)
+		if err != nil || n == 0 || past {
+			return n, err
+		}
+		pause(ctx, min(step, time.Until(deadline)+time.Millisecond))
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("waiting for the leases of %s to expire: %w", key, err)
+		}
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// runInFlight races the in-flight limiters of cfg into rep.
+func runInFlight(ctx context.Context, cfg Config, rep Report) (Report, error) {
+	// The trials last their holds and the wait for the leases, beyond the
+	// bound of their Redis work.
+	cfg.TrialTimeout += cfg.Hold*time.Duration(cfg.RequestsPerWorker+1) + cfg.LeaseTTL
+	control, err := openPool(ctx, cfg.Redis, 2, nil)
+	if err != nil {
+		return rep, err
+	}
+	defer control.Close()
+	rep.Results = []Result{}
+	rep.Config.Clock, rep.Config.WindowMillis, rep.Config.WatchRetries = "", 0, 0
+	rep.Config.InFlight = &InFlightSettings{HoldMillis: cfg.Hold.Milliseconds(), LeaseTTLMillis: cfg.LeaseTTL.Milliseconds(), Faults: cfg.Faults}
+	for _, name := range cfg.Limiters {
+		res, err := raceInFlight(ctx, control, cfg, name)
+		if err != nil {
+			return rep, fmt.Errorf("race: %s: %w", name, err)
+		}
+		rep.InFlight = append(rep.InFlight, res)
+	}
+	return rep, nil
+}
+
+// raceInFlight runs the trials of one in-flight limiter, and its
+// explained trial when asked.
+func raceInFlight(ctx context.Context, control redis.UniversalClient, cfg Config, name string) (InFlightResult, error) {
+	began := time.Now()
+	f, err := newInFlight(ctx, control, cfg, name)
+	if err != nil {
+		return InFlightResult{}, err
+	}
+	res := InFlightResult{Limiter: name, Description: f.info.Description, Atomic: f.info.Atomic, Expires: f.info.Expires,
+		Limit: cfg.Policy.Limit, Histogram: hdr.New()}
+	hs, err := f.openHolders(ctx, cfg.Concurrency)
+	if err != nil {
+		return res, err
+	}
+	defer func() { closeHolders(hs) }()
+	for trial := range cfg.Trials {
+		for _, h := range hs {
+			if h.client == nil { // killed in the last trial: it comes back
+				if err := f.reopen(ctx, h); err != nil {
+					return res, err
+				}
+			}
+		}
+		key := algorithms.Key(cfg.Consumer+"-"+name+"-"+strconv.Itoa(trial), name)
+		t, _, err := f.trial(ctx, key, hs)
+		if err != nil {
+			return res, fmt.Errorf("trial %d: %w", trial+1, err)
+		}
+		res.add(t)
+		for _, h := range hs {
+			for _, us := range h.latencies {
+				hdr.Record(res.Histogram, us)
+			}
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(name, trial+1, cfg.Trials)
+		}
+	}
+	res.ElapsedMillis = time.Since(began).Milliseconds()
+	res.LatencyMicros = hdr.PercentilesOf(res.Histogram)
+	if slices.Contains(cfg.Explain, name) {
+		key := algorithms.Key(cfg.Consumer+"-"+name+"-explain", name)
+		ex, err := f.explain(ctx, key)
+		if err != nil && ctx.Err() != nil {
+			return res, fmt.Errorf("explain: %w", err)
+		}
+		if err != nil {
+			// The race stands without its trace: say why there is none.
+			ex = Explanation{Skipped: "the trace could not be taken: " + err.Error(), Node: ex.Node, Key: key}
+		}
+		res.Explain = &ex
+	}
+	return res, nil
+}
+
+// add counts trial t in r.
+func (r *InFlightResult) add(t InFlightTrial) {
+	r.TrialResults = append(r.TrialResults, t)
+	r.Trials++
+	r.Requests += t.Requests
+	r.Admitted += t.Admitted
+	r.Denied += t.Denied
+	r.Errors += t.Errors
+	r.MostInFlight = max(r.MostInFlight, t.MostInFlight)
+	r.MostHeld = max(r.MostHeld, t.MostHeld)
+	if t.Over {
+		r.OverTrials++
+		r.OverHolders += t.OverHolders
+	}
+	switch {
+	case t.Leaked > 0:
+		r.Leaked += t.Leaked
+		r.LeakedTrials++
+	case t.Leaked < 0:
+		r.FreedTwice -= t.Leaked
+		r.FreedTwiceTrials++
+	}
+	r.HeldAtEnd += t.HeldAtEnd
+	r.WrongfulDenials += t.WrongfulDenials
+	r.OutlivedLeases += t.OutlivedLeases
+	r.Faults.add(t.Faults)
+}
+
+// explain runs one more trial at key, each goroutine on a traced
+// connection of its own, with MONITOR open, and explains it.
+func (f *inFlight) explain(ctx context.Context, key string) (Explanation, error) {
+	var hs []*holder
+	var t InFlightTrial
+	var held [][]int64
+	ran := false
+	ex, tr, err := traceTrial(ctx, f.control, f.cfg, key,
+		func(ctx context.Context, clients []*redis.Client, logs []*clientLog) error {
+			for i, c := range clients {
+				sem, err := algorithms.NewSemaphore(f.info.Name, c, f.policy)
+				if err != nil {
+					return err
+				}
+				hs = append(hs, &holder{client: c, sem: sem, log: logs[i]})
+			}
+			return nil
+		},
+		func(ctx context.Context) (err error) {
+			t, held, err = f.trial(ctx, key, hs)
+			ran = true
+			return err
+		})
+	if ran {
+		ex.InFlightTrial = &t
+	}
+	if err != nil || ex.Skipped != "" {
+		return ex, err
+	}
+	return analyseHeld(ex, tr, []string{key}, f.policy.Limit, cmp.Or(f.cfg.ExplainLines, DefaultExplainLines), held), nil
+}
