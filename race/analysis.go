@@ -3,6 +3,7 @@ package race
 import (
 	"slices"
 	"sort"
+	"time"
 )
 
 // analyse builds the trace from the captured lines and what each goroutine
@@ -12,20 +13,32 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	return analyseTrace(ex, capt, addrs, logs, keys, limit, maxLines, nil)
 }
 
-// analyseHeld explains the trace of an in-flight limiter's trial: held
-// says, per goroutine and decision, how many requests were surely held at
-// once as it was admitted, when that passed the limit (0 otherwise); those
-// are the admissions beyond the limit.
-func analyseHeld(ex Explanation, tr trace, keys []string, limit int64, maxLines int, held [][]int64) Explanation {
-	if held == nil {
-		held = [][]int64{}
-	}
-	return analyseTrace(ex, tr.capt, tr.addrs, tr.logs, keys, limit, maxLines, held)
+// holdTimes is, for one decision of an in-flight limiter's trial, whether
+// it was admitted, when its reply came, and when its holder stopped
+// holding (released, killed, or dropped its release).
+type holdTimes struct {
+	admitted     bool
+	replied, end time.Time
 }
 
-// analyseTrace is analyse, or analyseHeld when held is not nil.
+// analyseHeld explains the trace of an in-flight limiter's trial: holds
+// has, per goroutine and decision, its holdTimes; ttl is the lease's time
+// to live, 0 for a limiter whose slots never expire. An admission beyond
+// the limit is one made when more than the limit were surely held at its
+// write (see heldAdmissions).
+func analyseHeld(ex Explanation, tr trace, keys []string, limit int64, maxLines int, holds [][]holdTimes, ttl time.Duration) Explanation {
+	return analyseTrace(ex, tr.capt, tr.addrs, tr.logs, keys, limit, maxLines, &inFlightHolds{byDecision: holdsByDecision(tr.logs, holds), ttl: ttl})
+}
+
+// inFlightHolds is what heldAdmissions needs of an in-flight trial.
+type inFlightHolds struct {
+	byDecision []holdTimes
+	ttl        time.Duration
+}
+
+// analyseTrace is analyse, or analyseHeld when holds is not nil.
 func analyseTrace(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
-	limit int64, maxLines int, held [][]int64) Explanation {
+	limit int64, maxLines int, holds *inFlightHolds) Explanation {
 	events, unmatched := buildTrace(capt, addrs, logs)
 	ex.Unmatched = unmatched
 	decisions := assignDecisions(events, logs)
@@ -52,8 +65,8 @@ func analyseTrace(ex Explanation, capt capture, addrs map[string]int, logs []*cl
 	a.split()
 	a.countStaleReads(&ex)
 	var moments []Moment
-	if held != nil {
-		moments = a.heldAdmissions(&ex, heldByDecision(logs, held))
+	if holds != nil {
+		moments = a.heldAdmissions(&ex, *holds)
 	} else {
 		moments = a.admissions(&ex)
 	}
@@ -80,17 +93,17 @@ func analyseTrace(ex Explanation, capt capture, addrs map[string]int, logs []*cl
 	return ex
 }
 
-// heldByDecision lays held out by decision, in the order assignDecisions
-// numbers them: goroutine by goroutine, each one's in order.
-func heldByDecision(logs []*clientLog, held [][]int64) []int64 {
-	var out []int64
+// holdsByDecision lays holds out by decision, in the order
+// assignDecisions numbers them: goroutine by goroutine, each one's in order.
+func holdsByDecision(logs []*clientLog, holds [][]holdTimes) []holdTimes {
+	var out []holdTimes
 	for g, l := range logs {
 		for k := range l.decisions {
-			var n int64
-			if g < len(held) && k < len(held[g]) {
-				n = held[g][k]
+			var h holdTimes
+			if g < len(holds) && k < len(holds[g]) {
+				h = holds[g][k]
 			}
-			out = append(out, n)
+			out = append(out, h)
 		}
 	}
 	return out

@@ -348,10 +348,8 @@ func closeHolders(hs []*holder) {
 
 // trial releases the holders together at key, measures what was held, and
 // checks the key once every holder is gone: for the lease, again once
-// every lease's TTL has passed. held lists, per holder and request, how
-// many were surely held at once as the request was admitted, when that
-// passed the limit; 0 otherwise.
-func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFlightTrial, [][]int64, error) {
+// every lease's TTL has passed.
+func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFlightTrial, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.TrialTimeout)
 	defer cancel()
 	faults := newFaultDealer(f.cfg.Faults)
@@ -375,7 +373,7 @@ func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFligh
 	ended := time.Now()
 	t := InFlightTrial{ElapsedMicros: ended.Sub(began).Microseconds()}
 	if err := ctx.Err(); err != nil {
-		return t, nil, fmt.Errorf("the trial did not end: %w", err)
+		return t, fmt.Errorf("the trial did not end: %w", err)
 	}
 
 	var latencies []int64
@@ -406,13 +404,13 @@ func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFligh
 	}
 	t.LatencyMicros = trialLatency(latencies)
 	if t.Requests > 0 && t.Errors >= t.Requests {
-		return t, nil, fmt.Errorf("every request failed: %w", firstErr)
+		return t, fmt.Errorf("every request failed: %w", firstErr)
 	}
-	held := f.measure(&t, hs, ended)
+	f.measure(&t, hs, ended)
 
 	var err error
 	if t.HeldAtEnd, err = f.count(ctx, key); err != nil {
-		return t, held, err
+		return t, err
 	}
 	t.Leaked = t.HeldAtEnd
 	if f.info.Expires && t.Leaked != 0 {
@@ -420,14 +418,14 @@ func (f *inFlight) trial(ctx context.Context, key string, hs []*holder) (InFligh
 		// Every lease was taken before the goroutines were done: by then
 		// plus the TTL, each has expired.
 		if t.Leaked, err = f.waitOutLeases(ctx, key, ended.Add(f.policy.LeaseTTL+leaseSlack(f.policy.LeaseTTL))); err != nil {
-			return t, held, err
+			return t, err
 		}
 		t.LeaseWaitMicros = time.Since(waitFrom).Microseconds()
 	}
 	if err := f.control.Del(ctx, key).Err(); err != nil {
-		return t, held, fmt.Errorf("del %s: %w", key, err)
+		return t, fmt.Errorf("del %s: %w", key, err)
 	}
-	return t, held, nil
+	return t, nil
 }
 
 // leaseSlack is what a lease may differ by between Redis's clock and
@@ -510,7 +508,7 @@ func raceInFlight(ctx context.Context, control redis.UniversalClient, cfg Config
 			}
 		}
 		key := algorithms.Key(cfg.Consumer+"-"+name+"-"+strconv.Itoa(trial), name)
-		t, _, err := f.trial(ctx, key, hs)
+		t, err := f.trial(ctx, key, hs)
 		if err != nil {
 			return res, fmt.Errorf("trial %d: %w", trial+1, err)
 		}
@@ -574,7 +572,6 @@ func (r *InFlightResult) add(t InFlightTrial) {
 func (f *inFlight) explain(ctx context.Context, key string) (Explanation, error) {
 	var hs []*holder
 	var t InFlightTrial
-	var held [][]int64
 	ran := false
 	ex, tr, err := traceTrial(ctx, f.control, f.cfg, key,
 		func(ctx context.Context, clients []*redis.Client, logs []*clientLog) error {
@@ -588,7 +585,7 @@ func (f *inFlight) explain(ctx context.Context, key string) (Explanation, error)
 			return nil
 		},
 		func(ctx context.Context) (err error) {
-			t, held, err = f.trial(ctx, key, hs)
+			t, err = f.trial(ctx, key, hs)
 			ran = true
 			return err
 		})
@@ -598,5 +595,15 @@ func (f *inFlight) explain(ctx context.Context, key string) (Explanation, error)
 	if err != nil || ex.Skipped != "" {
 		return ex, err
 	}
-	return analyseHeld(ex, tr, []string{key}, f.policy.Limit, cmp.Or(f.cfg.ExplainLines, DefaultExplainLines), held), nil
+	holds := make([][]holdTimes, len(hs))
+	for i, h := range hs {
+		for _, r := range h.reqs {
+			holds[i] = append(holds[i], holdTimes{admitted: r.admitted, replied: r.replied, end: r.end})
+		}
+	}
+	ttl := time.Duration(0)
+	if f.info.Expires {
+		ttl = f.policy.LeaseTTL
+	}
+	return analyseHeld(ex, tr, []string{key}, f.policy.Limit, cmp.Or(f.cfg.ExplainLines, DefaultExplainLines), holds, ttl), nil
 }

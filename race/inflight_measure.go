@@ -9,17 +9,13 @@ import (
 type span struct{ from, to time.Time }
 
 // measure fills t's counts of what was held, from the holders' requests
-// (see InFlightTrial for the intervals), and returns, per holder and
-// request, how many were surely held at once as it was admitted when that
-// passed the limit. end is the trial's end: where an interval whose end
-// nobody saw stops.
-func (f *inFlight) measure(t *InFlightTrial, hs []*holder, end time.Time) [][]int64 {
+// (see InFlightTrial for the intervals). end is the trial's end: where an
+// interval whose end nobody saw stops.
+func (f *inFlight) measure(t *InFlightTrial, hs []*holder, end time.Time) {
 	ttl, slack := f.policy.LeaseTTL, leaseSlack(f.policy.LeaseTTL)
 	var inFlight, sure, maybe, denials []span
-	type at struct{ h, r int }
-	var sureOf []at // the request of each sure span
-	for hi, h := range hs {
-		for ri, r := range h.reqs {
+	for _, h := range hs {
+		for _, r := range h.reqs {
 			if !r.admitted {
 				if !r.failed {
 					denials = append(denials, span{r.sent, r.replied})
@@ -49,7 +45,6 @@ func (f *inFlight) measure(t *InFlightTrial, hs []*holder, end time.Time) [][]in
 				}
 			}
 			sure = append(sure, s)
-			sureOf = append(sureOf, at{hi, ri})
 			maybe = append(maybe, m)
 		}
 	}
@@ -57,18 +52,12 @@ func (f *inFlight) measure(t *InFlightTrial, hs []*holder, end time.Time) [][]in
 	most, counts := mostAtOnce(sure)
 	t.MostHeld = most
 	t.Over = most > f.policy.Limit
-	held := make([][]int64, len(hs))
-	for i, h := range hs {
-		held[i] = make([]int64, len(h.reqs))
-	}
-	for i, n := range counts {
+	for _, n := range counts {
 		if n > f.policy.Limit {
-			held[sureOf[i].h][sureOf[i].r] = n
 			t.OverHolders++
 		}
 	}
 	t.WrongfulDenials = wrongful(denials, maybe, f.policy.Limit)
-	return held
 }
 
 // mostAtOnce is the most spans that cover one instant, and, for each span,

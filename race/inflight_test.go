@@ -241,8 +241,8 @@ func TestWaitOutLeases(t *testing.T) {
 }
 
 // TestInFlightExplain: the explained trial of the naive semaphore marks
-// the admissions made when more than the limit were held, each with how
-// many, and the stale reads they followed; the lease's shows each acquire
+// the admissions made when more than the limit were surely held, in
+// Redis's order, each with how many, and the stale reads they followed; the lease's shows each acquire
 // as one script call with nothing between its read and its write, and no
 // admission beyond the limit.
 func TestInFlightExplain(t *testing.T) {
@@ -263,7 +263,9 @@ func TestInFlightExplain(t *testing.T) {
 		t.Fatalf("explanations %+v, %+v", naive, lease)
 	}
 	tr := naive.InFlightTrial
-	if tr == nil || !tr.Over || naive.OverAdmitted != tr.OverHolders || naive.StaleReads == 0 || naive.Unmatched != 0 {
+	// The first round's eight INCRs, in Redis's order, each admitted with
+	// all before it still held: the sixth to the eighth beyond the limit.
+	if tr == nil || !tr.Over || naive.OverAdmitted < int64(cfg.Concurrency)-cfg.Policy.Limit || naive.StaleReads == 0 || naive.Unmatched != 0 {
 		t.Fatalf("naive: trial %+v, %d over of %d, %d stale reads, %d unmatched", tr, naive.OverAdmitted, naive.Admitted, naive.StaleReads, naive.Unmatched)
 	}
 	for _, m := range naive.Moments {

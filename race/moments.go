@@ -221,28 +221,49 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 	return moments
 }
 
-// heldAdmissions counts the admissions of an in-flight limiter, marks
-// those made when more than the limit were held at once (held, by
-// decision), and tells them as admissions beyond the limit.
-func (a *analyser) heldAdmissions(ex *Explanation, held []int64) []Moment {
-	var moments []Moment
+// heldAdmissions counts the admissions of an in-flight limiter, in the
+// order Redis made them, and marks those made when more than the limit
+// were surely held: at an admission's write, a holder is surely held when
+// Redis admitted it there or before, and it stopped holding (released,
+// died, dropped its release) no sooner than the admitted request got its
+// reply, which came after the write; for a lease, while its lease had not
+// expired on Redis's clock. Each is told as an admission beyond the limit.
+func (a *analyser) heldAdmissions(ex *Explanation, holds inFlightHolds) []Moment {
+	type admission struct {
+		d, at int
+		h     holdTimes
+	}
+	var adm []admission
 	for d := range a.decisions {
 		at, ok := a.admitted(d)
-		if !ok || !a.decisions[d].allowed {
+		if !ok || !a.decisions[d].allowed || d >= len(holds.byDecision) || !holds.byDecision[d].admitted {
 			continue
 		}
-		ex.Admitted++
-		if d >= len(held) || held[d] == 0 {
+		adm = append(adm, admission{d, at, holds.byDecision[d]})
+	}
+	slices.SortFunc(adm, func(x, y admission) int { return x.at - y.at })
+	ex.Admitted = int64(len(adm))
+	lease := (holds.ttl - leaseSlack(holds.ttl)).Microseconds()
+	var moments []Moment
+	for k, ad := range adm {
+		var held int64
+		for _, h := range adm[:k+1] {
+			live := holds.ttl == 0 || a.events[ad.at].line.micros < a.events[h.at].line.micros+lease
+			if !h.h.end.Before(ad.h.replied) && live {
+				held++
+			}
+		}
+		if held <= a.limit {
 			continue
 		}
 		ex.OverAdmitted++
-		a.events[at].mark = "over"
-		m := Moment{Kind: MomentOver, Goroutine: goroutine(a.decisions[d].g), Write: a.step(at),
-			HeldAtOnce: held[d], Allowed: a.limit}
-		if u, ok := a.unitOf(d, at); ok && u.read.before(refTo(at)) {
+		a.events[ad.at].mark = "over"
+		m := Moment{Kind: MomentOver, Goroutine: goroutine(a.decisions[ad.d].g), Write: a.step(ad.at),
+			HeldAtOnce: held, Allowed: a.limit}
+		if u, ok := a.unitOf(ad.d, ad.at); ok && u.read.before(refTo(ad.at)) {
 			m.Read = a.step(u.read.i)
-			m.WritesBetween = a.writes[at] - a.writes[u.read.i+1]
-			if p, ok := a.partner(u, at); ok {
+			m.WritesBetween = a.writes[ad.at] - a.writes[u.read.i+1]
+			if p, ok := a.partner(u, ad.at); ok {
 				m.OtherRead, m.OtherWrite = a.step(p.read.i), a.step(p.write.i)
 			}
 		}
