@@ -281,3 +281,27 @@ func TestInFlightExplain(t *testing.T) {
 			lease.OverAdmitted, lease.ScriptCalls, lease.Decisions, lease.Interleaved, lease.Counts)
 	}
 }
+
+// TestInFlightOnCluster: the in-flight race keeps its invariants on a
+// three-master Redis Cluster, each holder's connections opened to every
+// node, with no error (errors would fail the checks), and the explained
+// trial is traced on the node that holds the key.
+func TestInFlightOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long test")
+	}
+	cl := redistest.Cluster(t, srv)
+	cfg := inFlightConfig(t, defaultFaults)
+	cfg.Redis = redisOptions(cl.Addrs()...)
+	cfg.Redis.IsClusterMode = true
+	cfg.Explain = []string{"semaphore-lease"}
+	cfg = race.WithFirstRoundTogether(race.WithReadBarrier(cfg))
+	rep, err := race.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInFlight(t, rep)
+	if ex := inFlightByName(rep)["semaphore-lease"].Explain; ex == nil || ex.Skipped != "" || ex.ScriptCalls == 0 {
+		t.Errorf("the lease's explanation on a Cluster: %+v", ex)
+	}
+}
