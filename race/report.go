@@ -11,15 +11,17 @@ import (
 
 // Settings is the configuration as reports show it; see Config for each field.
 type Settings struct {
-	Limiters          []string `json:"limiters"`
-	Concurrency       int      `json:"concurrency"`
-	Limit             int64    `json:"limit"`
-	WindowMillis      int64    `json:"window_ms"`
-	Trials            int      `json:"trials"`
-	RequestsPerWorker int      `json:"requests_per_worker"`
+	Limiters    []string `json:"limiters"`
+	Concurrency int      `json:"concurrency"`
+	Limit       int64    `json:"limit"`
+	// WindowMillis, Clock and WatchRetries are the rate limiters'; absent
+	// in a race of in-flight limiters.
+	WindowMillis      int64 `json:"window_ms,omitempty"`
+	Trials            int   `json:"trials"`
+	RequestsPerWorker int   `json:"requests_per_worker"`
 	// Clock is "caller" or "redis"; only the Lua limiters honour "redis".
-	Clock        string `json:"clock"`
-	WatchRetries int    `json:"watch_retries"`
+	Clock        string `json:"clock,omitempty"`
+	WatchRetries int    `json:"watch_retries,omitempty"`
 	// InFlight holds the settings of a race of in-flight limiters; nil for
 	// rate limiters.
 	InFlight *InFlightSettings `json:"in_flight,omitempty"`
