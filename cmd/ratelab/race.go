@@ -145,6 +145,7 @@ func explainNames(list string, cfg race.Config) ([]string, error) {
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		_, known := algorithms.Lookup(n)
+		known = known || algorithms.IsSemaphore(n)
 		switch {
 		case n == "":
 			continue

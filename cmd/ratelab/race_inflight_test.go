@@ -70,6 +70,7 @@ func TestRaceInFlightBadInput(t *testing.T) {
 		{append(lease, "--kill", "0.6", "--lose-release", "0.5"), "--kill + --lose-release + --retry-release must be at most 1"},
 		{append(lease, "--limit", "0"), "--limit must be at least 1 (got 0)"},
 		{append(lease, "--explain=lua"), "--explain names lua, which is not raced (raced: semaphore-lease)"},
+		{[]string{"race", "--explain=semaphore-incr"}, "--explain names semaphore-incr, which is not raced (raced: naive, multi, watch, lua)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
