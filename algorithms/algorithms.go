@@ -366,13 +366,14 @@ func Lookup(name string) (Info, bool) {
 type UnknownError struct{ Name string }
 
 func (e *UnknownError) Error() string {
-	known := Names()
+	known := append(Names(), SemaphoreNames()...)
 	sort.Strings(known)
 	return fmt.Sprintf("unknown limiter %q (known: %s)", e.Name, strings.Join(known, ", "))
 }
 
-// ParseNames splits a comma-separated list of limiter names; "all" stands for
-// every registered limiter. Names are checked and duplicates dropped.
+// ParseNames splits a comma-separated list of limiter names, the in-flight
+// limiters' (IsSemaphore) included; "all" stands for every registered rate
+// limiter. Names are checked and duplicates dropped.
 func ParseNames(list string) ([]string, error) {
 	var names []string
 	seen := map[string]bool{}
@@ -384,7 +385,7 @@ func ParseNames(list string) ([]string, error) {
 		expand := []string{n}
 		if n == "all" {
 			expand = Names()
-		} else if _, ok := Lookup(n); !ok {
+		} else if _, ok := Lookup(n); !ok && !IsSemaphore(n) {
 			return nil, &UnknownError{Name: n}
 		}
 		for _, e := range expand {

@@ -543,7 +543,7 @@ func TestParseNames(t *testing.T) {
 		{" lua , lua,naive", "lua,naive", ""},
 		{"all", strings.Join(algorithms.Names(), ","), ""},
 		{"nope", "", `unknown limiter "nope" (known: fixed-window, gcra, lua, lua-count-denied, lua-shared-member, multi, multi-limit-atomic, multi-limit-sequential, naive, ` +
-			`sliding-counter, sliding-log, token-bucket, watch)`},
+			`semaphore-incr, semaphore-lease, semaphore-naive, sliding-counter, sliding-log, token-bucket, watch)`},
 		{",", "", "no limiter named"},
 	} {
 		got, err := algorithms.ParseNames(tc.in)

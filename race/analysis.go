@@ -3,12 +3,42 @@ package race
 import (
 	"slices"
 	"sort"
+	"time"
 )
 
 // analyse builds the trace from the captured lines and what each goroutine
 // sent, and explains it.
 func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
 	limit int64, maxLines int) Explanation {
+	return analyseTrace(ex, capt, addrs, logs, keys, limit, maxLines, nil)
+}
+
+// holdTimes is, for one decision of an in-flight limiter's trial, whether
+// it was admitted, when its reply came, and when its holder stopped
+// holding (released, killed, or dropped its release).
+type holdTimes struct {
+	admitted     bool
+	replied, end time.Time
+}
+
+// analyseHeld explains the trace of an in-flight limiter's trial: holds
+// has, per goroutine and decision, its holdTimes; ttl is the lease's time
+// to live, 0 for a limiter whose slots never expire. An admission beyond
+// the limit is one made when more than the limit were surely held at its
+// write (see heldAdmissions).
+func analyseHeld(ex Explanation, tr trace, keys []string, limit int64, maxLines int, holds [][]holdTimes, ttl time.Duration) Explanation {
+	return analyseTrace(ex, tr.capt, tr.addrs, tr.logs, keys, limit, maxLines, &inFlightHolds{byDecision: holdsByDecision(tr.logs, holds), ttl: ttl})
+}
+
+// inFlightHolds is what heldAdmissions needs of an in-flight trial.
+type inFlightHolds struct {
+	byDecision []holdTimes
+	ttl        time.Duration
+}
+
+// analyseTrace is analyse, or analyseHeld when holds is not nil.
+func analyseTrace(ex Explanation, capt capture, addrs map[string]int, logs []*clientLog, keys []string,
+	limit int64, maxLines int, holds *inFlightHolds) Explanation {
 	events, unmatched := buildTrace(capt, addrs, logs)
 	ex.Unmatched = unmatched
 	decisions := assignDecisions(events, logs)
@@ -34,7 +64,12 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	a := &analyser{events: events, decisions: decisions, keys: keys, limit: limit, expected: ex.Trial.Expected}
 	a.split()
 	a.countStaleReads(&ex)
-	moments := a.admissions(&ex)
+	var moments []Moment
+	if holds != nil {
+		moments = a.heldAdmissions(&ex, *holds)
+	} else {
+		moments = a.admissions(&ex)
+	}
 	moments = append(moments, a.aborts(&ex)...)
 	moments = append(moments, a.phantoms(&ex)...)
 	moments = append(moments, a.scripts(&ex)...)
@@ -56,6 +91,22 @@ func analyse(ex Explanation, capt capture, addrs map[string]int, logs []*clientL
 	}
 	ex.Lanes, ex.LanesCut = lanes(events)
 	return ex
+}
+
+// holdsByDecision lays holds out by decision, in the order
+// assignDecisions numbers them: goroutine by goroutine, each one's in order.
+func holdsByDecision(logs []*clientLog, holds [][]holdTimes) []holdTimes {
+	var out []holdTimes
+	for g, l := range logs {
+		for k := range l.decisions {
+			var h holdTimes
+			if g < len(holds) && k < len(holds[g]) {
+				h = holds[g][k]
+			}
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // lanes sorts the goroutines' commands into one lane each, in the

@@ -54,6 +54,9 @@ type Explanation struct {
 	// the limiter's totals, and MONITOR slowed the server while it ran: its
 	// latency is not comparable.
 	Trial Trial `json:"trial"`
+	// InFlightTrial is, for an in-flight limiter, the explained trial in
+	// place of Trial, as the race counts one.
+	InFlightTrial *InFlightTrial `json:"in_flight_trial,omitempty"`
 	// Decisions counts the decisions the goroutines made.
 	Decisions int64 `json:"decisions"`
 	// Commands counts the commands of the trial Redis executed, those a
@@ -198,6 +201,9 @@ type Moment struct {
 	// (over), and Allowed how many the guarantee allowed.
 	Admission int64 `json:"admission,omitempty"`
 	Allowed   int64 `json:"allowed,omitempty"`
+	// HeldAtOnce is, for an in-flight limiter's admission (over), how many
+	// requests were surely held at once as it was admitted, itself included.
+	HeldAtOnce int64 `json:"held_at_once,omitempty"`
 	// WritesBetween counts other goroutines' writes between Read and Write
 	// (over), and Between their commands of any kind (atomic).
 	WritesBetween int `json:"writes_between"`
@@ -240,30 +246,66 @@ const explainSetup = 30 * time.Second
 // the release to after the last reply, and explains what Redis executed.
 // A server that refuses MONITOR gives an Explanation that says so.
 func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e explained, key string) (Explanation, error) {
+	var workers []*worker
+	var t Trial
+	ex, tr, err := traceTrial(ctx, client, cfg, key,
+		func(ctx context.Context, clients []*redis.Client, logs []*clientLog) (err error) {
+			workers, err = limiterWorkers(ctx, clients, logs, e.build)
+			return err
+		},
+		func(ctx context.Context) (err error) {
+			t, err = runTrial(ctx, client, workers[0].lim, e.info, key, cfg, workers)
+			return err
+		})
+	ex.Trial = t
+	if err != nil || ex.Skipped != "" {
+		return ex, err
+	}
+	keys := algorithms.KeysOf(workers[0].lim, key)
+	return analyse(ex, tr.capt, tr.addrs, tr.logs, keys, cfg.Policy.Limit, cmp.Or(cfg.ExplainLines, DefaultExplainLines)), nil
+}
+
+// trace is what a monitor saw of a trial: the lines it captured, the
+// goroutines' connections by the addresses the server saw, and what each
+// goroutine sent.
+type trace struct {
+	capt  capture
+	addrs map[string]int
+	logs  []*clientLog
+}
+
+// traceTrial runs one trial with MONITOR open on the server that holds
+// key, from before the release to after the last reply. prepare builds the
+// goroutines' limiters on clients, one per goroutine, each of one
+// connection to that server, recorded in its log; trial runs the trial.
+// A server that cannot be traced gives an Explanation whose Skipped says
+// why, and no error.
+func traceTrial(ctx context.Context, client redis.UniversalClient, cfg Config, key string,
+	prepare func(context.Context, []*redis.Client, []*clientLog) error, trial func(context.Context) error) (Explanation, trace, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.TrialTimeout+explainSetup)
 	defer cancel()
 	node, err := nodeOptions(ctx, client, cfg.Redis, key)
 	if err != nil {
-		return Explanation{}, err
+		return Explanation{}, trace{}, err
 	}
 	ex := Explanation{Node: node.Addr, Key: key}
 	if node.Network == "unix" {
 		ex.Skipped = "MONITOR shows every client of a Unix socket by the same address, so the goroutines cannot be told apart: explain over TCP"
-		return ex, nil
+		return ex, trace{}, nil
 	}
 	tag := randid.Hex(4)
 	named := true
-	workers, logs, closeAll, err := tracedWorkers(ctx, node, cfg, tag, e.build, named)
+	logs, closeAll, err := tracedClients(ctx, node, cfg, tag, named, prepare)
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		// A user without +client may not name its connections: they are
 		// told apart by the addresses they were dialled from.
 		closeAll()
 		named = false
-		workers, logs, closeAll, err = tracedWorkers(ctx, node, cfg, tag, e.build, named)
+		logs, closeAll, err = tracedClients(ctx, node, cfg, tag, named, prepare)
 	}
 	defer closeAll()
 	if err != nil {
-		return ex, err
+		return ex, trace{}, err
 	}
 	controlName := ""
 	if named {
@@ -273,7 +315,7 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	defer control.Close()
 	addrs, err := addresses(ctx, control, tag, logs)
 	if err != nil {
-		return ex, err
+		return ex, trace{}, err
 	}
 	// The monitor opens last, so that the server queues nothing for it
 	// before its reader runs.
@@ -281,10 +323,10 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	var refused *monitorRefusedError
 	if errors.As(err, &refused) {
 		ex.Skipped = refused.Error()
-		return ex, nil
+		return ex, trace{}, nil
 	}
 	if err != nil {
-		return ex, err
+		return ex, trace{}, err
 	}
 	defer mon.Close()
 
@@ -300,22 +342,20 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 			mon.Close() // nobody reads it any more: the server must not queue for it
 		}
 	}()
-	// Whatever happens, the monitor is closed before explain returns, and
-	// the reader has stopped.
+	// Whatever happens, the monitor is closed before traceTrial returns,
+	// and the reader has stopped.
 	defer func() { mon.Close(); <-read }()
 	for _, l := range logs {
 		l.reset()
 	}
 	if err := startMarker(ctx, control, start); err != nil {
-		return ex, err
+		return ex, trace{}, err
 	}
-	t, err := runTrial(ctx, client, workers[0].lim, e.info, key, cfg, workers)
-	if err != nil {
-		return ex, err
+	if err := trial(ctx); err != nil {
+		return ex, trace{}, err
 	}
-	ex.Trial = t
 	if err := echo(ctx, control, end); err != nil {
-		return ex, err
+		return ex, trace{}, err
 	}
 	// The end marker follows every command of the trial: the reader stops
 	// on it, or at this deadline.
@@ -325,12 +365,11 @@ func explain(ctx context.Context, client redis.UniversalClient, cfg Config, e ex
 	switch {
 	case capt.full:
 		ex.Skipped = fmt.Sprintf("the trace passed %d commands: explain a smaller trial", MaxExplainEvents)
-		return ex, nil
+		return ex, trace{}, nil
 	case readErr != nil:
-		return ex, readErr
+		return ex, trace{}, readErr
 	}
-	keys := algorithms.KeysOf(workers[0].lim, key)
-	return analyse(ex, capt, addrs, logs, keys, cfg.Policy.Limit, cmp.Or(cfg.ExplainLines, DefaultExplainLines)), nil
+	return ex, trace{capt: capt, addrs: addrs, logs: logs}, nil
 }
 
 // nodeOptions are the options of one connection to the server that holds
@@ -366,14 +405,13 @@ func connOptions(node *redis.Options, name string) *redis.Options {
 	return &o
 }
 
-// tracedWorkers builds cfg.Concurrency workers, each with its own limiter
-// on a client of one connection (named ratelab-<tag>-g<i> when named),
-// recorded in its log, and opens every connection. closeAll closes the
+// tracedClients opens cfg.Concurrency clients of one connection each
+// (named ratelab-<tag>-g<i> when named), each recorded in its log, hands
+// them to prepare, and checks every connection. closeAll closes the
 // clients.
-func tracedWorkers(ctx context.Context, node *redis.Options, cfg Config, tag string,
-	build func(redis.UniversalClient) (algorithms.Limiter, error), named bool) ([]*worker, []*clientLog, func(), error) {
+func tracedClients(ctx context.Context, node *redis.Options, cfg Config, tag string, named bool,
+	prepare func(context.Context, []*redis.Client, []*clientLog) error) ([]*clientLog, func(), error) {
 	n := cfg.Concurrency
-	workers := make([]*worker, n)
 	logs := make([]*clientLog, n)
 	clients := make([]*redis.Client, 0, n)
 	closeAll := func() {
@@ -394,11 +432,6 @@ func tracedWorkers(ctx context.Context, node *redis.Options, cfg Config, tag str
 			c.AddHook(cfg.hook)
 		}
 		clients = append(clients, c)
-		lim, err := build(c)
-		if err != nil {
-			return nil, nil, closeAll, err
-		}
-		workers[i] = &worker{lim: lim, log: logs[i]}
 	}
 	ctx, cancel := context.WithTimeout(ctx, explainSetup)
 	defer cancel()
@@ -408,15 +441,33 @@ func tracedWorkers(ctx context.Context, node *redis.Options, cfg Config, tag str
 		g.Go(func() error { return c.Ping(gctx).Err() })
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, closeAll, fmt.Errorf("opening %d traced connections: %w", n, err)
+		return nil, closeAll, fmt.Errorf("opening %d traced connections: %w", n, err)
+	}
+	if err := prepare(ctx, clients, logs); err != nil {
+		return nil, closeAll, err
+	}
+	return logs, closeAll, nil
+}
+
+// limiterWorkers builds a worker for each client, with its own limiter,
+// recorded in its log.
+func limiterWorkers(ctx context.Context, clients []*redis.Client, logs []*clientLog,
+	build func(redis.UniversalClient) (algorithms.Limiter, error)) ([]*worker, error) {
+	workers := make([]*worker, len(clients))
+	for i, c := range clients {
+		lim, err := build(c)
+		if err != nil {
+			return nil, err
+		}
+		workers[i] = &worker{lim: lim, log: logs[i]}
 	}
 	// The script is in the server's cache already; this makes sure.
 	if l, ok := workers[0].lim.(algorithms.Loader); ok {
 		if err := l.Load(ctx); err != nil {
-			return nil, nil, closeAll, err
+			return nil, err
 		}
 	}
-	return workers, logs, closeAll, nil
+	return workers, nil
 }
 
 // goroutine names worker i in traces: g1, g2, …

@@ -150,5 +150,27 @@ func (d delay) wait(ctx context.Context, cmd redis.Cmder) {
 	}
 }
 
+// WithFirstRoundTogether returns cfg with the first round of every trial
+// of in-flight limiters held together: each admitted request of it holds
+// its slot until every goroutine's first acquire has replied, so that they
+// are all held at one instant, whatever the scheduling.
+func WithFirstRoundTogether(cfg Config) Config {
+	cfg.together = &firstRound{n: cfg.Concurrency}
+	return cfg
+}
+
 // JudgeLimits is judgeLimits, for tests.
 var JudgeLimits = judgeLimits
+
+// WaitOutLeases is how a trial of semaphore-lease checks its key once
+// every lease's TTL has passed: it polls the live leases of key until none
+// count, or until deadline, and returns the count it saw last.
+func WaitOutLeases(ctx context.Context, cfg Config, key string, deadline time.Time) (int64, error) {
+	control := redis.NewUniversalClient(cfg.Redis)
+	defer control.Close()
+	f, err := newInFlight(ctx, control, cfg, "semaphore-lease")
+	if err != nil {
+		return 0, err
+	}
+	return f.waitOutLeases(ctx, key, deadline)
+}

@@ -221,6 +221,57 @@ func (a *analyser) admissions(ex *Explanation) []Moment {
 	return moments
 }
 
+// heldAdmissions counts the admissions of an in-flight limiter, in the
+// order Redis made them, and marks those made when more than the limit
+// were surely held: at an admission's write, a holder is surely held when
+// Redis admitted it there or before, and it stopped holding (released,
+// died, dropped its release) no sooner than the admitted request got its
+// reply, which came after the write; for a lease, while its lease had not
+// expired on Redis's clock. Each is told as an admission beyond the limit.
+func (a *analyser) heldAdmissions(ex *Explanation, holds inFlightHolds) []Moment {
+	type admission struct {
+		d, at int
+		h     holdTimes
+	}
+	var adm []admission
+	for d := range a.decisions {
+		at, ok := a.admitted(d)
+		if !ok || !a.decisions[d].allowed || d >= len(holds.byDecision) || !holds.byDecision[d].admitted {
+			continue
+		}
+		adm = append(adm, admission{d, at, holds.byDecision[d]})
+	}
+	slices.SortFunc(adm, func(x, y admission) int { return x.at - y.at })
+	ex.Admitted = int64(len(adm))
+	lease := (holds.ttl - leaseSlack(holds.ttl)).Microseconds()
+	var moments []Moment
+	for k, ad := range adm {
+		var held int64
+		for _, h := range adm[:k+1] {
+			live := holds.ttl == 0 || a.events[ad.at].line.micros < a.events[h.at].line.micros+lease
+			if !h.h.end.Before(ad.h.replied) && live {
+				held++
+			}
+		}
+		if held <= a.limit {
+			continue
+		}
+		ex.OverAdmitted++
+		a.events[ad.at].mark = "over"
+		m := Moment{Kind: MomentOver, Goroutine: goroutine(a.decisions[ad.d].g), Write: a.step(ad.at),
+			HeldAtOnce: held, Allowed: a.limit}
+		if u, ok := a.unitOf(ad.d, ad.at); ok && u.read.before(refTo(ad.at)) {
+			m.Read = a.step(u.read.i)
+			m.WritesBetween = a.writes[ad.at] - a.writes[u.read.i+1]
+			if p, ok := a.partner(u, ad.at); ok {
+				m.OtherRead, m.OtherWrite = a.step(p.read.i), a.step(p.write.i)
+			}
+		}
+		moments = append(moments, m)
+	}
+	return moments
+}
+
 // partner finds another goroutine's unit that read the same count as u
 // and wrote, both reads before either write: the one whose read is
 // closest before u's, else the first after it.

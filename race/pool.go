@@ -37,23 +37,25 @@ func openPool(ctx context.Context, base *redis.UniversalOptions, n int, hook red
 	if hook != nil {
 		addHook(client, hook)
 	}
-
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var err error
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		// Every node has a pool of its own: fill each one.
-		err = cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
-			return holdConns(ctx, node, n)
-		})
-	} else {
-		err = holdConns(ctx, client, n)
-	}
-	if err != nil {
+	if err := fillPool(ctx, client, n); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("race: opening %s: %w", plural.Count(n, "connection"), err)
 	}
 	return client, nil
+}
+
+// fillPool opens and checks the n connections of client's pool (of each
+// node's pool, on a Cluster).
+func fillPool(ctx context.Context, client redis.UniversalClient, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		// Every node has a pool of its own: fill each one.
+		return cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			return holdConns(ctx, node, n)
+		})
+	}
+	return holdConns(ctx, client, n)
 }
 
 // holdConns holds n connections of c's pool at once, so the pool must open

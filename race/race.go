@@ -43,6 +43,17 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Consumer == "" {
 		cfg.Consumer = "race-" + randid.Hex(4)
 	}
+	if cfg.InFlight() {
+		rep, err := runInFlight(ctx, cfg, Report{Command: "race", Config: Settings{
+			Limiters:          slices.Clone(cfg.Limiters),
+			Concurrency:       cfg.Concurrency,
+			Limit:             cfg.Policy.Limit,
+			Trials:            cfg.Trials,
+			RequestsPerWorker: cfg.RequestsPerWorker,
+		}})
+		rep.ElapsedMillis = time.Since(start).Milliseconds()
+		return rep, err
+	}
 	client, err := openPool(ctx, cfg.Redis, cfg.Concurrency, cfg.hook)
 	if err != nil {
 		return Report{}, err

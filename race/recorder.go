@@ -1,6 +1,7 @@
 package race
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,7 +83,9 @@ func (r recorder) DialHook(next redis.DialHook) redis.DialHook {
 func (r recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		r.log.cmds = append(r.log.cmds, sentOf(cmd))
+		// The command may not hold its error yet (a GET's nil): take the
+		// one the call returned.
+		r.log.cmds = append(r.log.cmds, sentWith(cmd, cmp.Or(err, cmd.Err())))
 		return err
 	}
 }
@@ -121,9 +124,12 @@ func (r recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // sentOf reads a command's name and reply.
-func sentOf(cmd redis.Cmder) sent {
+func sentOf(cmd redis.Cmder) sent { return sentWith(cmd, cmd.Err()) }
+
+// sentWith reads a command's name and reply, its error err.
+func sentWith(cmd redis.Cmder, err error) sent {
 	s := sent{name: cmd.Name()}
-	if err := cmd.Err(); err != nil {
+	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			s.reply, s.count, s.hasCount = "(nil)", 0, true
 			return s

@@ -11,15 +11,20 @@ import (
 
 // Settings is the configuration as reports show it; see Config for each field.
 type Settings struct {
-	Limiters          []string `json:"limiters"`
-	Concurrency       int      `json:"concurrency"`
-	Limit             int64    `json:"limit"`
-	WindowMillis      int64    `json:"window_ms"`
-	Trials            int      `json:"trials"`
-	RequestsPerWorker int      `json:"requests_per_worker"`
+	Limiters    []string `json:"limiters"`
+	Concurrency int      `json:"concurrency"`
+	Limit       int64    `json:"limit"`
+	// WindowMillis, Clock and WatchRetries are the rate limiters'; absent
+	// in a race of in-flight limiters.
+	WindowMillis      int64 `json:"window_ms,omitempty"`
+	Trials            int   `json:"trials"`
+	RequestsPerWorker int   `json:"requests_per_worker"`
 	// Clock is "caller" or "redis"; only the Lua limiters honour "redis".
-	Clock        string `json:"clock"`
-	WatchRetries int    `json:"watch_retries"`
+	Clock        string `json:"clock,omitempty"`
+	WatchRetries int    `json:"watch_retries,omitempty"`
+	// InFlight holds the settings of a race of in-flight limiters; nil for
+	// rate limiters.
+	InFlight *InFlightSettings `json:"in_flight,omitempty"`
 }
 
 // Report is a whole run.
@@ -30,8 +35,11 @@ type Report struct {
 	Redis redisrun.Info `json:"redis"`
 	// Config is what was run.
 	Config Settings `json:"config"`
-	// Results has one entry per limiter, in the order raced.
+	// Results has one entry per rate limiter, in the order raced; empty
+	// in a race of in-flight limiters.
 	Results []Result `json:"results"`
+	// InFlight has one entry per in-flight limiter, in the order raced.
+	InFlight []InFlightResult `json:"in_flight,omitempty"`
 	// ElapsedMillis is the wall time of the run, connection set-up included.
 	ElapsedMillis int64 `json:"elapsed_ms"`
 }
@@ -186,7 +194,9 @@ type TrialLatency struct {
 }
 
 // Leaked names each limiter that admitted more than its own guarantee
-// allowed in some trial, with how many over: "naive over-admitted 1385".
+// allowed in some trial, with how many over: "naive over-admitted 1385";
+// and each in-flight limiter that held more than its limit at once, or
+// whose key ended counting slots nobody held, or fewer than were held.
 func (r Report) Leaked() []string {
 	var leaked []string
 	for _, res := range r.Results {
@@ -194,5 +204,5 @@ func (r Report) Leaked() []string {
 			leaked = append(leaked, fmt.Sprintf("%s over-admitted %d", res.Limiter, res.OverAdmitted))
 		}
 	}
-	return leaked
+	return append(leaked, inFlightLeaks(r.InFlight)...)
 }

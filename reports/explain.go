@@ -17,7 +17,7 @@ import (
 const momentsTold = 3
 
 // explainTitle heads a limiter's explanation.
-func explainTitle(r race.Result) string { return r.Limiter + ", explained" }
+func explainTitle(limiter string) string { return limiter + ", explained" }
 
 // explainIntro says what the explained trial was, or why there is none.
 func explainIntro(rep race.Report, ex race.Explanation) string {
@@ -30,6 +30,15 @@ func explainIntro(rep race.Report, ex race.Explanation) string {
 	}
 	return fmt.Sprintf("One more trial at %s on %s, with MONITOR on: its latency is not comparable, and it is not in the table above. "+
 		"In the trace, key stands for %s.", ex.Key, ex.Node, ex.Key)
+}
+
+// explainSummaryOf says what the trace shows, in numbers: of a rate
+// limiter's trial, or of an in-flight limiter's.
+func explainSummaryOf(rep race.Report, ex race.Explanation) string {
+	if ex.InFlightTrial != nil {
+		return inFlightExplainSummary(ex, rep.Config.Limit)
+	}
+	return explainSummary(ex)
 }
 
 // explainSummary says what the trace shows, in numbers.
@@ -126,7 +135,10 @@ func momentText(m race.Moment) string {
 // before g17's INCR at +9µs: both admitted".
 func overText(m race.Moment) string {
 	made := fmt.Sprintf("%s's %s at %s was admission %d", m.Goroutine, m.Write.Command, at(m.Write), m.Admission)
-	if m.Write.Value != nil {
+	switch {
+	case m.HeldAtOnce > 0:
+		made = fmt.Sprintf("%s's %s at %s was admitted with %d held at once", m.Goroutine, m.Write.Command, at(m.Write), m.HeldAtOnce)
+	case m.Write.Value != nil:
 		made = fmt.Sprintf("%s's %s at %s made it %s", m.Goroutine, m.Write.Command, at(m.Write), value(m.Write))
 	}
 	made += fmt.Sprintf(", over the %d allowed.", m.Allowed)
@@ -246,14 +258,13 @@ func traceRows(ex race.Explanation) []traceRow {
 var traceHeaders = []string{"+µs", "goroutine", "command", "reply", ""}
 
 // explainText renders an explanation for the terminal.
-func explainText(b *strings.Builder, rep race.Report, r race.Result, s Styles) {
-	ex := *r.Explain
-	b.WriteString("\n" + s.Title.Render(explainTitle(r)) + "\n")
+func explainText(b *strings.Builder, rep race.Report, limiter string, ex race.Explanation, s Styles) {
+	b.WriteString("\n" + s.Title.Render(explainTitle(limiter)) + "\n")
 	b.WriteString(s.Dim.Render(explainIntro(rep, ex)) + "\n")
 	if ex.Skipped != "" {
 		return
 	}
-	b.WriteString(explainSummary(ex) + "\n")
+	b.WriteString(explainSummaryOf(rep, ex) + "\n")
 	for i, m := range ex.Moments {
 		if i < momentsTold {
 			b.WriteString("  • " + momentText(m) + "\n")
@@ -312,14 +323,13 @@ func explainText(b *strings.Builder, rep race.Report, r race.Result, s Styles) {
 }
 
 // explainMarkdown renders an explanation as markdown.
-func explainMarkdown(b *strings.Builder, rep race.Report, r race.Result) {
-	ex := *r.Explain
-	b.WriteString("\n### " + explainTitle(r) + "\n\n")
+func explainMarkdown(b *strings.Builder, rep race.Report, limiter string, ex race.Explanation) {
+	b.WriteString("\n### " + explainTitle(limiter) + "\n\n")
 	b.WriteString(explainIntro(rep, ex) + "\n")
 	if ex.Skipped != "" {
 		return
 	}
-	b.WriteString("\n" + explainSummary(ex) + "\n\n")
+	b.WriteString("\n" + explainSummaryOf(rep, ex) + "\n\n")
 	for i, m := range ex.Moments {
 		if i < momentsTold {
 			b.WriteString("- " + momentText(m) + "\n")

@@ -351,6 +351,10 @@ func sum(pts []point) float64 {
 }
 
 func raceSection(b *strings.Builder, i int, r Named[race.Report]) {
+	if len(r.Result.InFlight) > 0 {
+		inFlightSection(b, i, r)
+		return
+	}
 	heading(b, 2, "race: "+r.Name)
 	note(b, raceSummary(r.Result))
 	note(b, RaceVerdict(r.Result))

@@ -108,8 +108,9 @@ func TestHTMLInABrowser(t *testing.T) {
 		{StartMillis: 500, Decisions: 75, Admitted: 75, OverAdmitted: 45, Errors: 75}, {StartMillis: 750, Decisions: 75, Admitted: 60, OverAdmitted: 30, Errors: 70},
 		{StartMillis: 1000, Decisions: 75, Admitted: 30}}}
 	page := reports.Page{
-		Bench:   runs,
-		Race:    []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}, {Name: "explained.json", Result: explainedRace()}},
+		Bench: runs,
+		Race: []reports.Named[race.Report]{{Name: "race.json", Result: fixedRace()}, {Name: "explained.json", Result: explainedRace()},
+			{Name: "in-flight.json", Result: fixedInFlight()}},
 		Compare: []reports.Named[compare.Report]{{Name: "compare.json", Result: cmp}},
 		Skew:    []reports.Named[skew.Report]{{Name: "skew.json", Result: fixedSkew()}},
 		Drill:   []reports.Named[drill.Report]{{Name: "drill.json", Result: dr}},
@@ -191,6 +192,11 @@ func TestHTMLInABrowser(t *testing.T) {
 				}
 			}
 		}
+	}
+	for _, res := range fixedInFlight().InFlight { // the third race
+		want["race-at-once-2"] += len(res.TrialResults)
+		want["race-leaked-2"] += len(res.TrialResults)
+		want["race-latency-2"] += 6
 	}
 	for _, res := range cmp.Results {
 		want["compare-boundary-0"] += 2 // two instants with an admission

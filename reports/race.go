@@ -16,11 +16,16 @@ import (
 
 // Race renders a race report in the given format.
 func Race(w io.Writer, rep race.Report, f Format, opt Options) error {
-	switch f {
-	case JSON:
+	inFlight := len(rep.InFlight) > 0
+	switch {
+	case f == JSON:
 		return writeJSON(w, rep)
-	case Markdown:
+	case f == Markdown && inFlight:
+		return inFlightMarkdown(w, rep)
+	case f == Markdown:
 		return raceMarkdown(w, rep)
+	case inFlight:
+		return inFlightTable(w, rep, NewStyles(w, opt))
 	default:
 		return raceTable(w, rep, NewStyles(w, opt))
 	}
@@ -235,7 +240,7 @@ func raceTable(w io.Writer, rep race.Report, s Styles) error {
 	}
 	for _, r := range rep.Results {
 		if r.Explain != nil {
-			explainText(&b, rep, r, s)
+			explainText(&b, rep, r.Limiter, *r.Explain, s)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -261,7 +266,7 @@ func raceMarkdown(w io.Writer, rep race.Report) error {
 	}
 	for _, r := range rep.Results {
 		if r.Explain != nil {
-			explainMarkdown(&b, rep, r)
+			explainMarkdown(&b, rep, r.Limiter, *r.Explain)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
