@@ -65,7 +65,8 @@ docs:
 	rm -rf docs/cli && mkdir -p docs/cli
 	$(GO) run ./cmd/ratelab gen-docs docs/cli
 
-# Per-decision cost of each limiter, the release spread against the machine's
+# Per-decision cost of each limiter, CPU per decision in the gateway and in
+# Redis for each algorithm (bench-cost.sh), the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
 # batching decisions (limited over off, Go over nginx, idle latency, round
 # trips), bench http beside wrk (and wrk2, bombardier when installed) on
@@ -78,6 +79,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./algorithms/ ./rules/
 	$(GO) test -run '^$$' -bench ReleaseSpread -benchtime 20x ./race/
 	./$(BIN) race --limiters all
+	scripts/bench-cost.sh
 	scripts/bench-edge.sh
 	scripts/bench-batch.sh
 	scripts/bench-http.sh
