@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -27,9 +28,32 @@ func (c HTTPConfig) expected() []audit.ExpectedLimit {
 	return append(all, c.ExpectLimits...)
 }
 
-// auditing says whether the run is audited.
-func (c HTTPConfig) auditing() bool {
+// auditing says whether the run is audited: its rate limits, or its
+// limit in flight.
+func (c HTTPConfig) auditing() bool { return c.rateAuditing() || c.ExpectInFlight > 0 }
+
+// rateAuditing says whether the run's rate limits are audited.
+func (c HTTPConfig) rateAuditing() bool {
 	return c.ExpectLimit > 0 || len(c.ExpectLimits) > 0 || c.ExpectRules != nil
+}
+
+// inFlightHint says, for an in-flight audit in the open model, when the
+// rate cannot keep more than ExpectInFlight of a consumer in flight at
+// once: each consumer sends Rate/Consumers a second, each held Hold (with
+// its defaults: Connections, a multiple of Consumers, keeps each
+// connection on one consumer).
+func (c HTTPConfig) inFlightHint() string {
+	if c.Rate == 0 || c.Consumers == 0 {
+		return ""
+	}
+	outstanding := c.Rate / float64(c.Consumers) * c.Hold.Seconds()
+	perConn := float64(c.Connections) / float64(c.Consumers)
+	if most := min(outstanding, perConn); most <= float64(c.ExpectInFlight) {
+		return fmt.Sprintf("at --rate %g over %d consumers, each held %s, a consumer has about %.1f requests in flight at once "+
+			"(with %.0f connections each), not more than the %d allowed: the in-flight limit is barely tried; "+
+			"--rate 0 with --in-flight-per-consumer above the limit keeps more in flight", c.Rate, c.Consumers, c.Hold, most, perConn, c.ExpectInFlight)
+	}
+	return ""
 }
 
 // validateExpect checks ExpectLimits and ExpectRules.

@@ -111,6 +111,12 @@ type HTTPConfig struct {
 	// (parsed rules.ForGateway): each request is judged by the limits it
 	// meets, on the counters they keep. Not with ExpectLimit(s).
 	ExpectRules *rules.Set
+	// ExpectInFlight, when set, audits the endpoint's limit of requests in
+	// flight at once per consumer (audit.JudgeInFlight), each admitted
+	// request held at least Hold in the upstream. It may go with the
+	// limits of ExpectLimit(s) or ExpectRules, each judged on its own.
+	ExpectInFlight int64
+	Hold           time.Duration
 	// Routes, when set, mixes paths by weight in place of Target's path
 	// and query; ConsumerValues sends headers whose value depends on the
 	// consumer (a plan tier).
@@ -174,6 +180,16 @@ func (c HTTPConfig) Validate() error {
 		return field.Errorf("ExpectLimit", "audits per consumer: it needs {Consumers}")
 	case c.ExpectAlgorithm != "" && c.ExpectLimit == 0:
 		return field.Errorf("ExpectAlgorithm", "needs {ExpectLimit}")
+	case c.ExpectInFlight < 0:
+		return field.Errorf("ExpectInFlight", "must be at least 1 (got %d)", c.ExpectInFlight)
+	case c.ExpectInFlight > 0 && c.Consumers == 0:
+		return field.Errorf("ExpectInFlight", "audits per consumer: it needs {Consumers}")
+	case c.ExpectInFlight > 0 && (c.Hold <= 0 || c.Hold > time.Hour):
+		return field.Errorf("Hold", "must be between 1ns and 1h with {ExpectInFlight}: the upstream's least service time (got %s)", c.Hold)
+	case c.Hold != 0 && c.ExpectInFlight == 0:
+		return field.Errorf("Hold", "needs {ExpectInFlight}")
+	case c.ExpectInFlight > 0 && c.Shards > 1:
+		return field.Errorf("Shard", "is not for {ExpectInFlight}: the in-flight audit needs every request of a consumer on one machine")
 	case c.RunID != "" && !runIDPattern.MatchString(c.RunID):
 		return field.Errorf("RunID", "%q: want up to 64 letters, digits and . _ : -, beginning with a letter or digit", c.RunID)
 	}
@@ -267,10 +283,20 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig) (Result, error) {
 	d.fill(&res)
 	if p.audit {
 		cov := d.coverage(ctx, cfg.load())
-		a, m, hints := runAudit(ctx, cfg, p, d.rec, cov, d.source)
-		res.Audit, res.AuditHints = &a, hints
-		res.AuditSamples = audit.Encode(d.rec, m)
-		ps.hideKeys(res.AuditSamples)
+		if cfg.ExpectInFlight > 0 {
+			name := p.consumerName
+			a := audit.JudgeInFlight(d.rec.Samples, cfg.ExpectInFlight, cfg.Hold, cfg.Consumers, cov, name)
+			res.InFlightAudit = &a
+			if h := cfg.inFlightHint(); h != "" {
+				res.AuditHints = append(res.AuditHints, h)
+			}
+		}
+		if cfg.rateAuditing() {
+			a, m, hints := runAudit(ctx, cfg, p, d.rec, cov, d.source)
+			res.Audit, res.AuditHints = &a, append(res.AuditHints, hints...)
+			res.AuditSamples = audit.Encode(d.rec, m)
+			ps.hideKeys(res.AuditSamples)
+		}
 	}
 	return res, ctx.Err()
 }

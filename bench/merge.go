@@ -233,6 +233,8 @@ func (r Result) mergeable(first int64) error {
 	switch {
 	case negative:
 		return errors.New("a count below zero")
+	case r.InFlightAudit != nil:
+		return errors.New("it has an in-flight audit (--expect-in-flight), which needs every request of a consumer from one run on one machine: report merge does not merge it")
 	case r.Config.Consumers < 0 || r.Config.Consumers > MaxConsumers:
 		return fmt.Errorf("%d consumers: want 0 to %d", r.Config.Consumers, MaxConsumers)
 	case r.Config.checkIdentities() != nil:

@@ -143,6 +143,9 @@ type Result struct {
 	Histograms map[string]string `json:"histograms"`
 	// Audit is what the admission audit found; null without --expect-limit.
 	Audit *audit.Audit `json:"audit"`
+	// InFlightAudit is what the in-flight audit found; null without
+	// --expect-in-flight.
+	InFlightAudit *audit.InFlightAudit `json:"in_flight_audit,omitempty"`
 	// AuditNote says why a merged result has no audit, when it has none.
 	AuditNote string `json:"audit_note,omitempty"`
 	// AuditHints say what the load missed, when what was sent shows it,

@@ -92,7 +92,13 @@ func (t Thresholds) Crossed(r Result) []*field.Error {
 			crossed = append(crossed, field.Errorf("MaxErrorRate", ": %.4f of requests failed, above %g (%s)", rate, *t.MaxErrorRate, failuresText(r)))
 		}
 	}
+	if f := r.InFlightAudit; f != nil {
+		crossed = append(crossed, t.crossedInFlight(*f)...)
+	}
 	a := r.Audit
+	if a == nil && r.InFlightAudit != nil {
+		return crossed // the in-flight audit alone
+	}
 	if a == nil {
 		for name, on := range map[string]bool{"FailOnLeak": t.FailOnLeak, "FailOnUnder": t.FailOnUnder != nil} {
 			if on {
@@ -197,4 +203,30 @@ func kindsText(kinds map[string]ErrorKind) string {
 		counts[k] = e.Count
 	}
 	return strings.ReplaceAll(plural.Tally(counts, func(string) bool { return true }), " × ", " ")
+}
+
+// crossedInFlight is what FailOnLeak and FailOnUnder find wrong with the
+// in-flight audit: over-admission, a verdict other than held (not reached
+// and no verdict as AllowNoVerdict allows), a share of wrongful denials
+// above FailOnUnder, or denials of which none could be judged.
+func (t Thresholds) crossedInFlight(f audit.InFlightAudit) []*field.Error {
+	var crossed []*field.Error
+	if t.FailOnLeak {
+		switch {
+		case f.Verdict == audit.Leaked:
+			crossed = append(crossed, field.Errorf("FailOnLeak", ": in flight: %s", strings.Join(f.Reasons, "; ")))
+		case f.Verdict != audit.Held && !t.AllowNoVerdict:
+			crossed = append(crossed, field.Errorf("FailOnLeak", ": in flight: %s: %s", f.Verdict, strings.Join(f.Reasons, "; ")))
+		}
+	}
+	if t.FailOnUnder != nil {
+		switch {
+		case f.Denied > 0 && f.UnderSkipped != "":
+			crossed = append(crossed, field.Errorf("FailOnUnder", ": in flight: none of the %d denials could be judged (%s)", f.Denied, f.UnderSkipped))
+		case f.DenialsJudged > 0 && f.UnderAdmittedShare > *t.FailOnUnder:
+			crossed = append(crossed, field.Errorf("FailOnUnder", ": in flight: %d of the %d denials judged (%.1f%%) came when fewer than %d could be held, above %g; the most, %d, to %s",
+				f.UnderAdmitted, f.DenialsJudged, 100*f.UnderAdmittedShare, f.Limit, *t.FailOnUnder, f.WorstUnderAdmitted, f.WorstUnderConsumer))
+		}
+	}
+	return crossed
 }

@@ -137,6 +137,9 @@ func benchNoteParts(r bench.Result) (before, after []string) {
 		before = append(before, fmt.Sprintf("Failed: %d of %d requests (%.1f%%), as --max-error-rate counts them (%s).",
 			f, r.Requests, 100*float64(f)/float64(r.Requests), strings.Join(why, "; ")))
 	}
+	if f := r.InFlightAudit; f != nil {
+		before = append(before, inFlightAuditNotes(*f)...)
+	}
 	if r.AuditNote != "" {
 		after = append(after, "Audit: "+r.AuditNote+".")
 	}

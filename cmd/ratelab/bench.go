@@ -31,8 +31,11 @@ type benchOptions struct {
 	sourceIPs         string
 	expectLimits      []string
 	expectRules       string
-	paths             []string
-	values            []string
+	// inFlightPerConsumer is --in-flight-per-consumer: connections per
+	// consumer, each with one request outstanding.
+	inFlightPerConsumer int
+	paths               []string
+	values              []string
 }
 
 // benchNames are the flags that set bench.HTTPConfig's and
@@ -40,7 +43,7 @@ type benchOptions struct {
 var benchNames = flagNames{"Target": "URL", "Rate": "--rate", "Connections": "--connections", "Duration": "--duration",
 	"Requests": "--requests", "Warmup": "--warmup", "Consumers": "--consumers", "ConsumerHeader": "--consumer-header",
 	"Timeout": "--timeout", "Interval": "--interval", "ExpectLimit": "--expect-limit", "ExpectBurst": "--expect-limit", "ExpectAlgorithm": "--expect-algorithm",
-	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "Routes": "--path", "ConsumerValues": "--consumer-values",
+	"ExpectLimits": "--expect-limit", "ExpectRules": "--expect-rules", "ExpectInFlight": "--expect-in-flight", "Hold": "--hold", "Routes": "--path", "ConsumerValues": "--consumer-values",
 	"MaxP99": "--max-p99", "MaxErrorRate": "--max-error-rate", "FailOnLeak": "--fail-on-leak", "AllowNoVerdict": "--allow-no-verdict", "AllowUntested": "--allow-untested",
 	"FailOnUnder": "--fail-on-under", "Shard": "--shard",
 	"Shards": "--shard", "SharedConsumers": "--shared-consumers", "StartAt": "--start-at", "Header": "--header", "Method": "--method",
@@ -132,6 +135,11 @@ every shard of one run shares): report merge merges only one run's shards.`,
 		strings.Join(algorithms.Algorithms(), ", ")+" (default: the sliding-window rule, at most LIMIT in any WINDOW)")
 	f.StringVar(&opts.expectRules, "expect-rules", "", "audit the endpoint by the gateway's own rules FILE: each request judged by the limits it meets, "+
 		"on the counters they keep (not with --expect-limit)")
+	f.Int64Var(&opts.ExpectInFlight, "expect-in-flight", 0, "audit the endpoint's limit of N requests in flight at once per consumer, "+
+		"from each request's send and receive times and --hold (with --expect-limit or --expect-rules too, each judged on its own)")
+	f.DurationVar(&opts.Hold, "hold", 0, "with --expect-in-flight: the least time the upstream holds each admitted request, its service time")
+	f.IntVar(&opts.inFlightPerConsumer, "in-flight-per-consumer", 0, "keep K requests outstanding per consumer: K connections each, "+
+		"each for one consumer (default with --expect-in-flight: twice the limit)")
 	f.StringArrayVar(&opts.paths, "path", nil, "send to PATH[:WEIGHT] in place of URL's path (a PATH without a query keeps URL's), mixed by weight (repeatable: --path /search:1 --path /items:9)")
 	f.StringArrayVar(&opts.values, "consumer-values", nil, `a header whose value depends on the consumer, "NAME: VALUE[:WEIGHT],…" `+
 		`(X-Plan: gold:1,free:9: consumer-0 gold, consumer-1 to -9 free, and so on every ten; repeatable)`)

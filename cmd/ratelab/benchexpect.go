@@ -73,13 +73,16 @@ func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
 			return usagef("--expect-rules: %w", err)
 		}
 	}
-	if len(opts.expectLimits) == 0 && opts.expectRules == "" {
+	if len(opts.expectLimits) == 0 && opts.expectRules == "" && opts.ExpectInFlight == 0 {
 		switch {
 		case opts.FailOnLeak:
-			return usagef("--fail-on-leak needs --expect-limit or --expect-rules")
+			return usagef("--fail-on-leak needs --expect-limit, --expect-rules or --expect-in-flight")
 		case opts.FailOnUnder != nil:
-			return usagef("--fail-on-under needs --expect-limit or --expect-rules")
+			return usagef("--fail-on-under needs --expect-limit, --expect-rules or --expect-in-flight")
 		}
+	}
+	if err := inFlightLoad(cfg, opts); err != nil {
+		return err
 	}
 	for _, p := range opts.paths {
 		cfg.Routes = append(cfg.Routes, bench.ParseRoute(p))
@@ -135,5 +138,32 @@ func identityFlags(cfg *bench.HTTPConfig, opts benchOptions) error {
 	case cfg.Consumers < 1:
 		return usagef("--consumers must be at least 1 (got %d)", cfg.Consumers)
 	}
+	return nil
+}
+
+// inFlightLoad reads --in-flight-per-consumer into cfg's connections: K
+// per consumer, so that each connection sends one consumer's requests
+// and each consumer keeps K outstanding. With --expect-in-flight N and
+// neither it nor --connections given, K is 2N: the load tries more than
+// the limit.
+func inFlightLoad(cfg *bench.HTTPConfig, opts benchOptions) error {
+	k := opts.inFlightPerConsumer
+	switch {
+	case k < 0:
+		return usagef("--in-flight-per-consumer must be at least 1 (got %d)", k)
+	case k > 0 && opts.connectionsSet:
+		return usagef("--in-flight-per-consumer sets the connections, K per consumer: give it or --connections")
+	case k > 0 && opts.sourceIPs != "":
+		return usagef("--in-flight-per-consumer is not for --source-ips, which sets the connections per address")
+	case k == 0 && (opts.ExpectInFlight <= 0 || opts.connectionsSet || opts.sourceIPs != ""):
+		return nil
+	case k == 0:
+		k = int(min(2*opts.ExpectInFlight, bench.MaxConnections))
+	}
+	n := max(cfg.Consumers, 1)
+	if k > bench.MaxConnections/n {
+		return usagef("--in-flight-per-consumer %d × %d consumers is over %d connections", k, n, bench.MaxConnections)
+	}
+	cfg.Connections = k * n
 	return nil
 }

@@ -455,7 +455,7 @@ func TestAuditBadInput(t *testing.T) {
 		{[]string{"--expect-rules", bad}, "--expect-rules: " + bad + ":9: descriptors[0].descriptors[0].rate_limit.requests_per_unit"},
 		{[]string{"--expect-rules", envoy}, "--expect-rules: " + envoy + ":3: descriptors[0].key"},
 		{[]string{"--expect-rules", filepath.Join(dir, "none.yaml")}, "--expect-rules: open "},
-		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit or --expect-rules"},
+		{[]string{"--fail-on-leak"}, "--fail-on-leak needs --expect-limit, --expect-rules or --expect-in-flight"},
 		{[]string{"--path", "search"}, `--path "search" is not a path`},
 		{[]string{"--path", "/a:0"}, "--path /a: the weight must be between 1 and 1000 (got 0)"},
 		{[]string{"--consumer-values", "X-Plan"}, `--consumer-values "X-Plan": want NAME: VALUE[:WEIGHT]`},

@@ -26,6 +26,18 @@ import (
 // returns its URL.
 func limitReq(t *testing.T, preamble, key string, rate, burst int) string {
 	t.Helper()
+	return "http://" + startNginx(t, fmt.Sprintf(`%[1]s
+    limit_req_zone %[2]s zone=perkey:1m rate=%[3]dr/s;
+    limit_req_status 429;`, preamble, key, rate),
+		fmt.Sprintf(`location / { limit_req zone=perkey burst=%d nodelay; empty_gif; }`, burst)) + "/ok"
+}
+
+// startNginx runs nginx, one worker, with http's directives in its http
+// block and server's in its one server, listening on a free loopback
+// port; it returns the address once nginx accepts there, and stops nginx
+// when the test ends.
+func startNginx(t *testing.T, http, server string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: no nginx")
 	}
@@ -51,14 +63,12 @@ http {
     uwsgi_temp_path %[1]s/uwsgi;
     scgi_temp_path %[1]s/scgi;
     %[3]s
-    limit_req_zone %[4]s zone=perkey:1m rate=%[5]dr/s;
-    limit_req_status 429;
     server {
         listen %[2]s;
-        location / { limit_req zone=perkey burst=%[6]d nodelay; empty_gif; }
+        %[4]s
     }
 }
-`, dir, addr, preamble, key, rate, burst)
+`, dir, addr, http, server)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -91,7 +101,7 @@ http {
 		c.Close()
 		return true, ""
 	})
-	return "http://" + addr + "/ok"
+	return addr
 }
 
 // TestNginxLimitReqAudited: nginx's limit_req at 10 per second with a

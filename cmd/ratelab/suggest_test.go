@@ -21,7 +21,7 @@ func TestMistypedFlagSuggested(t *testing.T) {
 		{[]string{"bench", "http", "http://127.0.0.1:1/", "--expect-limt", "5/1s"}, "unknown flag: --expect-limt (did you mean --expect-limit?)"},
 		{[]string{"bench", "http", "http://127.0.0.1:1/", "--consumers-header=X-Api-Key"}, "unknown flag: --consumers-header (did you mean --consumer-header?)"},
 		{[]string{"bench", "http", "http://127.0.0.1:1/", "--expect", "5/1s"},
-			"unknown flag: --expect (did you mean --expect-algorithm, --expect-limit or --expect-rules?)"},
+			"unknown flag: --expect (did you mean --expect-algorithm, --expect-in-flight or --expect-limit?)"},
 		{[]string{"bench", "http", "http://127.0.0.1:1/", "-expect-limit", "5/1s"}, "in -expect-limit (did you mean --expect-limit?)"},
 		{[]string{"bench", "rls", "127.0.0.1:1", "--domian", "d"}, "unknown flag: --domian (did you mean --domain?)"},
 		{[]string{"race", "--trails", "3"}, "unknown flag: --trails (did you mean --trials?)"},
