@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelab/ratelab/audit"
 )
 
 // A result file may say what no run measures: such a run is refused with
@@ -25,6 +27,7 @@ func TestMergeRefusesWhatNoRunMeasures(t *testing.T) {
 		{func(r *Result) { r.StartedUnixMillis = math.MaxInt64 }, "merge runs of one test"},
 		{func(r *Result) { r.StartedUnixMillis += 25 * 3_600_000 }, "merge runs of one test"},
 		{func(r *Result) { r.Audit.Limits[0].Limit, r.Audit.Limits[0].WindowMillis = 0, 0 }, "not a limit a run can expect"},
+		{func(r *Result) { r.InFlightAudit = &audit.InFlightAudit{Verdict: audit.Held, Limit: 5} }, "report merge does not merge it"},
 	} {
 		var r Result
 		if err := json.Unmarshal(base, &r); err != nil {

@@ -179,3 +179,41 @@ func TestFailOnLeakWords(t *testing.T) {
 		}
 	}
 }
+
+// TestInFlightThresholds: FailOnLeak fails an in-flight audit that is not
+// held (but for AllowNoVerdict's untested ones), FailOnUnder a share of
+// wrongful denials above it, and an in-flight audit alone is an audit:
+// no "there is no audit".
+func TestInFlightThresholds(t *testing.T) {
+	under := 0.05
+	run := func(v audit.Verdict, share float64) bench.Result {
+		return bench.Result{Requests: 100, InFlightAudit: &audit.InFlightAudit{Verdict: v, Reasons: []string{"why"}, Limit: 5,
+			Denied: 40, DenialsJudged: 40, UnderAdmitted: int64(share * 40), UnderAdmittedShare: share}}
+	}
+	for _, tc := range []struct {
+		name string
+		th   bench.Thresholds
+		r    bench.Result
+		want []string
+	}{
+		{"held", bench.Thresholds{FailOnLeak: true, FailOnUnder: &under}, run(audit.Held, 0.025), nil},
+		{"leaked", bench.Thresholds{FailOnLeak: true}, run(audit.Leaked, 0), []string{"FailOnLeak"}},
+		{"not reached", bench.Thresholds{FailOnLeak: true}, run(audit.NotReached, 0), []string{"FailOnLeak"}},
+		{"not reached allowed", bench.Thresholds{FailOnLeak: true, AllowNoVerdict: true}, run(audit.NotReached, 0), nil},
+		{"under", bench.Thresholds{FailOnUnder: &under}, run(audit.Held, 0.1), []string{"FailOnUnder"}},
+		{"leaked unchecked", bench.Thresholds{}, run(audit.Leaked, 0.5), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range tc.th.Crossed(tc.r) {
+				got = append(got, e.Field)
+				if !strings.Contains(e.Reason, "in flight") {
+					t.Errorf("%s%s: does not say it is the in-flight audit", e.Field, e.Reason)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("crossed %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

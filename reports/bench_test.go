@@ -96,6 +96,8 @@ func TestBenchGolden(t *testing.T) {
 		{"bench_not_reached", fixedBench(map[string]int64{"200": 98}, 2, audited(audit.NotReached, []string{"4 of 5 in 1s: not tested"}, notReached()))},
 		{"bench_rules", fixedBench(map[string]int64{"200": 30, "429": 66, "503": 2}, 2, rulesAudit())},
 		{"bench_rls", fixedRLS(audited(audit.Held, nil, under))},
+		{"bench_in_flight_leaked", inFlightBench(nil, leakedInFlight())},
+		{"bench_in_flight_and_limit", inFlightBench(audited(audit.Held, nil, under), heldInFlight())},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goldens(t, tc.name, func(w io.Writer, f reports.Format) error {
@@ -233,4 +235,35 @@ func TestBenchAuditHints(t *testing.T) {
 			t.Errorf("%s: no hint after the audit's notes:\n%s", f, b.String())
 		}
 	}
+}
+
+// inFlightBench is a bench http run with an in-flight audit, and a, the
+// audit of its rate limits (nil: none).
+func inFlightBench(a *audit.Audit, f audit.InFlightAudit) bench.Result {
+	r := fixedBench(map[string]int64{"200": 30, "429": 66}, 0, a)
+	r.InFlightAudit = &f
+	return r
+}
+
+// heldInFlight is an in-flight audit of 5 at once that held, with a
+// denial or two at the edge of the under-admission judged.
+func heldInFlight() audit.InFlightAudit {
+	return audit.InFlightAudit{Verdict: audit.Held, Reasons: []string{}, Limit: 5, HoldMillis: 200, Requests: 96, Admitted: 30, Denied: 66,
+		Consumers: 2, MostSurelyHeld: 5, WorstConsumer: "consumer-0",
+		Example: []audit.Flight{{SentMicros: 100, DoneMicros: 207_300}, {SentMicros: 40_300, DoneMicros: 242_100},
+			{SentMicros: 80_800, DoneMicros: 282_400}, {SentMicros: 120_900, DoneMicros: 322_400}, {SentMicros: 160_100, DoneMicros: 361_900}},
+		DenialsJudged: 66}
+}
+
+// leakedInFlight is an in-flight audit of 4 at once that caught six held
+// at once, and denials made with slots free.
+func leakedInFlight() audit.InFlightAudit {
+	f := heldInFlight()
+	f.Verdict, f.Limit, f.MostSurelyHeld = audit.Leaked, 4, 6
+	f.Example = append(f.Example, audit.Flight{SentMicros: 170_000, DoneMicros: 371_000})
+	f.Reasons = []string{"consumer-0 had 6 requests surely held at once where 4 are allowed: 0.1→207.3 ms, 40.3→242.1 ms, 80.8→282.4 ms, " +
+		"120.9→322.4 ms, 160.1→361.9 ms, 170.0→371.0 ms"}
+	f.UnderAdmitted, f.UnderAdmittedShare, f.WorstUnderConsumer, f.WorstUnderAdmitted = 3, 3.0/66, "consumer-1", 2
+	f.UnderExample, f.UnderExampleHeld = &audit.Flight{SentMicros: 400_000, DoneMicros: 401_200}, 2
+	return f
 }
