@@ -1,6 +1,7 @@
 -- ratelab's rate limiter for OpenResty (or nginx with the lua module): the
 -- rules `ratelab edge` serves, matched and keyed as the Go gateway does and
--- decided by the same script (algorithms/decide.lua), with the same
+-- decided by algorithms/decide.lua (built from the same source as the
+-- scripts the Go gateway runs, and deciding as they do), with the same
 -- headers, 429 and 503.
 --
 --   init_by_lua_block   { require("ratelimit").configure({ ... }) }
