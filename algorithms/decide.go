@@ -138,8 +138,8 @@ func (c Check) Validate() error {
 	if c.Key == "" {
 		return field.Errorf("Key", "must not be empty")
 	}
-	if !isAlgorithm(c.Algorithm) {
-		return field.Errorf("Algorithm", "%q is not one of %v", c.Algorithm, Algorithms())
+	if !isAlgorithm(c.Algorithm) && c.Algorithm != InFlight {
+		return field.Errorf("Algorithm", "%q is not one of %v or %s", c.Algorithm, Algorithms(), InFlight)
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
@@ -277,7 +277,7 @@ func (d *Decider) call(ctx context.Context, checks []Check, group []int, now str
 	cl := call{checks: make([]Check, len(group)), members: make([]string, len(group)), now: now}
 	for j, i := range group {
 		cl.checks[j] = checks[i]
-		if checks[i].Algorithm == "sliding-log" {
+		if a := checks[i].Algorithm; a == "sliding-log" || a == InFlight {
 			cl.members[j] = d.members.next()
 		}
 	}

@@ -27,7 +27,8 @@
 -- then 8 per limit:
 --          algorithm, limit, window in ms, cost (0 checks without
 --          consuming), shadow (1 counts but never denies), for sliding-log
---          the base of this request's members ("" otherwise), for a refund
+--          and in-flight the base of this request's members ("" otherwise),
+--          for a refund
 --          the mark the decision returned ("0" otherwise), and the burst:
 --          for token-bucket and gcra the most admitted at one instant (the
 --          bucket's capacity, refilled at limit per window), the limit
@@ -408,6 +409,69 @@ if used['gcra'] then
       local stored = redis.call('HMGET', key_, 't', 'd')
       if stored[1] then
         redis.call('HSET', key_, 'd', max(tonumber(stored[2]) - take_ * window_, 0))
+      end
+    end
+  end
+end
+
+-- In-flight: a sorted set of leases, one member per request in flight,
+-- scored by the time in ms its lease ends; a lease scored s holds its slot
+-- while now < s. The limit is the most in flight at once, the window the
+-- lease. A request's lease is added when it is admitted and removed when
+-- it ends (a ZREM of its member, which a second time removes nothing), or
+-- when its lease runs out, whoever held it having gone without a word.
+-- Expired leases are pruned when one is added.
+if used['in-flight'] then
+  check['in-flight'] = function(key_, key2_, now, now_s, asked, limit_, window_, burst_, need_, take_)
+    local ok_, room_, left_, retry_, reset0_, reset1_
+    local until_, ttl_, edge_
+    edge_ = now_s
+    local live = '(' .. now_s
+    local count = redis.call('ZCOUNT', key_, live, '+inf')
+    ok_ = count + need_ <= limit_
+    room_ = max(limit_ - count, 0)
+    left_ = limit_ - count - take_
+    -- A slot frees when a request in flight ends, which no one can foresee:
+    -- retry at once, a lease's end being only the latest it frees.
+    retry_ = 1
+    until_ = now + window_
+    local last = 0
+    if count > 0 then
+      last = tonumber(redis.call('ZRANGE', key_, -1, -1, 'WITHSCORES')[2])
+    end
+    reset0_ = 0
+    if last > now then
+      reset0_ = max(last - asked, 1)
+    end
+    reset1_ = reset0_
+    if take_ > 0 then
+      reset1_ = max(until_, last) - asked
+    end
+    ttl_ = max(until_, last) - now
+    return ok_, room_, left_, retry_, reset0_, reset1_, until_, ttl_, edge_
+  end
+  commit['in-flight'] = function(key_, key2_, limit_, window_, burst_, take_, take_s_, window_s_, member_, until_, ttl_, edge_)
+    local mark_
+    redis.call('ZREMRANGEBYSCORE', key_, '-inf', edge_)
+    if take_ == 1 then
+      redis.call('ZADD', key_, until_, member_)
+    else
+      for i = 1, take_ do
+        redis.call('ZADD', key_, until_, member_ .. ':' .. i)
+      end
+    end
+    redis.call('PEXPIRE', key_, ttl_)
+    mark_ = 0
+    return mark_
+  end
+  if refunds then
+    refund['in-flight'] = function(key_, key2_, limit_, window_, burst_, take_, member_, mark_)
+      if take_ == 1 then
+        redis.call('ZREM', key_, member_)
+      else
+        for i = 1, take_ do
+          redis.call('ZREM', key_, member_ .. ':' .. i)
+        end
       end
     end
   end

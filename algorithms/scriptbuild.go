@@ -161,8 +161,9 @@ func buildDecide() (string, error) {
 }
 
 // algorithmNames are the algorithms decide.lua implements, in the order
-// Algorithms lists them (TestIsAlgorithmIsAlgorithms holds them equal).
-var algorithmNames = []string{"fixed-window", "sliding-log", "sliding-counter", "token-bucket", "gcra"}
+// Algorithms lists them (TestIsAlgorithmIsAlgorithms holds them equal),
+// and the in-flight limit (InFlight), which decides in the same call.
+var algorithmNames = []string{"fixed-window", "sliding-log", "sliding-counter", "token-bucket", "gcra", InFlight}
 
 // shapeLimit is one limit of a shape: its algorithm, and whether it is a
 // shadow.

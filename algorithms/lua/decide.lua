@@ -27,7 +27,8 @@
 -- then 8 per limit:
 --          algorithm, limit, window in ms, cost (0 checks without
 --          consuming), shadow (1 counts but never denies), for sliding-log
---          the base of this request's members ("" otherwise), for a refund
+--          and in-flight the base of this request's members ("" otherwise),
+--          for a refund
 --          the mark the decision returned ("0" otherwise), and the burst:
 --          for token-bucket and gcra the most admitted at one instant (the
 --          bucket's capacity, refilled at limit per window), the limit
