@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
@@ -125,5 +128,40 @@ func TestInFlightIsAtomicWithRates(t *testing.T) {
 				clock.Set(clock.Now().Add(window))
 			})
 		}
+	}
+}
+
+// TestInFlightOnCluster: on a Redis Cluster the in-flight limit is decided
+// with its consumer's hash tag; a global cap, tagged apart, that denies
+// gives the slot back (decide.lua's refund), and a release of one key
+// reaches the slot's node.
+func TestInFlightOnCluster(t *testing.T) {
+	cl := redistest.Cluster(t, srv)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: 2 * time.Second,
+		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	clock := &fakeClock{now: alignedStart(window)}
+	d := algorithms.NewDecider(c, algorithms.DecideNow(clock.Now), algorithms.DecideOnCluster(true))
+	prefix := redistest.Prefix(t)
+	conc := algorithms.Check{Key: algorithms.Key("alice-"+prefix, "conc"), Algorithm: algorithms.InFlight,
+		Policy: algorithms.Policy{Limit: 5, Window: window}, Cost: 1}
+	capped := []algorithms.Check{conc, {Key: algorithms.Key("global-"+prefix, "cap"), Algorithm: "fixed-window",
+		Policy: algorithms.Policy{Limit: 1, Window: window}, Cost: 1}}
+	first := decide(t, d, capped...)
+	if !first.Allowed || first.Calls != 2 || first.Checks[0].Member == "" {
+		t.Fatalf("first request: %+v, want admitted in 2 calls with a lease", first)
+	}
+	if out := decide(t, d, capped...); out.Allowed || out.Checks[0].Member != "" {
+		t.Fatalf("second request: %+v, want denied by the cap, holding no lease", out)
+	}
+	ctx := context.Background()
+	if n, err := c.ZCard(ctx, conc.Key).Result(); err != nil || n != 1 {
+		t.Fatalf("leases after the cap denied: %d (%v), want the first request's alone", n, err)
+	}
+	if err := d.Release(ctx, conc.Key, first.Checks[0].Member); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ZCard(ctx, conc.Key).Result(); err != nil || n != 0 {
+		t.Fatalf("leases after the release: %d (%v), want 0", n, err)
 	}
 }
