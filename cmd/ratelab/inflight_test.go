@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +59,19 @@ func TestEdgeInFlight(t *testing.T) {
 		m := admin("/metrics")
 		return strings.Contains(m, `ratelab_edge_in_flight_releases_total{result="released"} 1`), "the release of the request whose client went away"
 	})
+}
+
+// TestBenchExpectRulesRefusesInFlight: an audit by a rules file with an
+// in-flight limit is refused (exit 2, nothing sent): judged as a rate, it
+// would accuse a gateway of what the limit never promised.
+func TestBenchExpectRulesRefusesInFlight(t *testing.T) {
+	file := t.TempDir() + "/rules.yaml"
+	src := "domain: api\ndescriptors:\n  - key: header:X-Consumer-Id\n    rate_limit: {name: conc, in_flight: 5}\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := ratelab(t, "bench", "http", "http://127.0.0.1:1/", "--expect-rules", file, "--duration", "1s")
+	if code != exitUsage || !strings.Contains(stderr, `--expect-rules: limit "conc" is an in-flight limit`) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the in-flight limit", code, stderr)
+	}
 }
