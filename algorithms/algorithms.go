@@ -267,10 +267,23 @@ type entry struct {
 	make func(c redis.UniversalClient, p Policy, o Options) Limiter
 }
 
-// scripted makes the constructor of a script limiter.
-func scripted(name, src string, mode memberMode, keys int) func(redis.UniversalClient, Policy, Options) Limiter {
+// scripted makes the constructor of a limiter that runs slidinglog.lua or
+// a variant of it.
+func scripted(name, src string, mode memberMode) func(redis.UniversalClient, Policy, Options) Limiter {
 	return func(c redis.UniversalClient, p Policy, o Options) Limiter {
-		return newScripted(name, c, p, o, src, keys, policyArgs(p, mode), parseReply)
+		return newScripted(name, c, p, o, src, 1, policyArgs(p, mode), parseReply)
+	}
+}
+
+// decided makes the constructor of the limiter of algorithm name, whose
+// state takes keys keys: the script a Decider runs for one limit of it.
+func decided(name string, keys int) func(redis.UniversalClient, Policy, Options) Limiter {
+	s, src, err := shapeOf([]shapeLimit{{algorithm: name}})
+	if err != nil {
+		panic(fmt.Sprintf("algorithms: %s: %v", name, err)) // the package's own sources: its tests build every shape
+	}
+	return func(c redis.UniversalClient, p Policy, o Options) Limiter {
+		return newScripted(name, c, p, o, src, keys, shapeArgs(s, p), parseDecided)
 	}
 }
 
@@ -290,13 +303,13 @@ func registry() []entry {
 			}},
 		{Info{Name: "lua", Description: "atomic sliding-window log in one Lua script (sliding-log)",
 			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Guarantee: SlidingWindow},
-			scripted("lua", slidingLogSource, memberUnique, 1)},
+			scripted("lua", slidingLogSource, memberUnique)},
 		{Info{Name: "lua-shared-member", Description: "the Lua log with a reused member: ZADD only moves one score",
 			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow},
-			scripted("lua-shared-member", slidingLogSource, memberShared, 1)},
+			scripted("lua-shared-member", slidingLogSource, memberShared)},
 		{Info{Name: "lua-count-denied", Description: "the Lua log that logs denied requests too: retries lock a client out",
 			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Guarantee: SlidingWindow},
-			scripted("lua-count-denied", countDeniedSource, memberUnique, 1)},
+			scripted("lua-count-denied", countDeniedSource, memberUnique)},
 		{Info{Name: "multi-limit-sequential", Description: "2×limit per 10 windows, then the limit: a sliding-log call each, in turn; a denial by the second holds a slot of the first",
 			Atomic: false, State: StateNone, RoundTrips: "1-2", Clocks: true, CallerClock: true, KeysPerClient: 2, Guarantee: SlidingWindow},
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newSequential(c, p, o) }},
@@ -305,19 +318,19 @@ func registry() []entry {
 			func(c redis.UniversalClient, p Policy, o Options) Limiter { return newAtomic(c, p, o) }},
 		{Info{Name: "fixed-window", Description: "one counter per aligned window: exact per window, up to 2x across an edge",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: AlignedWindows},
-			scripted("fixed-window", fixedWindowSource, memberNone, 1)},
+			decided("fixed-window", 1)},
 		{Info{Name: "sliding-log", Description: "one sorted-set member per admitted request: exact, memory grows with the limit",
 			Atomic: true, State: StateLog, RoundTrips: "1", Clocks: true, CallerClock: true, Exact: true, KeysPerClient: 1, Algorithm: true, Guarantee: SlidingWindow},
-			scripted("sliding-log", slidingLogSource, memberUnique, 1)},
+			decided("sliding-log", 1)},
 		{Info{Name: "sliding-counter", Description: "this window's count plus the last one's, weighted: an estimate in two small keys",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 2, Algorithm: true, Guarantee: WeightedWindows},
-			scripted("sliding-counter", slidingCounterSource, memberNone, 2)},
+			decided("sliding-counter", 2)},
 		{Info{Name: "token-bucket", Description: "burst tokens (the limit by default), refilled at limit per window: smooth rate, bursts up to the burst",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
-			scripted("token-bucket", tokenBucketSource, memberBurst, 1)},
+			decided("token-bucket", 1)},
 		{Info{Name: "gcra", Description: "generic cell rate algorithm: one arrival time per client, burst = limit unless given",
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
-			scripted("gcra", gcraSource, memberBurst, 1)},
+			decided("gcra", 1)},
 	}
 }
 

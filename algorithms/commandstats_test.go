@@ -62,7 +62,7 @@ func TestCommandstatsDecide(t *testing.T) {
 					for j := range limits {
 						member++
 						keys = append(keys, "k"+strconv.Itoa(j)+":c"+strconv.Itoa(i%1000))
-						args = append(args, "sliding-log", 1000000000, windows[j], 1, 0, "m"+strconv.Itoa(member), "0")
+						args = append(args, "sliding-log", 1000000000, windows[j], 1, 0, "m"+strconv.Itoa(member), "0", 1000000000)
 					}
 					if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil {
 						t.Fatal(err)

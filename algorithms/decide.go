@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,8 +53,12 @@ type Outcome struct {
 }
 
 // Decider decides a request's limits atomically: all are checked, and only
-// if all admit are all consumed, in one script call (decide.lua) and one
-// round trip, whatever the limits' algorithms.
+// if all admit are all consumed, in one script call and one round trip,
+// whatever the limits' algorithms. The script is built for the request's
+// shape (its limits' algorithms, in order, and which are shadows) from the
+// same source as decide.lua, when the Decider first meets the shape, and
+// decides as decide.lua does without interpreting its arguments; a request
+// of more limits than a shape holds (8), and every refund, runs decide.lua.
 //
 // On a Redis Cluster (DecideOnCluster) the keys of one call must share a
 // slot. Checks are grouped by their keys' hash tag ({tag}); each group is
@@ -76,6 +82,17 @@ type Decider struct {
 	cluster bool
 	script  *luaScript
 	members *members
+	// shapes holds the scripts built per shape: its key → *shapeScript.
+	shapes sync.Map
+	// decideLua has every request decided by decide.lua, for the tests
+	// that hold the scripts built per shape to it.
+	decideLua bool
+}
+
+// shapeScript is the script of a shape.
+type shapeScript struct {
+	shape  shape
+	script *luaScript
 }
 
 // DeciderOption sets one option of NewDecider.
@@ -121,8 +138,8 @@ func (c Check) Validate() error {
 	if c.Key == "" {
 		return field.Errorf("Key", "must not be empty")
 	}
-	if !isAlgorithm(c.Algorithm) {
-		return field.Errorf("Algorithm", "%q is not one of %v", c.Algorithm, Algorithms())
+	if !isAlgorithm(c.Algorithm) && c.Algorithm != InFlight {
+		return field.Errorf("Algorithm", "%q is not one of %v or %s", c.Algorithm, Algorithms(), InFlight)
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
@@ -260,7 +277,7 @@ func (d *Decider) call(ctx context.Context, checks []Check, group []int, now str
 	cl := call{checks: make([]Check, len(group)), members: make([]string, len(group)), now: now}
 	for j, i := range group {
 		cl.checks[j] = checks[i]
-		if checks[i].Algorithm == "sliding-log" {
+		if a := checks[i].Algorithm; a == "sliding-log" || a == InFlight {
 			cl.members[j] = d.members.next()
 		}
 	}
@@ -285,25 +302,33 @@ func (cl call) consumed(j int) bool {
 	return cl.allowed && cl.decisions[j].Allowed && cl.checks[j].Cost > 0
 }
 
-// run runs decide.lua in mode over checks and reads its reply.
+// run decides checks in mode with the script of their shape, or with
+// decide.lua, and reads the reply.
 func (d *Decider) run(ctx context.Context, mode string, checks []Check, members []string, marks []int64, now string) (decideReply, int, error) {
 	keys := make([]string, 0, len(checks)+1)
-	args := make([]any, 0, 3+8*len(checks))
-	args = append(args, mode, now, len(checks))
 	shadows := make([]bool, len(checks))
 	for j, c := range checks {
 		keys = append(keys, checkKeys(c)...)
-		shadow, mark := 0, int64(0)
-		if c.Shadow {
-			shadow = 1
-		}
-		if marks != nil {
-			mark = marks[j]
-		}
 		shadows[j] = c.Shadow
-		args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark, c.Policy.Capacity())
 	}
-	reply, trips, err := d.script.run(ctx, d.client, keys, args...)
+	script, args := d.script, []any(nil)
+	if s, ok := d.shapeOf(checks); ok && mode == "decide" {
+		script, args = s.script, s.shape.argv(checks, members, now)
+	} else {
+		args = make([]any, 0, 3+8*len(checks))
+		args = append(args, mode, now, len(checks))
+		for j, c := range checks {
+			shadow, mark := 0, int64(0)
+			if c.Shadow {
+				shadow = 1
+			}
+			if marks != nil {
+				mark = marks[j]
+			}
+			args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark, c.Policy.Capacity())
+		}
+	}
+	reply, trips, err := script.run(ctx, d.client, keys, args...)
 	if err != nil {
 		return decideReply{}, trips, fmt.Errorf("decide: %s: eval: %w", mode, err)
 	}
@@ -320,4 +345,72 @@ func indexes(n int) []int {
 		is[i] = i
 	}
 	return is
+}
+
+// shapeOf returns the script of checks' shape, built the first time; false
+// for more limits than a shape holds.
+func (d *Decider) shapeOf(checks []Check) (*shapeScript, bool) {
+	if len(checks) > maxShape || d.decideLua {
+		return nil, false
+	}
+	var b strings.Builder
+	for _, c := range checks {
+		b.WriteString(c.Algorithm)
+		if c.Shadow {
+			b.WriteString(" shadow")
+		}
+		b.WriteString(",")
+	}
+	key := b.String()
+	if s, ok := d.shapes.Load(key); ok {
+		return s.(*shapeScript), true
+	}
+	limits := make([]shapeLimit, len(checks))
+	for j, c := range checks {
+		limits[j] = shapeLimit{algorithm: c.Algorithm, shadow: c.Shadow}
+	}
+	sh, src, err := shapeOf(limits)
+	if err != nil {
+		return nil, false // decide.lua decides it
+	}
+	script := newLuaScript("decide", src)
+	script.fresh = true
+	s, _ := d.shapes.LoadOrStore(key, &shapeScript{shape: sh, script: script})
+	return s.(*shapeScript), true
+}
+
+// argv is the ARGV of a request of checks, of this shape, at now.
+func (s shape) argv(checks []Check, members []string, now string) []any {
+	args := make([]any, 0, s.args)
+	args = append(args, "decide", now)
+	for j, c := range checks {
+		args = append(args, c.Policy.Limit, c.Policy.windowMillis(), c.Cost)
+		if s.members[j] {
+			args = append(args, members[j])
+		}
+		if s.bursts[j] {
+			args = append(args, c.Policy.Capacity())
+		}
+	}
+	return args
+}
+
+// Joins reports whether sha names one of d's scripts (decide.lua, or one
+// built for a shape, with or without its shebang), which take the calls
+// of several requests in one (decide.lua's "Joined requests"): a batcher
+// may send concurrent calls of one as one call (internal/batch's
+// Options.Join). Never on a Cluster, where one call's keys share a slot.
+func (d *Decider) Joins(sha string) bool {
+	if d == nil || d.cluster {
+		return false
+	}
+	if d.script.is(sha) {
+		return true
+	}
+	joins := false
+	d.shapes.Range(func(_, v any) bool {
+		joins = v.(*shapeScript).script.is(sha)
+		return !joins
+	})
+	return joins
 }

@@ -63,7 +63,7 @@ var (
 func newSequential(c redis.UniversalClient, p Policy, o Options) *Sequential {
 	s := &Sequential{policy: p}
 	for _, q := range MultiLimits(p) {
-		s.limiters = append(s.limiters, scripted("sliding-log", slidingLogSource, memberUnique, 1)(c, q, o))
+		s.limiters = append(s.limiters, decided("sliding-log", 1)(c, q, o))
 	}
 	return s
 }

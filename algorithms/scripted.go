@@ -15,23 +15,16 @@ import (
 	"github.com/ratelab/ratelab/internal/noreplay"
 )
 
+// slidingLogSource is the sliding-window log written to be read: what the
+// race's lua limiter runs, and the example of the calling convention
+// of users' scripts (UserScript). TestSlidingLogReadsAsDecide holds its
+// answers to decide.lua's.
+//
 //go:embed slidinglog.lua
 var slidingLogSource string
 
 //go:embed slidinglog_count_denied.lua
 var countDeniedSource string
-
-//go:embed fixedwindow.lua
-var fixedWindowSource string
-
-//go:embed slidingcounter.lua
-var slidingCounterSource string
-
-//go:embed tokenbucket.lua
-var tokenBucketSource string
-
-//go:embed gcra.lua
-var gcraSource string
 
 // WithoutShebang returns src without its first line when that is a
 // shebang ("#!lua …"), for servers that cannot read one.
@@ -55,7 +48,6 @@ const (
 	memberNone   memberMode = iota // the script keeps no per-request members
 	memberUnique                   // a unique member per request
 	memberShared                   // the same member for every request (a bug, kept to be raced)
-	memberBurst                    // no members; the bucket's capacity follows the time (token bucket, GCRA)
 )
 
 // sharedMember is what the broken lua-shared-member limiter writes for every
@@ -64,15 +56,17 @@ const sharedMember = "request"
 
 // Scripted is a limiter decided by one Lua script per request: the
 // algorithms of this package (fixed window, sliding log, sliding counter,
-// token bucket, GCRA), the broken variants of the log, and users' own
-// scripts (UserScript). It runs with EVALSHA, and EVAL when the server
-// answers NOSCRIPT, each sent at most once: go-redis never sends a call
-// again once it may have run, whatever the client's retries (a Cluster's
-// MOVED and ASK are still followed). The scripts differ in the ARGV a
-// request sends and in how their reply reads: this package's take the
-// client's keys, then limit, window in ms, the caller's time in ms (or ""
-// to read TIME inside Redis) and, for the log, this request's member, and
-// return {allowed, remaining, retry_after_ms}.
+// token bucket, GCRA), each decide.lua with one limit of cost 1, as a
+// Decider sends it; the readable sliding log (slidinglog.lua) and its
+// broken variants; and users' own scripts (UserScript). It runs with
+// EVALSHA, and EVAL when the server answers NOSCRIPT, each sent at most
+// once: go-redis never sends a call again once it may have run, whatever
+// the client's retries (a Cluster's MOVED and ASK are still followed). The
+// scripts differ in the ARGV a request sends and in how their reply reads:
+// slidinglog.lua and users' scripts take the client's keys, then limit,
+// window in ms, the caller's time in ms (or "" to read TIME inside Redis)
+// and this request's member, and return {allowed, remaining,
+// retry_after_ms}; decide.lua takes and returns what its header says.
 //
 // This package's scripts start with Redis 7's shebang, "#!lua" and no
 // flags: a script that may write. Redis 7 then refuses it whole, with OOM,
@@ -84,11 +78,11 @@ const sharedMember = "request"
 // script without it, from its first refusal on: there a full Redis behaves
 // as it did before.
 //
-// The sliding-window log (slidinglog.lua) is the exact one: prune members
-// older than the window, count, and add this request's member only when it is
-// admitted. Each admitted request has its own member (a per-limiter random
-// prefix and a counter), so concurrent requests in one millisecond never
-// collapse into one entry.
+// The sliding-window log is the exact one: count the members within the
+// window, and add this request's member only when it is admitted. Each
+// admitted request has its own member (a per-limiter random prefix and a
+// counter), so concurrent requests in one millisecond never collapse into
+// one entry.
 type Scripted struct {
 	name   string
 	client scriptClient
@@ -129,10 +123,9 @@ func newScripted(name string, c scriptClient, p Policy, o Options, src string, k
 	}
 }
 
-// policyArgs is the ARGV of this package's scripts: limit, window in ms,
-// the caller's time and, for a log, the request's member (unique, or the
-// same for every request with memberShared), or for a bucket its capacity
-// (memberBurst).
+// policyArgs is the ARGV of slidinglog.lua and its variants: limit,
+// window in ms, the caller's time and the request's member (unique, or the
+// same for every request with memberShared).
 func policyArgs(p Policy, mode memberMode) argvFunc {
 	ms := newMembers()
 	return func(now string) ([]any, string) {
@@ -143,11 +136,34 @@ func policyArgs(p Policy, mode memberMode) argvFunc {
 			return append(args, m), m
 		case memberShared:
 			return append(args, sharedMember), sharedMember
-		case memberBurst:
-			return append(args, p.Capacity()), ""
 		}
 		return args, ""
 	}
+}
+
+// shapeArgs is the ARGV of the script of one limit of algorithm alg
+// (shapeOf) with policy p at cost 1, as a Decider sends it: a sliding
+// log's member unique per request.
+func shapeArgs(s shape, p Policy) argvFunc {
+	ms := newMembers()
+	return func(now string) ([]any, string) {
+		m := ""
+		if s.members[0] {
+			m = ms.next()
+		}
+		return s.argv([]Check{{Policy: p, Cost: 1}}, []string{m}, now), m
+	}
+}
+
+// parseDecided reads decide.lua's reply for one limit that is not in
+// shadow.
+func parseDecided(reply any) (Decision, error) {
+	r, err := parseDecideReply(reply, []bool{false})
+	if err != nil {
+		return Decision{}, err
+	}
+	d := r.decisions[0]
+	return Decision{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter}, nil
 }
 
 // Keys returns the Redis keys that hold the state of the client behind key.
@@ -210,6 +226,12 @@ type luaScript struct {
 	// to compile the shebang (legacy set); nil for a script with none.
 	plain  *source
 	legacy atomic.Bool
+	// fresh is set for a script built at run time (a Decider's, per
+	// shape), which the server has most likely never seen: until it was
+	// loaded or run once a call sends EVAL, which loads it, rather than an
+	// EVALSHA the server would answer NOSCRIPT. known is set then.
+	fresh bool
+	known atomic.Bool
 }
 
 // source is a script's text and the SHA1 that EVALSHA names it by.
@@ -223,6 +245,11 @@ func newLuaScript(name, src string) *luaScript {
 		s.plain = newSource(plain)
 	}
 	return s
+}
+
+// is reports whether sha names the script, with or without its shebang.
+func (s *luaScript) is(sha string) bool {
+	return s.script.sha == sha || s.plain != nil && s.plain.sha == sha
 }
 
 // current is the script to run: plain once the server refused the shebang.
@@ -251,20 +278,34 @@ func (s *luaScript) load(ctx context.Context, c scriptClient) error {
 	if err != nil {
 		return fmt.Errorf("%s: script load: %w", s.name, err)
 	}
+	s.known.Store(true)
 	return nil
 }
 
 // run runs the script once (EVALSHA, EVAL on NOSCRIPT) and says how many
 // round trips it took.
 func (s *luaScript) run(ctx context.Context, c scriptClient, keys []string, args ...any) (any, int, error) {
-	reply, trips, err := eval(ctx, c, s.current(), keys, args...)
+	send := eval
+	if s.fresh && !s.known.Load() {
+		send = evalText
+	}
+	reply, trips, err := send(ctx, c, s.current(), keys, args...)
 	if s.refused(err) {
 		// Nothing ran: the server could not compile the shebang.
 		var more int
-		reply, more, err = eval(ctx, c, s.plain, keys, args...)
+		reply, more, err = send(ctx, c, s.plain, keys, args...)
 		trips += more
 	}
+	if err == nil {
+		s.known.Store(true)
+	}
 	return reply, trips, err
+}
+
+// evalText runs script with EVAL, in one round trip, sent at most once.
+func evalText(ctx context.Context, c scriptClient, script *source, keys []string, args ...any) (any, int, error) {
+	reply, err := process(ctx, c, noreplay.Eval(ctx, script.text, keys, args...))
+	return reply, 1, err
 }
 
 // eval runs script with EVALSHA, and EVAL when the server answers NOSCRIPT

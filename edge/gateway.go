@@ -31,6 +31,9 @@ type GatewayConfig struct {
 	// Upstream is the URL requests are proxied to, or "builtin" for a fast
 	// 200 responder that counts what it received per consumer.
 	Upstream string
+	// UpstreamDelay holds each request the built-in upstream serves for
+	// this long (see Builtin.Delay).
+	UpstreamDelay time.Duration
 	// UpstreamTimeout bounds a proxied request's wait for response headers; 30s by default.
 	UpstreamTimeout time.Duration
 	// Limit configures the middleware in front of the upstream.
@@ -63,7 +66,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	var upstream http.Handler
 	if cfg.Upstream == "builtin" {
-		g.builtin = &Builtin{KeyBy: cfg.Limit.KeyBy}
+		g.builtin = &Builtin{KeyBy: cfg.Limit.KeyBy, Delay: cfg.UpstreamDelay}
 		upstream = g.builtin
 	} else {
 		u, err := url.Parse(cfg.Upstream)
@@ -268,6 +271,10 @@ func orNone(s string) string {
 type Builtin struct {
 	// KeyBy names the consumer of each request.
 	KeyBy KeyBy
+	// Delay holds each request before it is answered, as a slow upstream
+	// would (a request in flight all along); a client that goes away ends
+	// its hold early, and gets no answer. None when zero.
+	Delay time.Duration
 
 	mu    sync.Mutex
 	per   map[string]*atomic.Int64
@@ -302,6 +309,15 @@ func (b *Builtin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Unlock()
 	c.Add(1)
 	b.total.Add(1)
+	if b.Delay > 0 {
+		t := time.NewTimer(b.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = io.WriteString(w, "ok\n")
 }

@@ -149,6 +149,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tooMany(w, retry, states)
 		return
 	}
+	// The in-flight slots the request took are released once the upstream
+	// has answered it in full, or the client went away: ServeHTTP returns
+	// then, once, whether it panics or not.
+	defer h.core.Release(r.Context(), p, a)
 	h.next.ServeHTTP(w, r)
 }
 
@@ -161,7 +165,11 @@ func tooMany(w http.ResponseWriter, retry time.Duration, states []limiter.State)
 			if s.Policy.Burst > 0 {
 				burst = fmt.Sprintf(", burst %d", s.Policy.Burst)
 			}
-			names = append(names, fmt.Sprintf("%q (%d per %dms%s)", s.Name, s.Policy.Limit, s.Policy.Window.Milliseconds(), burst))
+			if s.InFlight {
+				names = append(names, fmt.Sprintf("%q (%d in flight)", s.Name, s.Policy.Limit))
+			} else {
+				names = append(names, fmt.Sprintf("%q (%d per %dms%s)", s.Name, s.Policy.Limit, s.Policy.Window.Milliseconds(), burst))
+			}
 			violated = append(violated, s.Name)
 		}
 	}

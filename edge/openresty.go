@@ -59,6 +59,9 @@ type NginxConfig struct {
 	// as the Go engine's does for rules read from a file (--rules); the
 	// rules of a lone --limit are not shown.
 	ShowRules bool
+	// UpstreamDelay holds each request the built-in upstream serves for
+	// this long, ending early when the client goes away.
+	UpstreamDelay time.Duration
 	// Workers is the number of nginx worker processes; 1 by default.
 	Workers int
 	// Dir holds the rendered files, the pid and the error log.
@@ -91,10 +94,10 @@ func (c NginxConfig) Render() (string, error) {
 	data := struct {
 		NginxConfig
 		ModuleDir, RulesPath, DecidePath           string
-		TimeoutMillis                              int64
+		TimeoutMillis, UpstreamDelayMillis         int64
 		UpstreamScheme, UpstreamHost, UpstreamPath string
 	}{NginxConfig: c, ModuleDir: c.Dir, RulesPath: filepath.Join(c.Dir, "rules.lua"), DecidePath: filepath.Join(c.Dir, "decide.lua"),
-		TimeoutMillis: c.Timeout.Milliseconds()}
+		TimeoutMillis: c.Timeout.Milliseconds(), UpstreamDelayMillis: c.UpstreamDelay.Milliseconds()}
 	if c.Upstream != "builtin" {
 		u, err := url.Parse(c.Upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -52,6 +52,15 @@ type Options struct {
 	// or LIMIT/WINDOW:ALGORITHM (Algorithm for those that name none): one
 	// rule (rules.Shorthand), whose limits are decided together.
 	Limits []string
+	// InFlight, when above 0, adds to Limits an in-flight limit on the
+	// same identity: at most InFlight of its requests in flight at once,
+	// each slot held until its response completes or the client goes
+	// away, or at most InFlightLease (rules.DefaultLease when 0).
+	InFlight      int64
+	InFlightLease time.Duration
+	// UpstreamDelay holds each request the built-in upstream serves for
+	// this long, ending early when the client goes away.
+	UpstreamDelay time.Duration
 	// RulesFile is a rules file (docs/rules.md) that decides every request
 	// instead of Policy or Limits. It reloads on SIGHUP and whenever the file
 	// changes; a version that does not validate is refused and logged, and
@@ -137,6 +146,8 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 	switch {
 	case o.Off:
 		return o, nil, nil
+	case o.RulesFile != "" && o.InFlight > 0:
+		return o, nil, field.Errorf("RulesFile", "and {InFlight} are two ways to give the limits: give an in-flight limit in the file (in_flight: N)")
 	case o.RulesFile != "" && len(o.Limits) > 0:
 		return o, nil, field.Errorf("RulesFile", "and {Limits} are two ways to give the limits: give one")
 	case o.RulesFile != "":
@@ -145,13 +156,14 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 			return o, nil, field.Errorf("RulesFile", ": %v", err)
 		}
 		return o, served.Set(), nil
+	case len(o.Limits) == 0 && o.InFlight > 0 && o.Policy == (algorithms.Policy{}):
 	case len(o.Limits) == 0:
 		if err := o.Policy.Validate(); err != nil {
 			return o, nil, err
 		}
 		o.Limits = []string{o.Policy.String()}
 	}
-	set, err := rules.Shorthand{Limits: o.Limits, KeyBy: o.KeyBy, Algorithm: o.Algorithm}.Set()
+	set, err := rules.Shorthand{Limits: o.Limits, KeyBy: o.KeyBy, Algorithm: o.Algorithm, InFlight: o.InFlight, Lease: o.InFlightLease}.Set()
 	if err != nil {
 		var re *rules.Error
 		if errors.As(err, &re) {
@@ -166,6 +178,9 @@ func (o Options) resolve() (Options, *rules.Set, error) {
 func rulesField(o Options) string {
 	if o.RulesFile != "" {
 		return "RulesFile"
+	}
+	if o.InFlight > 0 && len(o.Limits) == 0 {
+		return "InFlight"
 	}
 	return "Limits"
 }
@@ -217,6 +232,10 @@ func (o Options) config() (GatewayConfig, error) {
 		return cfg, field.Errorf("Batch", "must be between 1 and %d (got %d)", limiter.MaxBatch, o.Batch)
 	case o.Nodes < 1 || o.Nodes > 10_000:
 		return cfg, field.Errorf("Nodes", "must be between 1 and 10000 (got %d)", o.Nodes)
+	case o.UpstreamDelay < 0 || o.UpstreamDelay > time.Hour:
+		return cfg, field.Errorf("UpstreamDelay", "must be between 0 and 1h (got %s)", o.UpstreamDelay)
+	case o.UpstreamDelay > 0 && o.Upstream != "builtin":
+		return cfg, field.Errorf("UpstreamDelay", "is for --upstream builtin: a proxied upstream takes the time it takes")
 	case o.BreakerFailures < 0 || o.BreakerFailures > 1_000_000:
 		return cfg, field.Errorf("BreakerFailures", "must be between 0 (no circuit breaker) and 1000000 (got %d)", o.BreakerFailures)
 	}
@@ -243,7 +262,7 @@ func (o Options) config() (GatewayConfig, error) {
 	if err := o.Bounds.Validate(); err != nil {
 		return cfg, field.Within("Bounds", err)
 	}
-	cfg = GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, Log: o.Log,
+	cfg = GatewayConfig{Off: o.Off, Listen: o.Listen, Admin: o.Admin, Upstream: o.Upstream, UpstreamDelay: o.UpstreamDelay, Log: o.Log,
 		Limit: Config{Clock: o.Clock, KeyBy: keyBy, Headers: headers, Shadow: o.Shadow, Bounds: o.Bounds,
 			Config: limiter.Config{OnError: onErr, Timeout: o.Timeout, DenyCache: o.DenyCache,
 				BreakerFailures: o.BreakerFailures, Log: o.Log}}}
@@ -317,6 +336,7 @@ func serveOpenResty(ctx context.Context, o Options, cfg GatewayConfig, r *redis.
 		Clock: o.Clock.String(), Timeout: o.Timeout,
 		KeyBy: o.KeyBy, OnError: o.OnError, Headers: o.Headers,
 		DenyCache: o.DenyCache, Workers: 2, Off: o.Off, BreakerFailures: o.BreakerFailures, ShowRules: o.RulesFile != "",
+		UpstreamDelay: o.UpstreamDelay,
 	}
 	if o.Admin != "" {
 		nc.Admin = hostPort(o.Admin)

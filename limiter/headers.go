@@ -47,6 +47,9 @@ type State struct {
 	// Reset is, when it admitted, how long until its quota is full again;
 	// zero for "at most the window".
 	Reset time.Duration
+	// InFlight says the limit is an in-flight limit: Policy.Limit requests
+	// at once, Policy.Window the lease of each.
+	InFlight bool
 }
 
 // reset is t, the seconds until the limit's quota resets: the retry-after
@@ -104,6 +107,9 @@ func tightest(states []State) (int, bool) {
 //     bucket, GCRA) adds it as ratelab-burst, a parameter of this
 //     implementation's own, as the draft has them prefixed:
 //     "default";q=10;w=1;ratelab-burst=6;
+//   - an in-flight limit is listed with the draft's quota unit
+//     concurrent-requests and no window: "in-flight";q=5;qu="concurrent-requests",
+//     its r the slots left;
 //   - RateLimit gives the tightest (see tightest): "per-second";r=0;t=1;
 //     r is what it admits now, which for a bucket counts up to its burst
 //     (above q when the burst is above the limit), and t when it is whole
@@ -123,6 +129,11 @@ func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 		for j, s := range states {
 			if j > 0 {
 				b.WriteString(", ")
+			}
+			if s.InFlight {
+				// The draft's quota unit: q requests at once, in no window.
+				fmt.Fprintf(&b, "%q;q=%d;qu=\"concurrent-requests\"", s.Name, s.Policy.Limit)
+				continue
 			}
 			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, CeilSeconds(s.Policy.Window))
 			if s.Policy.Burst > 0 {

@@ -195,6 +195,9 @@ type Result struct {
 	RetryAfter time.Duration
 	// Reset is how long until the limit is whole again; zero when unknown.
 	Reset time.Duration
+	// Lease is, for an in-flight limit that admitted a request admitted,
+	// the lease it holds: Limiter.Release gives it back.
+	Lease string
 }
 
 // Outcomes of a decision, as the Answer and the metrics give them.
@@ -273,7 +276,7 @@ func (a Answer) States(p Plan) []State {
 		if lim.Hidden || lim.Unlimited {
 			continue
 		}
-		s := State{Name: lim.ID, Policy: lim.Check.Policy, Allowed: true}
+		s := State{Name: lim.ID, Policy: lim.Check.Policy, Allowed: true, InFlight: lim.Check.Algorithm == algorithms.InFlight}
 		if r := a.Limits[i]; r.Decided {
 			s.Allowed, s.Remaining, s.RetryAfter, s.Reset = r.Allowed, r.Remaining, r.RetryAfter, r.Reset
 		}
@@ -535,6 +538,7 @@ func (l *Limiter) results(p Plan, cs checks, out algorithms.Outcome, a *Answer) 
 		default:
 			d := out.Checks[j]
 			r.Decided, r.Allowed, r.Remaining, r.RetryAfter, r.Reset = true, d.Allowed, d.Remaining, d.RetryAfter, d.Reset
+			r.Lease = leaseOf(cs.list[j], out.Allowed, d)
 			if out.Allowed && cs.list[j].Cost > 0 {
 				r.Remaining += later[j]
 				later[j] += lim.Check.Cost

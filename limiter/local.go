@@ -68,7 +68,9 @@ type LocalAnswer struct {
 func (l *LocalLimiter) decide(ctx context.Context, checks []algorithms.Check) (LocalAnswer, error) {
 	shares := make([]algorithms.Check, 0, len(checks))
 	for _, c := range checks {
-		if c.Shadow {
+		// An in-flight limit is not shared out: its slots are released in
+		// Redis, and the local limiter bounds rates alone.
+		if c.Shadow || c.Algorithm == algorithms.InFlight {
 			continue
 		}
 		c.Policy = Share(c.Policy, l.nodes)

@@ -40,6 +40,8 @@ type Metrics struct {
 	limits *limitCounts
 	rules  ruleGauges
 	trips  redisTrips
+
+	releases releaseCounts
 }
 
 // NewMetrics returns metrics at zero, every outcome and kind included, on a
@@ -96,8 +98,9 @@ func NewMetrics() *Metrics {
 	m.limits = newLimitCounts()
 	m.rules = newRuleGauges()
 	m.trips = newRedisTrips()
+	m.releases = newReleaseCounts()
 	m.registry.MustRegister(decisions, redisErr, invalid, m.cacheHits, m.latency, m.redisUp, m.circuit,
-		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads, m.trips.roundTrips, m.trips.batch,
+		m.limits.vec, m.rules.info, m.rules.reloaded, m.rules.reloads, m.trips.roundTrips, m.trips.batch, m.releases.vec,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

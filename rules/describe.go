@@ -53,6 +53,8 @@ func (l *Limit) String() string {
 	}
 	if l.Unlimited {
 		b.WriteString("unlimited (answered without Redis)")
+	} else if l.InFlight {
+		fmt.Fprintf(&b, "at most %d in flight at once (in-flight, each slot leased for %s)", l.Policy.Limit, Window(l.Policy.Window))
 	} else {
 		if l.Policy.Burst > 0 {
 			fmt.Fprintf(&b, "a burst of %d, then %d per %s (%s)", l.Policy.Burst, l.Policy.Limit, Window(l.Policy.Window), l.Algorithm)
@@ -133,6 +135,10 @@ func (s *Set) Summary() string {
 	for i, l := range s.limits {
 		if l.Unlimited {
 			parts[i] = l.ID + " unlimited"
+			continue
+		}
+		if l.InFlight {
+			parts[i] = fmt.Sprintf("%s %d in flight (lease %s)", l.ID, l.Policy.Limit, l.Policy.Window)
 			continue
 		}
 		burst := ""

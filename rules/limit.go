@@ -60,7 +60,11 @@ func (p *parser) limit(n *yaml.Node, path string, d *Descriptor) *Limit {
 	if f, ok := fields["replaces"]; ok {
 		p.replaces(l, f, join(path, "replaces"))
 	}
-	if l.Unlimited {
+	if _, ok := fields["in_flight"]; ok {
+		p.inFlight(l, fields, n)
+	} else if f, ok := fields["lease"]; ok {
+		p.errorf(f.key, join(path, "lease"), "a lease is for an in-flight limit (in_flight: N)")
+	} else if l.Unlimited {
 		for _, name := range []string{"unit", "window", "unit_multiplier", "requests_per_unit", "algorithm", "burst", "cost"} {
 			f, ok := fields[name]
 			switch {
@@ -270,5 +274,57 @@ func (p *parser) replaces(l *Limit, f field, path string) {
 			l.Replaces = append(l.Replaces, name)
 			l.replacesLines = append(l.replacesLines, nf.val.Line)
 		}
+	}
+}
+
+// DefaultLease is the lease of an in-flight limit that gives none.
+const DefaultLease = 30 * time.Second
+
+// inFlight reads an in-flight limit: in_flight (the most in flight at once)
+// into l.Policy.Limit, lease (how long a slot is held at most) into
+// l.Policy.Window. The fields of a rate limit are refused beside them.
+func (p *parser) inFlight(l *Limit, fields map[string]field, n *yaml.Node) {
+	path := l.Field
+	if p.o.service {
+		f := fields["in_flight"]
+		p.errorf(f.key, join(path, "in_flight"), "not served by rls: Envoy's rate limit protocol has no call that ends a request, so a slot could never be released (use ratelab edge)")
+		return
+	}
+	for _, name := range []string{"requests_per_unit", "unit", "unit_multiplier", "window", "algorithm", "burst", "cost", "unlimited"} {
+		if f, ok := fields[name]; ok {
+			p.errorf(f.key, join(path, name), "an in-flight limit has no %s: it holds in_flight requests at once, each for at most its lease",
+				strings.ReplaceAll(name, "_", " "))
+		}
+	}
+	l.InFlight, l.Algorithm, l.Unlimited = true, algorithms.InFlight, false
+	if v, ok := p.integer(fields["in_flight"], join(path, "in_flight")); ok {
+		if v < 1 {
+			p.errorf(fields["in_flight"].val, join(path, "in_flight"), "must be at least 1 (got %d)", v)
+		} else {
+			l.Policy.Limit = v
+		}
+	}
+	l.Policy.Window = DefaultLease
+	if f, ok := fields["lease"]; ok {
+		s, ok := p.text(f, join(path, "lease"))
+		if !ok {
+			return
+		}
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			p.errorf(f.val, join(path, "lease"), "%q is not a duration (such as 30s or 2m)", s)
+		case d <= 0:
+			p.errorf(f.val, join(path, "lease"), "%q: a lease is positive", s)
+		case d%time.Millisecond != 0:
+			p.errorf(f.val, join(path, "lease"), "%q: a lease is a whole number of milliseconds", s)
+		case d > maxWindow:
+			p.errorf(f.val, join(path, "lease"), "%q: a lease is at most a year (8760h)", s)
+		default:
+			l.Policy.Window = d
+		}
+	}
+	if l.Policy.Limit > 0 && l.Policy.Validate() != nil {
+		p.errorf(fields["in_flight"].val, join(path, "in_flight"), "× the lease in ms must be below 2^53")
 	}
 }

@@ -35,7 +35,7 @@ var (
 	descriptorFields = []string{"key", "value", "descriptors", "rate_limit", "rate_limits", "shadow_mode",
 		"detailed_metric", "fallback_key", "quota_mode", "value_to_metric", "share_threshold"}
 	limitFields = []string{"name", "unit", "requests_per_unit", "unlimited", "replaces", "algorithm", "window",
-		"unit_multiplier", "cost", "shadow_mode", "burst"}
+		"unit_multiplier", "cost", "shadow_mode", "burst", "in_flight", "lease"}
 	replacesFields = []string{"name"}
 	// envoyFields are the fields envoyproxy/ratelimit accepts (its
 	// config_impl.go's validKeys), in any mapping: where it does not read

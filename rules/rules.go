@@ -156,8 +156,13 @@ type Limit struct {
 	// Unit is the unit the window was given in (second, minute, hour, day,
 	// week, month, year) when it is one whole unit; empty otherwise.
 	Unit string
-	// Algorithm is one of algorithms.Algorithms().
+	// Algorithm is one of algorithms.Algorithms(), or algorithms.InFlight
+	// for an in-flight limit (InFlight).
 	Algorithm string
+	// InFlight limits bound the requests in flight at once, rather than
+	// per window: Policy.Limit slots (in_flight), each held until the
+	// request ends or its lease, Policy.Window (lease), runs out.
+	InFlight bool
 	// Cost is what one request takes from the limit: 1 by default; 0 checks
 	// without consuming.
 	Cost int64

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
 )
@@ -32,6 +33,12 @@ type Shorthand struct {
 	// ShorthandDomain when empty. Limiters that share a Redis and must not
 	// share counters differ in it.
 	Domain string
+	// InFlight, when above 0, adds an in-flight limit named in-flight: at
+	// most InFlight requests of one identity in flight at once, each slot
+	// held for at most Lease (DefaultLease when 0).
+	InFlight int64
+	// Lease is the in-flight limit's lease.
+	Lease time.Duration
 }
 
 // Set returns the rules the shorthand stands for, checked for the gateway:
@@ -60,7 +67,13 @@ func (s Shorthand) Set() (*Set, error) {
 	default:
 		return nil, &Error{Field: "KeyBy", Message: fmt.Sprintf("unknown key %q (want ip or header:NAME)", s.KeyBy)}
 	}
-	if len(s.Limits) == 0 {
+	if s.InFlight < 0 {
+		return nil, &Error{Field: "InFlight", Message: fmt.Sprintf("must be at least 1 (got %d)", s.InFlight)}
+	}
+	if s.Lease < 0 || s.Lease%time.Millisecond != 0 || s.Lease > maxWindow {
+		return nil, &Error{Field: "Lease", Message: fmt.Sprintf("%s: a lease is a positive whole number of milliseconds, at most a year", s.Lease)}
+	}
+	if len(s.Limits) == 0 && s.InFlight == 0 {
 		return nil, &Error{Field: "Limits", Message: "none given: want LIMIT/WINDOW, such as 100/1m"}
 	}
 	type limit struct {
@@ -107,6 +120,9 @@ func (s Shorthand) Set() (*Set, error) {
 		}
 		fmt.Fprintf(&b, "      - {name: %s, window: %s, requests_per_unit: %d, algorithm: %s%s}\n",
 			strconv.Quote(name), strconv.Quote(l.p.Window.String()), l.p.Limit, l.alg, burst)
+	}
+	if s.InFlight > 0 {
+		fmt.Fprintf(&b, "      - {name: in-flight, in_flight: %d, lease: %s}\n", s.InFlight, strconv.Quote(cmp.Or(s.Lease, DefaultLease).String()))
 	}
 	set, err := Parse("--limit", []byte(b.String()), ForGateway())
 	if err != nil {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ratelab compare's throughput workload batched (--redis-batch) beside
-# redis-benchmark pipelining the same script: EVALSHA of the sliding log
-# (algorithms/slidinglog.lua) with the arguments compare sends (one client's
-# key with the consumer in a hash tag, limit, window in ms, the caller's time
-# in ms, a member) over as many clients, the same decisions in flight on as
+# redis-benchmark pipelining the same algorithm: EVALSHA of the sliding log
+# (algorithms/decide.lua, built from the same source as the script compare
+# runs for one sliding log) with what compare sends (one client's key with
+# the consumer in a hash tag, the limit, window in ms, the caller's time in
+# ms, a member) over as many clients, the same decisions in flight on as
 # many connections: redis-benchmark -c CONNECTIONS -P BATCH keeps CONNECTIONS
 # × BATCH requests in flight on CONNECTIONS connections; compare's
 # CONNECTIONS × BATCH goroutines, batched BATCH to a pipeline, use
@@ -37,7 +38,7 @@ taskset -c "$REDIS_CPU" redis-server --port "$port" --bind 127.0.0.1 --save "" -
   --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
 trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-sha=$(redis-cli -p "$port" -x script load <algorithms/slidinglog.lua)
+sha=$(redis-cli -p "$port" -x script load <algorithms/decide.lua)
 
 # compare_rps runs ratelab compare's throughput workload on the sliding log,
 # batched, and prints its batched and unbatched decisions per second.
@@ -55,7 +56,7 @@ benchmark_rps() {
   local now
   now=$(python3 -c 'import time; print(int(time.time()*1000))')
   taskset -c "$LOAD_CPU" redis-benchmark -h 127.0.0.1 -p "$port" -c "$1" -P "$2" -n "$3" -r "$KEYS" --csv \
-    EVALSHA "$sha" 1 'rl:{bench-__rand_int__}:sliding-log' "$LIMIT" 1000 "$now" 'm-__rand_int__' >"$dir/benchmark.csv"
+    EVALSHA "$sha" 1 'rl:{bench-__rand_int__}:sliding-log' decide "$now" 1 sliding-log "$LIMIT" 1000 1 0 'm-__rand_int__' 0 "$LIMIT" >"$dir/benchmark.csv"
   redis-cli -p "$port" flushall >/dev/null # this script's own server: the next run starts as empty as compare's
   awk -F, 'NR==2 {gsub(/"/, "", $2); print $2}' "$dir/benchmark.csv"
 }

@@ -72,6 +72,14 @@ func expectConfig(cfg *bench.HTTPConfig, opts benchOptions) error {
 		if cfg.ExpectRules, err = rules.Parse(opts.expectRules, src, rules.ForGateway()); err != nil {
 			return usagef("--expect-rules: %w", err)
 		}
+		for _, l := range cfg.ExpectRules.Limits() {
+			if l.InFlight {
+				// Judged as a rate, a limit of requests at once would be
+				// accused of what it never promised.
+				return usagef("--expect-rules: limit %q is an in-flight limit (in_flight), which this audit does not judge as a rate: "+
+					"leave it out of the file", l.ID)
+			}
+		}
 	}
 	if len(opts.expectLimits) == 0 && opts.expectRules == "" && opts.ExpectInFlight == 0 {
 		switch {

@@ -22,6 +22,7 @@ type edgeOptions struct {
 	limitSet bool // --limit was given
 	keyBySet bool // --key-by was given
 	batchSet bool // --redis-batch was given
+	leaseSet bool // --in-flight-lease was given
 	redis    redisFlags
 }
 
@@ -36,7 +37,8 @@ var edgeNames = flagNames{"Engine": "--engine", "Listen": "--listen", "Admin": "
 	"Algorithm": "--algorithm", "KeyBy": "--key-by", "TrustedProxies": "--trusted-proxies", "OnError": "--on-redis-error",
 	"Headers": "--headers", "Timeout": "--redis-timeout", "Pool": "--redis-pool", "Batch": "--redis-batch", "Shadow": "--shadow", "Redis": "--redis",
 	"Limit": "--limit", "Window": "--limit", "Limits": "--limit", "RulesFile": "--rules", "Nodes": "--nodes", "BreakerFailures": "--breaker-failures",
-	"Bounds.Length": "--max-value-length"}
+	"Bounds.Length": "--max-value-length", "InFlight": "--in-flight", "InFlightLease": "--in-flight-lease", "Lease": "--in-flight-lease",
+	"UpstreamDelay": "--upstream-delay"}
 
 func newEdgeCmd(io *ioStreams) *cobra.Command {
 	var opts edgeOptions
@@ -62,6 +64,12 @@ version serving and when it was loaded. With several limits RateLimit-Policy lis
 by name, and RateLimit and the legacy fields describe the one closest to exhaustion (on a 429,
 the one that admits again last: Retry-After).
 
+--in-flight N bounds each identity's requests in flight at once, beside --limit or alone: the
+slot is a lease in a Redis sorted set, taken in the same call as the rate limits (a request a
+rate limit denies takes no slot; one refused a slot consumes no rate) and released once the
+response completes or the client goes away. A slot never released, its gateway killed, comes
+back after --in-flight-lease. RateLimit-Policy gives it as qu="concurrent-requests".
+
 --key-by header:NAME trusts the header as sent: use it only behind something that
 authenticates it. --key-by ip uses the peer's address, and X-Forwarded-For only from
 --trusted-proxies.
@@ -82,11 +90,13 @@ their requests early and over-admits (ratelab skew measures by how much).`,
   ratelab edge --upstream builtin --limit 10/1s --on-redis-error closed --redis redis://127.0.0.1:6379
   ratelab edge --engine openresty --upstream builtin --limit 100/1m
   ratelab edge --upstream builtin --limit 5/1s --limit 12/10s --key-by header:X-Consumer-Id
-  ratelab edge --upstream http://127.0.0.1:9000 --rules rules.yaml`,
+  ratelab edge --upstream http://127.0.0.1:9000 --rules rules.yaml
+  ratelab edge --upstream builtin --upstream-delay 200ms --in-flight 5 --key-by header:X-Consumer-Id`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.limitSet, opts.keyBySet = cmd.Flags().Changed("limit"), cmd.Flags().Changed("key-by")
 			opts.batchSet = cmd.Flags().Changed("redis-batch")
+			opts.leaseSet = cmd.Flags().Changed("in-flight-lease")
 			return runEdge(cmd.Context(), io, opts)
 		},
 	}
@@ -97,6 +107,12 @@ their requests early and over-admits (ratelab skew measures by how much).`,
 	f.StringArrayVar(&opts.limits, "limit", []string{"100/1m"}, "a limit: requests/window, such as 100/1m or 10/1s, optionally :ALGORITHM (5/1s:gcra) and, for token-bucket and gcra, "+
 		":burst=N, the most admitted at once (10/1s:gcra:burst=6, nginx's rate=10r/s burst=5); "+
 		"repeatable, every limit on the identity --key-by, decided together; off serves with no limiter")
+	f.Int64Var(&opts.InFlight, "in-flight", 0, "the most requests of one identity (--key-by) in flight at once, beside --limit (alone when --limit is not given): "+
+		"a slot is taken in the same Redis call as the rate limits and released when the response completes or the client goes away (0: none)")
+	f.DurationVar(&opts.InFlightLease, "in-flight-lease", 30*time.Second, "the longest an in-flight slot is held: a slot never released "+
+		"(a gateway killed mid-request) comes back once its lease runs out")
+	f.DurationVar(&opts.UpstreamDelay, "upstream-delay", 0, "with --upstream builtin, hold each request this long before answering "+
+		"(ending early when the client goes away), as a slow upstream would")
 	f.StringVar(&opts.RulesFile, "rules", "", "a rules file (docs/rules.md) instead of --limit and --key-by; it reloads on SIGHUP and when the file changes")
 	f.StringVar(&opts.Algorithm, "algorithm", "sliding-log", "the algorithm: "+strings.Join(algorithms.Algorithms(), ", "))
 	f.StringVar(&opts.KeyBy, "key-by", "ip", "who a request is from: ip, or header:NAME")
@@ -135,6 +151,14 @@ func edgeConfig(io *ioStreams, opts edgeOptions) (edge.Options, redisrun.TargetC
 		return o, redisrun.TargetConfig{}, usagef("--rules and --limit are two ways to give the limits: give one")
 	case opts.RulesFile != "" && opts.keyBySet:
 		return o, redisrun.TargetConfig{}, usagef("--key-by is for --limit: with --rules, the file says who a request is from")
+	case opts.InFlight < 0:
+		return o, redisrun.TargetConfig{}, usagef("--in-flight must be at least 1, or 0 for none (got %d)", opts.InFlight)
+	case opts.InFlightLease <= 0:
+		return o, redisrun.TargetConfig{}, usagef("--in-flight-lease must be positive (got %s)", opts.InFlightLease)
+	case opts.leaseSet && opts.InFlight == 0:
+		return o, redisrun.TargetConfig{}, usagef("--in-flight-lease is for --in-flight: give the most in flight at once")
+	case opts.RulesFile == "" && opts.InFlight > 0 && !opts.limitSet:
+		o.Limits = nil // the in-flight limit alone
 	case opts.RulesFile == "" && len(opts.limits) == 1 && opts.limits[0] == "off":
 		o.Off = true
 	case opts.RulesFile == "":

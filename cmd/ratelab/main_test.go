@@ -608,6 +608,11 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{"--upstream", "builtin", "--max-value-length", "-1"}, "--max-value-length must be between 1 and 1048576, or 0 for the default 4096 (got -1)"},
 		{[]string{"--upstream", "builtin", "--engine", "openresty", "--redis-batch", "8"}, "--redis-batch is not in the openresty engine"},
 		{[]string{"--upstream", "builtin", "--clock", "wall"}, `--clock: unknown clock "wall" (want caller or redis)`},
+		{[]string{"--upstream", "builtin", "--in-flight", "-1"}, "--in-flight must be at least 1, or 0 for none (got -1)"},
+		{[]string{"--upstream", "builtin", "--in-flight", "5", "--in-flight-lease", "0s"}, "--in-flight-lease must be positive (got 0s)"},
+		{[]string{"--upstream", "builtin", "--in-flight-lease", "5s"}, "--in-flight-lease is for --in-flight"},
+		{[]string{"--upstream", "builtin", "--upstream-delay", "-1s"}, "--upstream-delay must be between 0 and 1h (got -1s)"},
+		{[]string{"--upstream", "http://127.0.0.1:1", "--upstream-delay", "1s"}, "--upstream-delay is for --upstream builtin"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)

@@ -1,6 +1,7 @@
 -- ratelab's rate limiter for OpenResty (or nginx with the lua module): the
 -- rules `ratelab edge` serves, matched and keyed as the Go gateway does and
--- decided by the same script (algorithms/decide.lua), with the same
+-- decided by algorithms/decide.lua (built from the same source as the
+-- scripts the Go gateway runs, and deciding as they do), with the same
 -- headers, 429 and 503.
 --
 --   init_by_lua_block   { require("ratelimit").configure({ ... }) }
@@ -84,6 +85,7 @@ function M.configure(opts)
     breaker = tonumber(opts.breaker_failures) or 0,
     health = opts.health and ngx.shared[opts.health],
     show_rules = opts.show_rules,
+    upstream_delay = tonumber(opts.upstream_delay_ms) or 0,
   }
   assert(cfg.clock == "redis" or cfg.clock == "caller", "clock: want redis or caller")
   local kb = opts.key_by or "ip"
@@ -241,7 +243,7 @@ local function decide_checks(checks, member)
       keys[#keys + 1] = h.key
     end
     local m = ""
-    if l.algorithm == "sliding-log" then
+    if l.algorithm == "sliding-log" or l.algorithm == "in-flight" then
       m = member
     end
     local shadow = 0
@@ -590,7 +592,10 @@ local function set_headers(states)
     local parts = {}
     for _, s in ipairs(states) do
       local p = string.format('"%s";q=%d;w=%d', s.limit.id, s.limit.limit, ceil_seconds(s.limit.window_ms))
-      if (s.limit.burst or 0) > 0 then
+      if s.limit.algorithm == "in-flight" then
+        -- The draft's quota unit: q requests at once, in no window.
+        p = string.format('"%s";q=%d;qu="concurrent-requests"', s.limit.id, s.limit.limit)
+      elseif (s.limit.burst or 0) > 0 then
         p = p .. ";ratelab-burst=" .. s.limit.burst
       end
       parts[#parts + 1] = p
@@ -618,7 +623,11 @@ local function too_many(retry_ms, states)
       if (s.limit.burst or 0) > 0 then
         burst = ", burst " .. s.limit.burst
       end
-      names[#names + 1] = string.format('\\"%s\\" (%d per %dms%s)', s.limit.id, s.limit.limit, s.limit.window_ms, burst)
+      if s.limit.algorithm == "in-flight" then
+        names[#names + 1] = string.format('\\"%s\\" (%d in flight)', s.limit.id, s.limit.limit)
+      else
+        names[#names + 1] = string.format('\\"%s\\" (%d per %dms%s)', s.limit.id, s.limit.limit, s.limit.window_ms, burst)
+      end
       violated[#violated + 1] = s.limit.id
     end
   end
@@ -677,8 +686,9 @@ function M.access()
   ngx.update_time()
   local t0_ms = ngx.now() * 1000
   local res, err
+  local member = ngx.var.request_id .. "-" .. ngx.worker.pid()
   if not open then
-    res, err = decide_checks(checks, ngx.var.request_id .. "-" .. ngx.worker.pid())
+    res, err = decide_checks(checks, member)
     if res then
       answered()
     else
@@ -711,6 +721,66 @@ function M.access()
   if blocked then
     return too_many(retry, states)
   end
+  -- The in-flight slots the request took, released in the log phase.
+  local leases
+  for i, h in ipairs(checks) do
+    if h.limit.algorithm == "in-flight" and h.limit.cost > 0 and tonumber(res[1 + (i - 1) * 5 + 1]) == 1 then
+      leases = leases or {}
+      leases[#leases + 1] = h.key
+    end
+  end
+  if leases then
+    ngx.ctx.ratelab_leases, ngx.ctx.ratelab_member = leases, member
+  end
+end
+
+-- release gives back the in-flight slots of a request that ended: a ZREM
+-- of its lease in each, which frees nothing a second time. A release that
+-- fails is logged and left to the lease, which frees the slot when it
+-- runs out.
+local function release(premature, keys, member)
+  if premature then
+    return -- nginx is exiting: the leases run out
+  end
+  local red = redis:new()
+  red:set_timeout(cfg.timeout)
+  local okc, err = red:connect(cfg.host, cfg.port)
+  if not okc then
+    ngx.log(ngx.WARN, "ratelab: release of an in-flight slot failed, left to its lease: connect: ", err)
+    return
+  end
+  if cfg.password and red:get_reused_times() == 0 then
+    local oka, aerr = red:auth(cfg.password)
+    if not oka then
+      red:close()
+      ngx.log(ngx.WARN, "ratelab: release of an in-flight slot failed, left to its lease: auth: ", aerr)
+      return
+    end
+  end
+  for _, key in ipairs(keys) do
+    local ok, zerr = red:zrem(key, member)
+    if not ok then
+      red:close()
+      ngx.log(ngx.WARN, "ratelab: release of an in-flight slot failed, left to its lease: ", zerr)
+      return
+    end
+  end
+  red:set_keepalive(10000, cfg.pool_size)
+end
+
+-- log releases the in-flight slots the request took, once it has ended
+-- (its response sent, or its client gone): the log phase runs once per
+-- request and cannot use cosockets, so a timer does.
+function M.log()
+  local leases = ngx.ctx.ratelab_leases
+  if not leases then
+    return
+  end
+  ngx.ctx.ratelab_leases = nil
+  local ok, err = ngx.timer.at(0, release, leases, ngx.ctx.ratelab_member)
+  if not ok then
+    ngx.log(ngx.WARN, "ratelab: release of an in-flight slot failed, left to its lease: timer: ", err)
+  end
 end
 
 -- builtin is a content handler that answers 200 and counts what it
@@ -738,6 +808,12 @@ function M.builtin()
   local dict = ngx.shared.ratelab_forwarded
   dict:incr("c:" .. label, 1, 0)
   dict:incr("total", 1, 0)
+  if (cfg.upstream_delay or 0) > 0 then
+    -- Held as a slow upstream holds it; a client that goes away ends the
+    -- hold (lua_check_client_abort).
+    ngx.on_abort(function() ngx.exit(499) end)
+    ngx.sleep(cfg.upstream_delay / 1000)
+  end
   ngx.header["Content-Type"] = "text/plain"
   ngx.say("ok")
 end

@@ -126,6 +126,15 @@ func tryAgainReplaysNothing(t *testing.T, cl *redisrun.Cluster) {
 		t.Fatal(err)
 	}
 	prefix := redistest.Prefix(t)
+	// The Decider builds a script for each shape of request, whose first
+	// call goes out alone, as an EVAL that loads it: one call of each shape
+	// first, so that the decisions below are EVALSHAs the batcher carries.
+	for _, alg := range []string{"sliding-counter", "fixed-window"} {
+		warm := algorithms.Check{Key: algorithms.Key(prefix+"warm", alg), Algorithm: alg, Policy: algorithms.Policy{Limit: 5, Window: time.Hour}, Cost: 1}
+		if _, err := d.Decide(ctx, []algorithms.Check{warm}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	split := algorithms.Check{Key: algorithms.Key(prefix+"split", "sc"), Algorithm: "sliding-counter",
 		Policy: algorithms.Policy{Limit: 5, Window: time.Hour}, Cost: 1}
 	from, slot := owner(t, c, split.Key)
