@@ -202,7 +202,7 @@ func (o Options) checkRules(set *rules.Set) error {
 		return nil
 	}
 	for _, l := range set.Limits() {
-		if !l.Unlimited && int64(o.Nodes) > l.Policy.Limit {
+		if !l.Unlimited && !l.InFlight && int64(o.Nodes) > l.Policy.Limit { // in-flight limits are not shared out
 			return field.Errorf("Nodes", "must be at most each limit with local, whose share for each node is the limit over the nodes "+
 				"(got %d nodes; limit %q is %s)", o.Nodes, l.ID, l.Policy)
 		}
