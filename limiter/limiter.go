@@ -195,8 +195,7 @@ type Result struct {
 	RetryAfter time.Duration
 	// Reset is how long until the limit is whole again; zero when unknown.
 	Reset time.Duration
-	// Lease is, for an in-flight limit that admitted a request admitted,
-	// the lease it holds: Limiter.Release gives it back.
+	// Lease is the lease an admitted request holds of an in-flight limit.
 	Lease string
 }
 
