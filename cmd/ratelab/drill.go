@@ -86,6 +86,7 @@ recovered, and the latency during the fault. docs/drill.md says how to read it.`
 	opts.output.bind(cmd)
 	complete(cmd, "faults", append(drill.Faults(), "all")...)
 	complete(cmd, "algorithm", algorithms.Algorithms()...)
+	cmd.AddCommand(newDrillInFlightCmd(io))
 	return cmd
 }
 
