@@ -283,6 +283,9 @@ func runInFlight(ctx context.Context, cfg InFlightConfig, r inflightRun) (InFlig
 	if err := load.waitAdmitted(ctx); err != nil {
 		return row, version, err
 	}
+	if err := waitHeld(ctx, c, r.kind); err != nil {
+		return row, version, err
+	}
 
 	// The kill: Redis unreachable to it, then the gateway gone.
 	killed := time.Now()
@@ -343,6 +346,27 @@ func runInFlight(ctx context.Context, cfg InFlightConfig, r inflightRun) (InFlig
 		return row, version, ctx.Err()
 	}
 	return row, version, nil
+}
+
+// waitHeld waits until Redis counts a slot held, for at most 15 seconds:
+// the kill comes while the gateway holds some.
+func waitHeld(ctx context.Context, c *redis.Client, kind string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		counted, err := countedSlots(ctx, c, kind)
+		if err != nil {
+			return err
+		}
+		for _, n := range counted {
+			if n.count > 0 {
+				return nil
+			}
+		}
+		if !sleepUntil(ctx, time.Now().Add(5*time.Millisecond)) {
+			return fmt.Errorf("no slot held in Redis: %w", ctx.Err())
+		}
+	}
 }
 
 // slots is what Redis counts at one key: the count, and for leases the
