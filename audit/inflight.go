@@ -41,8 +41,8 @@ type InFlightAudit struct {
 	// Verdict: leaked when more than Limit requests of one consumer were
 	// surely held at once; no verdict when the hold is not what the
 	// gateway did (an admitted flight shorter than it) or nothing was
-	// admitted; not reached when no consumer had Limit surely held at
-	// once while some of its requests were denied; held otherwise.
+	// admitted; not reached when no consumer both had Limit surely held
+	// at once and had some of its requests denied; held otherwise.
 	// Reasons say why in words (none when it held).
 	Verdict Verdict  `json:"verdict"`
 	Reasons []string `json:"reasons"`
@@ -114,9 +114,12 @@ func JudgeInFlight(samples []Sample, limit int64, hold time.Duration, consumers 
 		per[s.Consumer] = append(per[s.Consumer], s)
 	}
 	var firstShort Sample
+	// tried: some consumer had limit surely held at once and was denied.
+	tried := false
 	for c, ss := range per {
 		answered := false
 		var ok []Sample
+		var denied int64
 		for _, s := range ss {
 			a.Requests++
 			answered = answered || s.Answered()
@@ -132,13 +135,16 @@ func JudgeInFlight(samples []Sample, limit int64, hold time.Duration, consumers 
 				}
 				ok = append(ok, s)
 			case s.Denied():
-				a.Denied++
+				denied++
 			}
 		}
+		a.Denied += denied
 		if answered {
 			a.Consumers++
 		}
-		if set := surelyHeld(ok, hold); int64(len(set)) > a.MostSurelyHeld {
+		set := surelyHeld(ok, hold)
+		tried = tried || (int64(len(set)) >= limit && denied > 0)
+		if int64(len(set)) > a.MostSurelyHeld {
 			a.MostSurelyHeld, a.WorstConsumer = int64(len(set)), name(int32(c))
 			a.Example = a.Example[:0]
 			for _, s := range set {
@@ -173,12 +179,18 @@ func JudgeInFlight(samples []Sample, limit int64, hold time.Duration, consumers 
 	case a.MostSurelyHeld > limit:
 		a.Verdict, a.Reasons = Leaked, []string{fmt.Sprintf("%s had %d requests surely held at once where %d are allowed: %s",
 			a.WorstConsumer, a.MostSurelyHeld, limit, flightsText(a.Example))}
+	case a.MostSurelyHeld < limit && a.UnderAdmitted > 0:
+		a.Verdict, a.Reasons = NotReached, []string{fmt.Sprintf("the most requests of one consumer surely held at once was %d of %d, "+
+			"and %d denials came while fewer than %d could be held: the gateway, not the load, kept fewer in flight (see the under-admission)", a.MostSurelyHeld, limit, a.UnderAdmitted, limit)}
 	case a.MostSurelyHeld < limit:
 		a.Verdict, a.Reasons = NotReached, []string{fmt.Sprintf("the most requests of one consumer surely held at once was %d of %d: "+
 			"send more at once per consumer (--rate 0 with --in-flight-per-consumer above the limit)", a.MostSurelyHeld, limit)}
 	case a.Denied == 0:
 		a.Verdict, a.Reasons = NotReached, []string{fmt.Sprintf("%s had %d surely held at once, but no request was denied: "+
 			"the load never tried more than the limit", a.WorstConsumer, a.MostSurelyHeld)}
+	case !tried:
+		a.Verdict, a.Reasons = NotReached, []string{fmt.Sprintf("%s had %d surely held at once but was never denied, and no consumer that was denied had %d surely held: "+
+			"the load never tried more than the limit on one consumer", a.WorstConsumer, a.MostSurelyHeld, limit)}
 	default:
 		a.Verdict = Held
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -125,5 +126,37 @@ func TestInFlightUnderAdmission(t *testing.T) {
 	}
 	if a := JudgeInFlight(ss, 5, 200*ms, 1, NewCoverage(0, -1, true, false), consumerName); a.DenialsJudged != 0 || a.UnderSkipped == "" {
 		t.Fatalf("partial samples: judged %d, skipped %q", a.DenialsJudged, a.UnderSkipped)
+	}
+}
+
+// The limit was reached only by a consumer that had the limit surely held
+// at once and was denied: one consumer's five and another's denial are
+// not a limit tried.
+func TestInFlightReachedByOneConsumer(t *testing.T) {
+	cov := NewCoverage(0, -1, false, false)
+	five := flights(200, [2]int{0, 210}, [2]int{10, 220}, [2]int{20, 230}, [2]int{30, 240}, [2]int{40, 250})
+	other := []Sample{NewSample(1, 0, 210*ms, 200), NewSample(1, 50*ms, 51*ms, 429)}
+	a := JudgeInFlight(append(append([]Sample{}, five...), other...), 5, 200*ms, 2, cov, consumerName)
+	if a.Verdict != NotReached || a.MostSurelyHeld != 5 || len(a.Reasons) != 1 || !strings.Contains(a.Reasons[0], "never denied") {
+		t.Fatalf("verdict %s, most %d, reasons %q; want not reached, 5, saying it was never denied", a.Verdict, a.MostSurelyHeld, a.Reasons)
+	}
+	// With a denial of its own, consumer-0 tried the limit.
+	ss := append(append(append([]Sample{}, five...), other...), flights(429, [2]int{100, 101})...)
+	if a := JudgeInFlight(ss, 5, 200*ms, 2, cov, consumerName); a.Verdict != Held {
+		t.Fatalf("verdict %s (%q), want held", a.Verdict, a.Reasons)
+	}
+}
+
+// A consumer denied while fewer than the limit could be held was not
+// short of load: the reason says the gateway admits fewer, not to send
+// more.
+func TestInFlightNotReachedByAStingyGateway(t *testing.T) {
+	cov := NewCoverage(0, -1, false, false)
+	five := flights(200, [2]int{0, 210}, [2]int{10, 220}, [2]int{20, 230}, [2]int{30, 240}, [2]int{40, 250})
+	ss := append(append([]Sample{}, five...), flights(429, [2]int{100, 101}, [2]int{120, 121})...)
+	a := JudgeInFlight(ss, 6, 200*ms, 1, cov, consumerName)
+	if a.Verdict != NotReached || a.UnderAdmitted != 2 || len(a.Reasons) != 1 ||
+		!strings.Contains(a.Reasons[0], "fewer than 6") || strings.Contains(a.Reasons[0], "send more") {
+		t.Fatalf("verdict %s, under %d, reasons %q; want not reached, 2, saying the gateway admits fewer", a.Verdict, a.UnderAdmitted, a.Reasons)
 	}
 }
