@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -287,8 +288,10 @@ func decided(name string, keys int) func(redis.UniversalClient, Policy, Options)
 	}
 }
 
-// registry lists the limiters in the order reports show them.
-func registry() []entry {
+// registry lists the limiters in the order reports show them. It is built
+// once: each algorithm's script is built from its fragments, and every
+// command line asks for the list.
+var registry = sync.OnceValue(func() []entry {
 	return []entry{
 		{Info{Name: "naive", Description: "GET the counter, compare, INCR: racy by design",
 			Atomic: false, State: StateCounter, RoundTrips: "1-3", KeysPerClient: 1, Guarantee: ExpiryWindows},
@@ -332,7 +335,7 @@ func registry() []entry {
 			Atomic: true, State: StateNone, RoundTrips: "1", Clocks: true, CallerClock: true, KeysPerClient: 1, Algorithm: true, Guarantee: BurstRefill},
 			decided("gcra", 1)},
 	}
-}
+})
 
 // Registered describes every limiter New can build, in report order.
 func Registered() []Info {
