@@ -9,7 +9,7 @@ VERSION := $(shell git describe --tags --exact-match 2>/dev/null || \
 	TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h --abbrev=12 2>/dev/null || echo v0.0.0-dev)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build image demo test test-short check docs bench fuzz deps clean
+.PHONY: all build image demo test test-short lint check docs bench fuzz deps clean
 
 all: build
 
@@ -40,7 +40,7 @@ demo: build
 # root), checks the tree, then runs every test with the race detector. The
 # tests start their own servers; most wait on them more than they compute,
 # hence eight at a time.
-test: deps check
+test: deps lint
 	$(GO) test -race -parallel 8 ./...
 
 # The quick tier: no apt, no nginx, no drills; tests that need a
@@ -48,17 +48,20 @@ test: deps check
 test-short:
 	$(GO) test -short ./...
 
-# Formatting, go.mod, vet, a build for each system, and the generated
-# command reference.
-check:
+# Formatting, go.mod, vet, and the generated command reference.
+lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
+	@dir=$$(mktemp -d) && $(GO) run ./cmd/ratelab gen-docs $$dir && \
+		if ! diff -r $$dir docs/cli >/dev/null; then rm -rf $$dir; echo "docs/cli is out of date: run make docs"; exit 1; fi; rm -rf $$dir
+
+# make lint, and a build for each system ratelab runs on: each is a whole
+# compile of ratelab and its dependencies, so make test leaves them here.
+check: lint
 	GOOS=linux $(GO) build ./...
 	GOOS=darwin $(GO) build ./...
 	GOOS=windows $(GO) build ./...
-	@dir=$$(mktemp -d) && $(GO) run ./cmd/ratelab gen-docs $$dir && \
-		if ! diff -r $$dir docs/cli >/dev/null; then rm -rf $$dir; echo "docs/cli is out of date: run make docs"; exit 1; fi; rm -rf $$dir
 
 # The command reference in docs/cli, generated from the commands.
 docs:
