@@ -68,8 +68,10 @@ docs:
 	rm -rf docs/cli && mkdir -p docs/cli
 	$(GO) run ./cmd/ratelab gen-docs docs/cli
 
-# Per-decision cost of each limiter, CPU per decision in the gateway and in
-# Redis for each algorithm (bench-cost.sh), the release spread against the machine's
+# Per-decision cost of each limiter, Redis's CPU per decision of each
+# algorithm's script beside the floor of a script call (BenchmarkRedisCost),
+# CPU per decision in the gateway and in Redis for each algorithm
+# (bench-cost.sh), the release spread against the machine's
 # floor (raw PINGs), a race of every limiter, the two edge engines under wrk,
 # batching decisions (limited over off, Go over nginx, idle latency, round
 # trips), bench http beside wrk (and wrk2, bombardier when installed) on

@@ -3,6 +3,7 @@ package algorithms_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,135 @@ func BenchmarkDecide(b *testing.B) {
 		})
 		c.Del(context.Background(), keys...)
 	}
+}
+
+// BenchmarkRedisCost is what a decision costs Redis, in pipelines of 16
+// calls (ratelab edge's default --redis-batch) from 1,000 consumers under
+// limits they never reach: Redis's own CPU time per decision (INFO cpu:
+// the script, the commands it calls, reading and writing the network) and
+// the script's time per decision (INFO commandstats: EVALSHA's usec, which
+// holds its commands'). Beside each algorithm's script, built for its
+// shape as the gateway runs it, and three sliding-log limits in one call,
+// the floor of a script call on this Redis and machine: a script that does
+// nothing, one that calls one command (INCR), and one that calls the three
+// commands a fixed window's decision calls (TIME, HMGET, HINCRBY) and
+// nothing else.
+func BenchmarkRedisCost(b *testing.B) {
+	c := redistest.Client(b, srv)
+	ctx := context.Background()
+	p := algorithms.Policy{Limit: 1 << 30, Window: time.Minute} // never reached
+	prefix := redistest.Prefix(b)
+	const batch, consumers = 16, 1000
+	type shape struct {
+		name string
+		algs []string
+		src  string
+		argv func(int) []any
+	}
+	shapes := []shape{
+		{name: "empty-script", src: "return 1", argv: func(int) []any { return nil }},
+		{name: "one-command", src: "return redis.call('INCR', KEYS[1])", argv: func(int) []any { return nil }},
+		{name: "fixed-window-commands", src: "redis.call('TIME')\nredis.call('HMGET', KEYS[1], 'w', 'n')\nreturn redis.call('HINCRBY', KEYS[1], 'n', 1)",
+			argv: func(int) []any { return nil }},
+	}
+	for _, algs := range [][]string{{"fixed-window"}, {"gcra"}, {"token-bucket"}, {"sliding-counter"}, {"sliding-log"},
+		{"sliding-log", "sliding-log", "sliding-log"}} {
+		src, argv, err := algorithms.ShapeScript(algs...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := algs[0]
+		if len(algs) > 1 {
+			name = "three-" + name
+		}
+		checks := make([]algorithms.Check, len(algs))
+		for j, a := range algs {
+			checks[j] = algorithms.Check{Algorithm: a, Policy: p, Cost: 1}
+		}
+		n := 0
+		shapes = append(shapes, shape{name: name, algs: algs, src: src, argv: func(int) []any {
+			n++
+			members := make([]string, len(algs))
+			for j := range members {
+				members[j] = strconv.Itoa(n) + "-" + strconv.Itoa(j)
+			}
+			return argv(checks, members)
+		}})
+	}
+	for _, s := range shapes {
+		script := redis.NewScript(s.src)
+		if err := script.Load(ctx, c).Err(); err != nil {
+			b.Fatal(err)
+		}
+		keys := make([][]string, consumers)
+		var all []string
+		for i := range keys {
+			for j := range max(len(s.algs), 1) {
+				keys[i] = append(keys[i], prefix+"-"+s.name+"-"+strconv.Itoa(i)+"-"+strconv.Itoa(j))
+				if len(s.algs) > 0 && s.algs[j] == "sliding-counter" {
+					keys[i] = append(keys[i], keys[i][len(keys[i])-1]+"-previous")
+				}
+			}
+			all = append(all, keys[i]...)
+		}
+		b.Run(s.name, func(b *testing.B) {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := redisCPU(b, c)
+			calls := 0
+			for i := 0; b.Loop(); i++ {
+				pipe := c.Pipeline()
+				for j := range batch {
+					k := keys[(i*batch+j)%consumers]
+					script.EvalSha(ctx, pipe, k, s.argv(j)...)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+				calls += batch
+			}
+			cpu := redisCPU(b, c) - cpu0
+			b.ReportMetric(cpu.Seconds()*1e6/float64(calls), "redis-cpu-µs/decision")
+			b.ReportMetric(scriptUsec(b, c)/float64(calls), "script-µs/decision")
+		})
+		c.Del(ctx, all...)
+	}
+}
+
+// redisCPU is Redis's process CPU time so far, user and system (INFO cpu).
+func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
+	b.Helper()
+	var total float64
+	for line := range strings.SplitSeq(c.Info(context.Background(), "cpu").Val(), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// scriptUsec is the usec of EVALSHA since the last CONFIG RESETSTAT.
+func scriptUsec(b *testing.B, c redis.UniversalClient) float64 {
+	b.Helper()
+	for line := range strings.SplitSeq(c.Info(context.Background(), "commandstats").Val(), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for f := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					u, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return u
+				}
+			}
+		}
+	}
+	b.Fatal("no cmdstat_evalsha in INFO commandstats")
+	return 0
 }
