@@ -60,15 +60,20 @@ func OpenDecider(cfg RedisConfig) (*algorithms.Decider, func()) {
 		cfg.Metrics.CountRedis(plain)
 	}
 	client, closeClient := redis.UniversalClient(plain), func() { plain.Close() }
+	// d's concurrent decisions of one shape go out as one call (Joins),
+	// which Redis runs once for them all.
+	var d *algorithms.Decider
 	if cfg.Batch > 1 {
-		b := batch.New(plain, batch.Options{Max: cfg.Batch, Flushers: batchFlushers, MaxPipelines: cfg.Pool, Timeout: cfg.Timeout})
+		b := batch.New(plain, batch.Options{Max: cfg.Batch, Flushers: batchFlushers, MaxPipelines: cfg.Pool, Timeout: cfg.Timeout,
+			Join: func(sha string) bool { return d.Joins(sha) }})
 		client = b.Wrap(plain)
 		closeClient = func() {
 			b.Close()
 			plain.Close()
 		}
 	}
-	return algorithms.NewDecider(client, algorithms.DecideClock(cfg.Clock), algorithms.DecideOnCluster(redisrun.IsCluster(cfg.Options))), closeClient
+	d = algorithms.NewDecider(client, algorithms.DecideClock(cfg.Clock), algorithms.DecideOnCluster(redisrun.IsCluster(cfg.Options)))
+	return d, closeClient
 }
 
 // LoadScript loads d's script into Redis (every master of a Cluster) so

@@ -28,8 +28,8 @@ func newRedisTrips() redisTrips {
 		}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ratelab_edge_redis_batch_decisions",
-			Help: "Decisions (EVALSHA or EVAL calls) per round trip that carried any: _count is the batches sent, " +
-				"_sum the decisions in them (as Redis's INFO commandstats counts its evalsha calls); --redis-batch 1 sends batches of one.",
+			Help: "Decisions per round trip that carried any: _count is the batches sent, _sum the decisions in them " +
+				"(an EVALSHA or EVAL each, or one call joined for several of one script); --redis-batch 1 sends batches of one.",
 			Buckets: batchBuckets,
 		}),
 	}
@@ -69,7 +69,13 @@ func (t *redisTrips) count(cmds ...redis.Cmder) {
 	for _, c := range cmds {
 		switch c.Name() {
 		case "evalsha", "eval", "evalsha_ro", "eval_ro":
-			decisions++
+			// One call joined for several (internal/batch's Joined)
+			// carries as many decisions.
+			if j, ok := c.(interface{ Calls() int }); ok {
+				decisions += j.Calls()
+			} else {
+				decisions++
+			}
 			scripts++
 		case "script":
 			scripts++

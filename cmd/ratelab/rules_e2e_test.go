@@ -130,8 +130,11 @@ func TestRulesGatewayAudited(t *testing.T) {
 				for _, l := range res.Audit.Limits {
 					// Held, or not reached where the load may leave it untested:
 					// whether a denial shows whose window was full depends on the
-					// flights, which a loaded machine stretches. Never accused.
-					held := l.Verdict == audit.Held || l.Verdict == audit.NotReached
+					// flights, which a loaded machine stretches; or no verdict
+					// when a free consumer's first twelve admissions (its per-10s)
+					// all went to /items, leaving its /search requests no 2xx
+					// (a few in a hundred runs). Never accused.
+					held := l.Verdict == audit.Held || l.Verdict == audit.NotReached || l.Verdict == audit.NoVerdict
 					if !held || l.Headers.Checked == 0 || l.Headers.Violations != 0 {
 						t.Errorf("%s: %s %q, %d of %d responses with wrong headers (%s)", l.ID, l.Verdict, l.Reasons,
 							l.Headers.Violations, l.Headers.Checked, l.Headers.Example)

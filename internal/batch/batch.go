@@ -44,6 +44,7 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -80,6 +81,14 @@ type Options struct {
 	// Timeout bounds one pipeline when no call in it has a deadline, and
 	// caps the deadline of one that has. Default 5s.
 	Timeout time.Duration
+	// Join, when set, names the scripts (by SHA1) whose calls may go out as
+	// one: such a script, given the KEYS and ARGV of several calls one
+	// after the other, replies with the array of their replies in turn,
+	// each what it would have been alone or an error of its own. The calls
+	// of a pipeline that run one are sent as one EVALSHA, which Redis runs
+	// once rather than once each; each call still gets its own reply. Only
+	// where one call's keys may lie in any slot: never on a Cluster.
+	Join func(sha string) bool
 	// OnBatch, when set, is called with the number of commands of each
 	// pipeline just before it is sent, and retry true for a pipeline that
 	// sends again the commands that got NOSCRIPT. It runs on the flusher's
@@ -441,18 +450,99 @@ func (b *Batcher) context(calls []*call) (context.Context, context.CancelFunc) {
 }
 
 func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []noreplay.Cmd {
+	cmds := make([]noreplay.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = noreplay.EvalSha(ctx, c.sha, c.keys, c.args...)
+	}
+	sends, joins := b.joined(ctx, calls, cmds)
 	if b.opts.OnBatch != nil {
 		b.opts.OnBatch(len(calls), retry)
 	}
 	pipe := b.client.Pipeline()
-	cmds := make([]noreplay.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = noreplay.EvalSha(ctx, c.sha, c.keys, c.args...)
-		_ = pipe.Process(ctx, cmds[i]) // queues it: no error
+	for _, cmd := range sends {
+		_ = pipe.Process(ctx, cmd) // queues it: no error
 	}
 	// Exec's error is its first command's; each command keeps its own.
 	_, _ = pipe.Exec(ctx)
+	for _, j := range joins {
+		j.split(cmds)
+	}
 	return cmds
+}
+
+// join is one EVALSHA sent for the calls at of a pipeline.
+type join struct {
+	cmd Joined
+	at  []int
+}
+
+// Joined is one EVALSHA that carries several calls (Options.Join): a hook
+// that counts decisions counts Calls of them, not one.
+type Joined struct {
+	noreplay.Cmd
+	calls int
+}
+
+// Calls is how many calls the command carries.
+func (j Joined) Calls() int { return j.calls }
+
+// joined returns the commands to send for cmds: each call's own, but one
+// for all the calls of a script that Options.Join names, when it has
+// more than one; and those joins.
+func (b *Batcher) joined(ctx context.Context, calls []*call, cmds []noreplay.Cmd) ([]redis.Cmder, []join) {
+	sends := make([]redis.Cmder, 0, len(cmds))
+	if b.opts.Join == nil || len(calls) < 2 {
+		for _, cmd := range cmds {
+			sends = append(sends, cmd)
+		}
+		return sends, nil
+	}
+	by := map[string][]int{}
+	for i, c := range calls {
+		if b.opts.Join(c.sha) {
+			by[c.sha] = append(by[c.sha], i)
+		}
+	}
+	var joins []join
+	for i, c := range calls {
+		at, ok := by[c.sha]
+		switch {
+		case !ok || len(at) < 2:
+			sends = append(sends, cmds[i])
+		case at[0] == i:
+			var keys []string
+			var args []any
+			for _, k := range at {
+				keys = append(keys, calls[k].keys...)
+				args = append(args, calls[k].args...)
+			}
+			j := join{cmd: Joined{noreplay.EvalSha(ctx, c.sha, keys, args...), len(at)}, at: at}
+			joins = append(joins, j)
+			sends = append(sends, j.cmd)
+		}
+	}
+	return sends, joins
+}
+
+// split gives each call of j its reply from the joined one: its element
+// of the array, or the joined call's error.
+func (j join) split(cmds []noreplay.Cmd) {
+	val, err := j.cmd.Result()
+	replies, ok := val.([]any)
+	if err == nil && (!ok || len(replies) != len(j.at)) {
+		err = fmt.Errorf("batch: a joined call of %d replied %v", len(j.at), val)
+	}
+	for n, i := range j.at {
+		if err != nil {
+			cmds[i].SetErr(err)
+			continue
+		}
+		if e, isErr := replies[n].(error); isErr {
+			cmds[i].SetErr(e)
+			continue
+		}
+		cmds[i].SetVal(replies[n])
+	}
 }
 
 func isNoScript(err error) bool {
