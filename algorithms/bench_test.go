@@ -102,6 +102,8 @@ func BenchmarkDecide(b *testing.B) {
 // the script's time per decision (INFO commandstats: EVALSHA's usec, which
 // holds its commands'). Beside each algorithm's script, built for its
 // shape as the gateway runs it, and three sliding-log limits in one call,
+// and a fixed window's and a sliding log's with each batch joined in one
+// call (as ratelab edge joins the concurrent decisions of one shape),
 // the floor of a script call on this Redis and machine: a script that does
 // nothing, one that calls one command (INCR), and one that calls the three
 // commands a fixed window's decision calls (TIME, HMGET, HINCRBY) and
@@ -113,10 +115,11 @@ func BenchmarkRedisCost(b *testing.B) {
 	prefix := redistest.Prefix(b)
 	const batch, consumers = 16, 1000
 	type shape struct {
-		name string
-		algs []string
-		src  string
-		argv func(int) []any
+		name   string
+		algs   []string
+		src    string
+		argv   func(int) []any
+		joined bool // the batch's 16 requests in one call, as a gateway joins them
 	}
 	shapes := []shape{
 		{name: "empty-script", src: "return 1", argv: func(int) []any { return nil }},
@@ -124,8 +127,15 @@ func BenchmarkRedisCost(b *testing.B) {
 		{name: "fixed-window-commands", src: "redis.call('TIME')\nredis.call('HMGET', KEYS[1], 'w', 'n')\nreturn redis.call('HINCRBY', KEYS[1], 'n', 1)",
 			argv: func(int) []any { return nil }},
 	}
-	for _, algs := range [][]string{{"fixed-window"}, {"gcra"}, {"token-bucket"}, {"sliding-counter"}, {"sliding-log"},
-		{"sliding-log", "sliding-log", "sliding-log"}} {
+	for _, tc := range []struct {
+		algs   []string
+		joined bool
+	}{
+		{[]string{"fixed-window"}, false}, {[]string{"gcra"}, false}, {[]string{"token-bucket"}, false},
+		{[]string{"sliding-counter"}, false}, {[]string{"sliding-log"}, false}, {[]string{"sliding-log", "sliding-log", "sliding-log"}, false},
+		{[]string{"fixed-window"}, true}, {[]string{"sliding-log"}, true},
+	} {
+		algs := tc.algs
 		src, argv, err := algorithms.ShapeScript(algs...)
 		if err != nil {
 			b.Fatal(err)
@@ -134,12 +144,15 @@ func BenchmarkRedisCost(b *testing.B) {
 		if len(algs) > 1 {
 			name = "three-" + name
 		}
+		if tc.joined {
+			name += "-joined"
+		}
 		checks := make([]algorithms.Check, len(algs))
 		for j, a := range algs {
 			checks[j] = algorithms.Check{Algorithm: a, Policy: p, Cost: 1}
 		}
 		n := 0
-		shapes = append(shapes, shape{name: name, algs: algs, src: src, argv: func(int) []any {
+		shapes = append(shapes, shape{name: name, algs: algs, src: src, joined: tc.joined, argv: func(int) []any {
 			n++
 			members := make([]string, len(algs))
 			for j := range members {
@@ -172,9 +185,18 @@ func BenchmarkRedisCost(b *testing.B) {
 			calls := 0
 			for i := 0; b.Loop(); i++ {
 				pipe := c.Pipeline()
+				var joinedKeys []string
+				var joinedArgs []any
 				for j := range batch {
 					k := keys[(i*batch+j)%consumers]
+					if s.joined {
+						joinedKeys, joinedArgs = append(joinedKeys, k...), append(joinedArgs, s.argv(j)...)
+						continue
+					}
 					script.EvalSha(ctx, pipe, k, s.argv(j)...)
+				}
+				if s.joined {
+					script.EvalSha(ctx, pipe, joinedKeys, joinedArgs...)
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					b.Fatal(err)

@@ -1,11 +1,9 @@
 package limiter
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -125,31 +123,53 @@ func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 	t := states[i]
 	reset := t.reset()
 	if mode != HeadersLegacy {
-		var b strings.Builder
+		b := make([]byte, 0, 64*len(states))
 		for j, s := range states {
 			if j > 0 {
-				b.WriteString(", ")
+				b = append(b, ", "...)
 			}
+			b = strconv.AppendQuote(b, s.Name)
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, s.Policy.Limit, 10)
 			if s.InFlight {
 				// The draft's quota unit: q requests at once, in no window.
-				fmt.Fprintf(&b, "%q;q=%d;qu=\"concurrent-requests\"", s.Name, s.Policy.Limit)
+				b = append(b, `;qu="concurrent-requests"`...)
 				continue
 			}
-			fmt.Fprintf(&b, "%q;q=%d;w=%d", s.Name, s.Policy.Limit, CeilSeconds(s.Policy.Window))
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, CeilSeconds(s.Policy.Window), 10)
 			if s.Policy.Burst > 0 {
-				fmt.Fprintf(&b, ";ratelab-burst=%d", s.Policy.Burst)
+				b = append(b, ";ratelab-burst="...)
+				b = strconv.AppendInt(b, s.Policy.Burst, 10)
 			}
 		}
-		h.Set("RateLimit-Policy", b.String())
-		h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.Name, max(t.Remaining, 0), reset))
+		policy := len(b)
+		b = strconv.AppendQuote(b, t.Name)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(t.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		fields := string(b) // one string for both fields
+		h[fieldPolicy] = []string{fields[:policy]}
+		h[fieldRateLimit] = []string{fields[policy:]}
 	}
 	if mode != HeadersDraft {
-		h.Set("RateLimit-Limit", strconv.FormatInt(t.Policy.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(max(t.Remaining, 0), 10))
-		h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+		h[fieldLimit] = []string{strconv.FormatInt(t.Policy.Limit, 10)}
+		h[fieldRemaining] = []string{strconv.FormatInt(max(t.Remaining, 0), 10)}
+		h[fieldReset] = []string{strconv.FormatInt(reset, 10)}
 	}
 	if !denied {
 		return 0
 	}
 	return t.RetryAfter
 }
+
+// The fields SetHeaders sets, in the canonical form http.Header keeps
+// them in, so that setting them looks nothing up.
+var (
+	fieldPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	fieldRateLimit = http.CanonicalHeaderKey("RateLimit")
+	fieldLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
+	fieldRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
+	fieldReset     = http.CanonicalHeaderKey("RateLimit-Reset")
+)
