@@ -202,6 +202,7 @@ func shapeOf(limits []shapeLimit) (shape, string, error) {
 	var names []string
 	var body, answers strings.Builder
 	var admits []string
+	text := false // a limit reads the time as text (now_s)
 	for j, l := range limits {
 		i := j + 1
 		f, err := fragmentOf(l.algorithm)
@@ -228,6 +229,7 @@ func shapeOf(limits []shapeLimit) (shape, string, error) {
 		if f.uses("take_s_") {
 			fmt.Fprintf(&body, "  local take_s_%d = ARGV[a + %d]\n", i, at+2)
 		}
+		text = text || f.uses("now_s")
 		if f.uses("window_s_") {
 			fmt.Fprintf(&body, "  local window_s_%d = ARGV[a + %d]\n", i, at+1)
 		}
@@ -273,7 +275,8 @@ func shapeOf(limits []shapeLimit) (shape, string, error) {
 `, len(limits), strings.Join(names, ", "), s.args, s.keys)
 	src.WriteString(`local floor, ceil, max, min, tonumber, tostring = math.floor, math.ceil, math.max, math.min, tonumber, tostring
 
--- Redis's time in ms, and as text, read at most once per run.
+-- Redis's time in ms, read at most once per run, and as text, made at
+-- most once per run by the shapes whose limits read it.
 local clock, clock_s
 local function redis_time()
   if not clock then
@@ -282,21 +285,31 @@ local function redis_time()
     end
     local t = redis.call('TIME')
     clock = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-    clock_s = tostring(clock)
   end
-  return clock, clock_s
+  return clock
 end
 
 local function request(a, k)
   local now_s = ARGV[a + 1]
   local now = tonumber(now_s)
   if not now then
-    now, now_s = redis_time()
-  end
+    now = redis_time()
+`)
+	if text {
+		src.WriteString(`    if not clock_s then
+      clock_s = tostring(clock)
+    end
+    now_s = clock_s
+`)
+	}
+	src.WriteString(`  end
   local asked = now
 `)
 	src.WriteString(body.String())
-	fmt.Fprintf(&src, "  local allowed = %s\n  local reply = {0}\n  if allowed then\n    reply[1] = 1\n  end\n", allowed)
+	// The reply's table made whole at once: Lua grows a table filled one
+	// index at a time three times for one limit.
+	fmt.Fprintf(&src, "  local allowed = %s\n  local reply = {0%s}\n  if allowed then\n    reply[1] = 1\n  end\n", allowed,
+		strings.Repeat(", 0", 5*len(limits)))
 	src.WriteString(answers.String())
 	fmt.Fprintf(&src, `  return reply
 end
@@ -307,8 +320,8 @@ end
 
 -- Joined: each request decided in turn, its error its own.
 local replies = {}
-local a, k = 1, 1
-while a <= #ARGV do
+local a, k, n = 1, 1, #ARGV
+while a <= n do
   local ok, reply = pcall(request, a, k)
   if not ok then
     if type(reply) == 'table' and reply.err then
