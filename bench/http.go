@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ratelab/ratelab/audit"
@@ -168,6 +169,8 @@ func (c HTTPConfig) Validate() error {
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return field.Errorf("Target", "%q: want an http:// or https:// URL", c.Target)
+	case !validPort(u.Port()):
+		return field.Errorf("Target", "%q: the port %q is not between 1 and 65535", c.Target, u.Port())
 	case c.load().validate() != nil:
 		return c.load().validate()
 	case c.ConsumerHeader != "" && !isToken(c.ConsumerHeader):
@@ -348,3 +351,13 @@ func progress(report func(Progress), p *plan, stop <-chan struct{}) {
 // threads is the number of threads Go code may run on at once now: the
 // engine's share of the machine (--threads sets it).
 func threads() int { return runtime.GOMAXPROCS(0) }
+
+// validPort reports whether port, a URL's (empty for the scheme's), is
+// one a connection can be made to.
+func validPort(port string) bool {
+	if port == "" {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}

@@ -161,6 +161,9 @@ func TestValidate(t *testing.T) {
 		want string // the error's start; "" for none
 	}{
 		{"ftp", bench.HTTPConfig{Target: "ftp://x", Duration: time.Second}, `Target "ftp://x": want an http:// or https:// URL`},
+		{"port", bench.HTTPConfig{Target: "http://127.0.0.1:180810/", Duration: time.Second},
+			`Target "http://127.0.0.1:180810/": the port "180810" is not between 1 and 65535`},
+		{"port 0", bench.HTTPConfig{Target: "http://127.0.0.1:0/", Duration: time.Second}, `Target "http://127.0.0.1:0/": the port "0" is not between 1 and 65535`},
 		{"negative rate", ok(func(c *bench.HTTPConfig) { c.Rate = -1 }), "Rate must be between 0"},
 		{"unbounded", bench.HTTPConfig{Target: "http://127.0.0.1:1/"}, "Duration or Requests must bound the run"},
 		{"consumers without a header", ok(func(c *bench.HTTPConfig) { c.Consumers = 3 }), "Consumers needs {consumer} in Target, Header or Body, or a ConsumerHeader"},

@@ -275,6 +275,8 @@ const maxDescriptors = 64
 func (c RLSConfig) Validate() error {
 	if host, port, err := net.SplitHostPort(c.Target); err != nil || port == "" || strings.Contains(host, "/") {
 		return field.Errorf("Target", "%q: want the service's gRPC address, HOST:PORT", c.Target)
+	} else if !validPort(port) {
+		return field.Errorf("Target", "%q: the port %q is not between 1 and 65535", c.Target, port)
 	}
 	if err := c.load().validate(); err != nil {
 		return err

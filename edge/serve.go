@@ -239,13 +239,11 @@ func (o Options) config() (GatewayConfig, error) {
 	case o.BreakerFailures < 0 || o.BreakerFailures > 1_000_000:
 		return cfg, field.Errorf("BreakerFailures", "must be between 0 (no circuit breaker) and 1000000 (got %d)", o.BreakerFailures)
 	}
-	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
-		return cfg, field.Errorf("Listen", "%q: want host:port or :port", o.Listen)
+	if !listenAddr(o.Listen) {
+		return cfg, field.Errorf("Listen", "%q: want host:port or :port, the port from 0 (any free one) to 65535", o.Listen)
 	}
-	if o.Admin != "" {
-		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
-			return cfg, field.Errorf("Admin", "%q: want host:port or :port, or empty for none", o.Admin)
-		}
+	if o.Admin != "" && !listenAddr(o.Admin) {
+		return cfg, field.Errorf("Admin", "%q: want host:port or :port, the port from 0 (any free one) to 65535, or empty for none", o.Admin)
 	}
 	keyBy, err := ParseKeyBy(o.KeyBy, o.TrustedProxies)
 	if err != nil {
@@ -275,9 +273,24 @@ func (o Options) config() (GatewayConfig, error) {
 	return cfg, nil
 }
 
+// listenAddr reports whether addr is an address to listen on: host:port
+// or :port, the port a number or a service's name, within range.
+func listenAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err == nil
+}
+
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	port, err := strconv.Atoi(u.Port())
+	return u.Port() == "" || err == nil && port >= 1 && port <= 65535
 }
 
 // Serve runs the engine o names until ctx is done, deciding in the Redis

@@ -132,6 +132,10 @@ func TestBenchRLSBadFlags(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, `ADDR "localhost": want the service's gRPC address, HOST:PORT`) {
 		t.Fatalf("no port: exit %d, %q", code, stderr)
 	}
+	code, _, stderr = ratelab(t, "bench", "rls", "127.0.0.1:180810", "--domain", "d", "--descriptor", "a=b")
+	if code != exitUsage || !strings.Contains(stderr, `ADDR "127.0.0.1:180810": the port "180810" is not between 1 and 65535`) {
+		t.Fatalf("a port out of range: exit %d, %q", code, stderr)
+	}
 }
 
 // recordingRLS is a rate limit service that admits every call and keeps

@@ -613,6 +613,9 @@ func TestEdgeBadInput(t *testing.T) {
 		{[]string{"--upstream", "builtin", "--in-flight-lease", "5s"}, "--in-flight-lease is for --in-flight"},
 		{[]string{"--upstream", "builtin", "--upstream-delay", "-1s"}, "--upstream-delay must be between 0 and 1h (got -1s)"},
 		{[]string{"--upstream", "http://127.0.0.1:1", "--upstream-delay", "1s"}, "--upstream-delay is for --upstream builtin"},
+		{[]string{"--upstream", "http://127.0.0.1:99999"}, `--upstream "http://127.0.0.1:99999": want an http:// or https:// URL`},
+		{[]string{"--upstream", "builtin", "--listen", "127.0.0.1:180810"}, `--listen "127.0.0.1:180810": want host:port or :port, the port from 0`},
+		{[]string{"--upstream", "builtin", "--admin", "127.0.0.1:-1"}, `--admin "127.0.0.1:-1": want host:port or :port`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			before := connections(t, c)
@@ -790,6 +793,7 @@ func TestBenchHTTP(t *testing.T) {
 	}{
 		{[]string{"bench", "http"}, "bench http takes one URL"},
 		{[]string{"bench", "http", "ftp://x"}, "want an http:// or https:// URL"},
+		{[]string{"bench", "http", "http://127.0.0.1:70000/"}, `the port "70000" is not between 1 and 65535`},
 		{[]string{"bench", "http", srv.URL, "--rate", "-5"}, "--rate must be between 0"},
 		{[]string{"bench", "http", srv.URL, "-H", "nocolon"}, `--header "nocolon"`},
 		{[]string{"bench", "http", srv.URL, "-H", "X-A: a\r\nX-B: 1"}, `--header X-A: "a\r\nX-B: 1" holds a line break`},
