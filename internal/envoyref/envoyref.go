@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,23 @@ func Start(t testing.TB, bin, redisAddr string, files map[string]string) (grpcAd
 			t.Fatal(err)
 		}
 	}
+	// A port free a moment ago may be taken by another test before the
+	// service binds it: then it exits saying so, and starts again on others.
+	for attempt := 1; ; attempt++ {
+		if addr, ok := start(t, bin, redisAddr, root, attempt == maxAttempts); ok {
+			return addr, dir
+		}
+	}
+}
+
+// maxAttempts bounds the starts of one service whose ports were taken.
+const maxAttempts = 5
+
+// start starts bin once, on ports free a moment ago, and waits for it to
+// serve. It returns false when the service exited because one of its
+// ports was taken meanwhile, unless last, when that fails the test too.
+func start(t testing.TB, bin, redisAddr, root string, last bool) (string, bool) {
+	t.Helper()
 	grpcPort, httpPort, debugPort := freePort(t), freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin)
@@ -67,9 +85,13 @@ func Start(t testing.TB, bin, redisAddr string, files map[string]string) (grpcAd
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { cancel(); <-exited })
 	client := &http.Client{Timeout: 5 * time.Second}
+	taken := false
 	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
 		select {
 		case <-exited:
+			if taken = strings.Contains(out.String(), "address already in use"); taken && !last {
+				return true, ""
+			}
 			t.Fatalf("envoyproxy/ratelimit exited:\n%s", out.String())
 		default:
 		}
@@ -80,7 +102,7 @@ func Start(t testing.TB, bin, redisAddr string, files map[string]string) (grpcAd
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Sprintf("healthcheck %d", resp.StatusCode)
 	})
-	return "127.0.0.1:" + grpcPort, dir
+	return "127.0.0.1:" + grpcPort, !taken
 }
 
 // freePort is a loopback port free a moment ago.
