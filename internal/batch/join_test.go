@@ -185,3 +185,40 @@ func TestJoinedDecisionsDecideAsAlone(t *testing.T) {
 		t.Error("the Decider does not name its own script alone")
 	}
 }
+
+// TestJoinedAfterScriptFlush: joined calls whose script Redis no longer
+// holds (SCRIPT FLUSH) get NOSCRIPT without having run; the batcher loads
+// the script once and sends them again, joined: each gets its own reply,
+// and each is counted once.
+func TestJoinedAfterScriptFlush(t *testing.T) {
+	c := redistest.Client(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	joined := redis.NewScript(joinable)
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	count := &sentCounter{}
+	c.AddHook(count)
+	b := newBatcher(t, c, Options{Join: func(sha string) bool { return sha == joined.Hash() }})
+	prefix := redistest.Prefix(t)
+	calls := []*call{
+		{ctx: ctx, sha: joined.Hash(), script: joined, keys: []string{prefix + "a"}, args: []any{2}, reply: make(chan result, 1)},
+		{ctx: ctx, sha: joined.Hash(), script: joined, keys: []string{prefix + "b"}, args: []any{4}, reply: make(chan result, 1)},
+		{ctx: ctx, sha: joined.Hash(), script: joined, keys: []string{prefix + "a"}, args: []any{3}, reply: make(chan result, 1)},
+	}
+	b.flush(calls)
+	for i, want := range []int64{2, 4, 5} {
+		if r := <-calls[i].reply; r.err != nil || r.val != want {
+			t.Errorf("call %d: %v, %v; want %d", i+1, r.val, r.err, want)
+		}
+	}
+	// In pipelines: the joined call that got NOSCRIPT, then, once the
+	// script was loaded, the joined call again.
+	if n := count.take(); n != 2 {
+		t.Errorf("%d commands sent in pipelines, want 2: one joined call, and it again", n)
+	}
+	if a, err := c.Get(ctx, prefix+"a").Int64(); err != nil || a != 5 {
+		t.Errorf("the key of calls 1 and 3 holds %d (%v), want 5: each counted once", a, err)
+	}
+}
