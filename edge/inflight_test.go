@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,6 +86,77 @@ func wait(t *testing.T, ch <-chan struct{}, n int, what string) {
 	}
 }
 
+// consumerLoad sends one consumer's requests to an in-flight gateway, each
+// from a goroutine of its own, and reads their statuses.
+type consumerLoad struct {
+	t        *testing.T
+	url      string
+	consumer string
+	n        int64 // the in-flight limit, which a 429's RateLimit-Policy names
+	codes    chan int
+	wg       sync.WaitGroup
+}
+
+func newConsumerLoad(t *testing.T, url, consumer string, n int64) *consumerLoad {
+	return &consumerLoad{t: t, url: url, consumer: consumer, n: n, codes: make(chan int, 64)}
+}
+
+// send sends one request.
+func (l *consumerLoad) send() {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		resp, _, err := fetch(l.url, map[string]string{"X-Consumer-Id": l.consumer})
+		if err != nil {
+			l.t.Error(err)
+			l.codes <- 0
+			return
+		}
+		policy := fmt.Sprintf(`"in-flight";q=%d;qu="concurrent-requests"`, l.n)
+		if p := resp.Header.Get("RateLimit-Policy"); resp.StatusCode == http.StatusTooManyRequests && !strings.Contains(p, policy) {
+			l.t.Errorf("RateLimit-Policy %q, want %s in it", p, policy)
+		}
+		l.codes <- resp.StatusCode
+	}()
+}
+
+// holdAtTheLimit sends n+k requests to the gateway, whose limit is n, in
+// front of up, which holds them: n reach up and k get 429; once up lets
+// them go, the n end 200.
+func (l *consumerLoad) holdAtTheLimit(up *heldUpstream, n, k int) {
+	l.t.Helper()
+	for range n + k {
+		l.send()
+	}
+	wait(l.t, up.entered, n, "requests reaching the upstream")
+	for range k {
+		if c := <-l.codes; c != http.StatusTooManyRequests {
+			l.t.Fatalf("with %d in flight of %d: %d, want 429", n, n, c)
+		}
+	}
+	close(up.release)
+	for range n {
+		if c := <-l.codes; c != http.StatusOK {
+			l.t.Fatalf("a held request ended %d, want 200", c)
+		}
+	}
+	l.wg.Wait()
+}
+
+// admitted sends n requests, which must all be admitted.
+func (l *consumerLoad) admitted(n int) {
+	l.t.Helper()
+	for range n {
+		l.send()
+	}
+	l.wg.Wait()
+	for range n {
+		if c := <-l.codes; c != http.StatusOK {
+			l.t.Fatalf("after the releases: %d, want 200", c)
+		}
+	}
+}
+
 // TestInFlightHoldsAtTheLimit: of N+k concurrent requests of one consumer
 // held by the upstream, exactly N reach it and k get 429 naming the
 // in-flight limit; once they end, N more are admitted; every slot is
@@ -93,52 +165,10 @@ func TestInFlightHoldsAtTheLimit(t *testing.T) {
 	const n, k = 4, 3
 	up := newHeldUpstream()
 	url, h, _, _ := inFlightGateway(t, nil, n, time.Hour, up)
-	codes := make(chan int, 2*n+k)
-	var wg sync.WaitGroup
-	send := func() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, _, err := fetch(url, map[string]string{"X-Consumer-Id": "alice"})
-			if err != nil {
-				t.Error(err)
-				codes <- 0
-				return
-			}
-			if resp.StatusCode == http.StatusTooManyRequests {
-				if p := resp.Header.Get("RateLimit-Policy"); !strings.Contains(p, `"in-flight";q=4;qu="concurrent-requests"`) {
-					t.Errorf("RateLimit-Policy %q", p)
-				}
-			}
-			codes <- resp.StatusCode
-		}()
-	}
-	for range n + k {
-		send()
-	}
-	wait(t, up.entered, n, "requests reaching the upstream")
-	for range k {
-		if c := <-codes; c != http.StatusTooManyRequests {
-			t.Fatalf("with %d in flight of %d: %d, want 429", n, n, c)
-		}
-	}
-	close(up.release)
-	for range n {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("a held request ended %d, want 200", c)
-		}
-	}
-	wg.Wait()
+	alice := newConsumerLoad(t, url, "alice", n)
+	alice.holdAtTheLimit(up, n, k)
 	// Every slot is back: N more are admitted (the upstream now answers at once).
-	for range n {
-		send()
-	}
-	wg.Wait()
-	for range n {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("after the releases: %d, want 200", c)
-		}
-	}
+	alice.admitted(n)
 	if r, f := h.Metrics().Releases("released"), h.Metrics().Releases("failed"); r != 2*n || f != 0 {
 		t.Errorf("releases: %d released, %d failed; want %d and 0 (exactly once per admitted request)", r, f, 2*n)
 	}

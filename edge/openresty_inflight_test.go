@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,58 +36,15 @@ func TestOpenRestyInFlight(t *testing.T) {
 	defer us.Close()
 	nc := startNginxUpstream(t, srv, edge.NginxConfig{Rules: text}, us.URL)
 	url := "http://" + nc.Listen + "/"
-	alice := map[string]string{"X-Consumer-Id": "alice"}
-	codes := make(chan int, 2*n+k)
-	var wg sync.WaitGroup
-	send := func() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, _, err := fetch(url, alice)
-			if err != nil {
-				t.Error(err)
-				codes <- 0
-				return
-			}
-			if resp.StatusCode == http.StatusTooManyRequests {
-				if p := resp.Header.Get("RateLimit-Policy"); !strings.Contains(p, `"in-flight";q=3;qu="concurrent-requests"`) {
-					t.Errorf("RateLimit-Policy %q", p)
-				}
-			}
-			codes <- resp.StatusCode
-		}()
-	}
-	for range n + k {
-		send()
-	}
-	wait(t, up.entered, n, "requests reaching the upstream")
-	for range k {
-		if c := <-codes; c != http.StatusTooManyRequests {
-			t.Fatalf("with %d in flight of %d: %d, want 429", n, n, c)
-		}
-	}
-	close(up.release)
-	for range n {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("a held request ended %d, want 200", c)
-		}
-	}
-	wg.Wait()
+	alice := newConsumerLoad(t, url, "alice", n)
+	alice.holdAtTheLimit(up, n, k)
 	key := inFlightKey(t, set, "alice")
 	c := client(t, srv.Addr, 5*time.Second)
 	// The log phase's release runs in a timer after the response is sent.
 	testwait.Eventually(t, 30*time.Second, func() (bool, string) {
 		return c.ZCard(context.Background(), key).Val() == 0, "leases left after every request ended"
 	})
-	for range n {
-		send()
-	}
-	wg.Wait()
-	for range n {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("after the releases: %d, want 200", c)
-		}
-	}
+	alice.admitted(n)
 
 	// A client that goes away: its request, held, releases its slot.
 	up2 := newHeldUpstream()
