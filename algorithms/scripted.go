@@ -314,12 +314,25 @@ func evalText(ctx context.Context, c scriptClient, script *source, keys []string
 // client's retries: a call that failed otherwise may have been counted,
 // and is counted at most once.
 func eval(ctx context.Context, c scriptClient, script *source, keys []string, args ...any) (any, int, error) {
-	reply, err := process(ctx, c, noreplay.EvalSha(ctx, script.sha, keys, args...))
+	var reply any
+	var err error
+	if r, ok := c.(shaRunner); ok {
+		reply, err = r.RunSha(ctx, script.sha, keys, args)
+	} else {
+		reply, err = process(ctx, c, noreplay.EvalSha(ctx, script.sha, keys, args...))
+	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		reply, err = process(ctx, c, noreplay.Eval(ctx, script.text, keys, args...))
 		return reply, 2, err
 	}
 	return reply, 1, err
+}
+
+// shaRunner is a client that runs an EVALSHA given its parts, with no
+// command built for it (internal/batch's, which sends it in a pipeline
+// marked never to be sent again, as noreplay's).
+type shaRunner interface {
+	RunSha(ctx context.Context, sha string, keys []string, args []any) (any, error)
 }
 
 func process(ctx context.Context, c scriptClient, cmd noreplay.Cmd) (any, error) {

@@ -178,7 +178,8 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := &call{ctx: ctx, sha: sha, script: script, keys: keys, args: args, reply: make(chan result, 1)}
+	c := calls.Get().(*call)
+	c.ctx, c.sha, c.script, c.keys, c.args = ctx, sha, script, keys, args
 	select {
 	case <-b.done:
 		return nil, ErrClosed
@@ -197,13 +198,20 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 	var t *time.Timer
 	if b.opts.MaxPipelines > b.opts.Flushers {
 		b.grow(false)
-		t = time.NewTimer(b.opts.Wait)
-		defer t.Stop()
+		t = timers.Get().(*time.Timer)
+		t.Reset(b.opts.Wait)
+		defer func() {
+			t.Stop()
+			timers.Put(t)
+		}()
 		waited = t.C
 	}
 	for {
 		select {
 		case r := <-c.reply:
+			// Answered: no flusher holds c any longer.
+			*c = call{reply: c.reply}
+			calls.Put(c)
 			return r.val, r.err
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -219,6 +227,20 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 		}
 	}
 }
+
+// calls and timers are kept for the next Run: two allocations fewer a
+// decision. A call goes back only once answered (a caller that gave up
+// leaves its call to the flusher that may still answer it); a timer once
+// stopped, and Reset before use (since Go 1.23 a stopped timer's channel
+// holds no stale value).
+var (
+	calls  = sync.Pool{New: func() any { return &call{reply: make(chan result, 1)} }}
+	timers = sync.Pool{New: func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}}
+)
 
 // last is the answer of a call whose Batcher has stopped: a call taken by a
 // flusher is answered before stopped closes; one sent after the last drain
@@ -371,16 +393,16 @@ func (b *Batcher) flush(batch []*call) {
 	ctx, cancel := b.context(live)
 	defer cancel()
 	defer b.sent()()
-	cmds := b.exec(ctx, live, false)
+	replies := b.exec(ctx, live, false)
 	var again []*call
 	var noScript error
 	for i, c := range live {
-		if err := cmds[i].Err(); isNoScript(err) {
+		if err := replies[i].err; isNoScript(err) {
 			again = append(again, c)
 			noScript = err
 			continue
 		}
-		c.reply <- result{val: cmds[i].Val(), err: cmds[i].Err()}
+		c.reply <- replies[i]
 	}
 	if len(again) == 0 {
 		return
@@ -407,9 +429,9 @@ func (b *Batcher) flush(batch []*call) {
 	if len(retry) == 0 {
 		return
 	}
-	cmds = b.exec(ctx, retry, true)
+	replies = b.exec(ctx, retry, true)
 	for i, c := range retry {
-		c.reply <- result{val: cmds[i].Val(), err: cmds[i].Err()}
+		c.reply <- replies[i]
 	}
 }
 
@@ -449,30 +471,30 @@ func (b *Batcher) context(calls []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.Background(), latest)
 }
 
-func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []noreplay.Cmd {
-	cmds := make([]noreplay.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = noreplay.EvalSha(ctx, c.sha, c.keys, c.args...)
-	}
-	sends, joins := b.joined(ctx, calls, cmds)
+// exec sends calls as one pipeline and returns their replies, in order.
+func (b *Batcher) exec(ctx context.Context, calls []*call, retry bool) []result {
+	sends := b.commands(ctx, calls)
 	if b.opts.OnBatch != nil {
 		b.opts.OnBatch(len(calls), retry)
 	}
 	pipe := b.client.Pipeline()
-	for _, cmd := range sends {
-		_ = pipe.Process(ctx, cmd) // queues it: no error
+	for _, s := range sends {
+		_ = pipe.Process(ctx, s.cmd) // queues it: no error
 	}
 	// Exec's error is its first command's; each command keeps its own.
 	_, _ = pipe.Exec(ctx)
-	for _, j := range joins {
-		j.split(cmds)
+	out := make([]result, len(calls))
+	for _, s := range sends {
+		s.answer(out)
 	}
-	return cmds
+	return out
 }
 
-// join is one EVALSHA sent for the calls at of a pipeline.
-type join struct {
-	cmd Joined
+// send is one EVALSHA of a pipeline: the call at one's own, or, joined,
+// the calls at.
+type send struct {
+	cmd redis.Cmder
+	one int
 	at  []int
 }
 
@@ -486,64 +508,71 @@ type Joined struct {
 // Calls is how many calls the command carries.
 func (j Joined) Calls() int { return j.calls }
 
-// joined returns the commands to send for cmds: each call's own, but one
-// for all the calls of a script that Options.Join names, when it has
-// more than one; and those joins.
-func (b *Batcher) joined(ctx context.Context, calls []*call, cmds []noreplay.Cmd) ([]redis.Cmder, []join) {
-	sends := make([]redis.Cmder, 0, len(cmds))
-	if b.opts.Join == nil || len(calls) < 2 {
-		for _, cmd := range cmds {
-			sends = append(sends, cmd)
-		}
-		return sends, nil
-	}
-	by := map[string][]int{}
-	for i, c := range calls {
-		if b.opts.Join(c.sha) {
-			by[c.sha] = append(by[c.sha], i)
+// commands returns the EVALSHAs to send for calls: each call's own, but one
+// for all the calls of a script that Options.Join names, when it has more
+// than one.
+func (b *Batcher) commands(ctx context.Context, calls []*call) []send {
+	sends := make([]send, 0, len(calls))
+	var by map[string][]int
+	if b.opts.Join != nil && len(calls) > 1 {
+		by = make(map[string][]int, 1)
+		for i, c := range calls {
+			if b.opts.Join(c.sha) {
+				by[c.sha] = append(by[c.sha], i)
+			}
 		}
 	}
-	var joins []join
 	for i, c := range calls {
-		at, ok := by[c.sha]
+		at := by[c.sha]
 		switch {
-		case !ok || len(at) < 2:
-			sends = append(sends, cmds[i])
+		case len(at) < 2:
+			sends = append(sends, send{cmd: noreplay.EvalSha(ctx, c.sha, c.keys, c.args...), one: i})
 		case at[0] == i:
-			var keys []string
-			var args []any
+			nk, na := 0, 0
+			for _, k := range at {
+				nk, na = nk+len(calls[k].keys), na+len(calls[k].args)
+			}
+			keys, args := make([]string, 0, nk), make([]any, 0, na)
 			for _, k := range at {
 				keys = append(keys, calls[k].keys...)
 				args = append(args, calls[k].args...)
 			}
-			j := join{cmd: Joined{noreplay.EvalSha(ctx, c.sha, keys, args...), len(at)}, at: at}
-			joins = append(joins, j)
-			sends = append(sends, j.cmd)
+			sends = append(sends, send{cmd: Joined{noreplay.EvalSha(ctx, c.sha, keys, args...), len(at)}, at: at})
 		}
 	}
-	return sends, joins
+	return sends
 }
 
-// split gives each call of j its reply from the joined one: its element
-// of the array, or the joined call's error.
-func (j join) split(cmds []noreplay.Cmd) {
-	val, err := j.cmd.Result()
-	replies, ok := val.([]any)
-	if err == nil && (!ok || len(replies) != len(j.at)) {
-		err = fmt.Errorf("batch: a joined call of %d replied %v", len(j.at), val)
+// answer sets in out the replies of the calls s carries: a lone call's
+// own; for calls joined, each its element of the joined reply's array, or
+// the joined call's error.
+func (s send) answer(out []result) {
+	cmd := s.cmd.(interface{ Result() (any, error) })
+	val, err := cmd.Result()
+	if s.at == nil {
+		out[s.one] = result{val: val, err: err}
+		return
 	}
-	for n, i := range j.at {
-		if err != nil {
-			cmds[i].SetErr(err)
-			continue
+	replies, ok := val.([]any)
+	if err == nil && (!ok || len(replies) != len(s.at)) {
+		err = fmt.Errorf("batch: a joined call of %d replied %v", len(s.at), val)
+	}
+	for n, i := range s.at {
+		switch {
+		case err != nil:
+			out[i] = result{err: err}
+		default:
+			if e, isErr := replies[n].(error); isErr {
+				out[i] = result{err: e}
+			} else {
+				out[i] = result{val: replies[n]}
+			}
 		}
-		if e, isErr := replies[n].(error); isErr {
-			cmds[i].SetErr(e)
-			continue
-		}
-		cmds[i].SetVal(replies[n])
 	}
 }
+
+// Result is the reply and the error.
+func (r result) Result() (any, error) { return r.val, r.err }
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")

@@ -149,6 +149,17 @@ func (w *wrapped) Process(ctx context.Context, cmd redis.Cmder) error {
 	return w.UniversalClient.Process(ctx, cmd)
 }
 
+// RunSha runs sha through the Batcher, as Process runs an EVALSHA, without
+// a command built for it only to be read back: package algorithms's
+// decisions take this way.
+func (w *wrapped) RunSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
+	var script *redis.Script
+	if v, ok := w.s.known.Load(sha); ok {
+		script = v.(*redis.Script)
+	}
+	return w.s.b.run(ctx, sha, script, keys, args)
+}
+
 // EvalSha runs sha through the Batcher.
 func (w *wrapped) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	return w.s.EvalSha(ctx, sha, keys, args...)
