@@ -2,8 +2,11 @@ package algorithms_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/ratelab/ratelab/algorithms"
 	"github.com/ratelab/ratelab/internal/redisrun/redistest"
+	"github.com/ratelab/ratelab/limiter"
 )
 
 // BenchmarkAllow measures one decision of each limiter, one at a time and
@@ -63,16 +67,26 @@ func newLimiterB(b *testing.B, name string, c redis.UniversalClient, p algorithm
 // BenchmarkDecide measures one Decide of one limit and of three (sliding
 // log, GCRA and fixed window on one consumer), spread over 1,000 consumers
 // that stay under limits they never reach, on the package's redis-server
-// over loopback: what the limits after the first add to a decision.
+// over loopback: what the limits after the first add to a decision. The
+// batched runs decide from 50 goroutines at once through the gateway's
+// Decider (limiter.OpenDecider at the default --redis-batch), and report
+// this process's CPU time per decision in user space and in the kernel
+// (getrusage: what the decision path costs a gateway, its syscalls
+// included) beside its allocations.
 func BenchmarkDecide(b *testing.B) {
 	c := redistest.Client(b, srv)
 	p := algorithms.Policy{Limit: 1 << 30, Window: time.Minute} // never reached
 	prefix := redistest.Prefix(b)
 	d := algorithms.NewDecider(c)
-	if err := d.Load(context.Background()); err != nil {
-		b.Fatal(err)
+	batched, closeBatched := limiter.OpenDecider(limiter.RedisConfig{Options: &redis.UniversalOptions{Addrs: []string{srv.Addr}},
+		Timeout: 5 * time.Second, Pool: 64, Batch: 16})
+	defer closeBatched()
+	for _, d := range []*algorithms.Decider{d, batched} {
+		if err := d.Load(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 	}
-	for _, algs := range [][]string{{"sliding-log"}, {"sliding-log", "gcra", "fixed-window"}} {
+	for _, algs := range [][]string{{"sliding-log"}, {"fixed-window"}, {"sliding-log", "gcra", "fixed-window"}} {
 		requests := make([][]algorithms.Check, 1000)
 		var keys []string
 		for i := range requests {
@@ -83,7 +97,11 @@ func BenchmarkDecide(b *testing.B) {
 				keys = append(keys, key)
 			}
 		}
-		b.Run("limits="+strconv.Itoa(len(algs)), func(b *testing.B) {
+		name := "limits=" + strconv.Itoa(len(algs))
+		if len(algs) == 1 {
+			name = algs[0]
+		}
+		b.Run(name+"/alone", func(b *testing.B) {
 			ctx := context.Background()
 			for i := 0; b.Loop(); i++ {
 				if _, err := d.Decide(ctx, requests[i%len(requests)]); err != nil {
@@ -91,8 +109,37 @@ func BenchmarkDecide(b *testing.B) {
 				}
 			}
 		})
+		b.Run(name+"/batched", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			var next atomic.Int64
+			user0, sys0 := processCPU(b)
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if _, err := batched.Decide(ctx, requests[next.Add(1)%int64(len(requests))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			user, sys := processCPU(b)
+			b.ReportMetric(float64(user-user0)/1e3/float64(b.N), "user-µs/decision")
+			b.ReportMetric(float64(sys-sys0)/1e3/float64(b.N), "sys-µs/decision")
+		})
 		c.Del(context.Background(), keys...)
 	}
+}
+
+// processCPU is this process's CPU time so far, in user space and in the
+// kernel.
+func processCPU(b *testing.B) (user, sys time.Duration) {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 // BenchmarkRedisCost is what a decision costs Redis, in pipelines of 16

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,8 +81,10 @@ type Decider struct {
 	cluster bool
 	script  *luaScript
 	members *members
-	// shapes holds the scripts built per shape: its key → *shapeScript.
-	shapes sync.Map
+	// shapes holds the scripts built per shape, by the shape's key (see
+	// shapeOf); read far more often than written.
+	shapesMu sync.RWMutex
+	shapes   map[string]*shapeScript
 	// decideLua has every request decided by decide.lua, for the tests
 	// that hold the scripts built per shape to it.
 	decideLua bool
@@ -119,6 +120,7 @@ func NewDecider(client redis.UniversalClient, opts ...DeciderOption) *Decider {
 		now:     time.Now,
 		script:  newLuaScript("decide", decideSource),
 		members: newMembers(),
+		shapes:  map[string]*shapeScript{},
 	}
 	for _, opt := range opts {
 		opt(d)
@@ -274,10 +276,18 @@ type call struct {
 
 // call decides the checks of group in one script call.
 func (d *Decider) call(ctx context.Context, checks []Check, group []int, now string) (call, error) {
-	cl := call{checks: make([]Check, len(group)), members: make([]string, len(group)), now: now}
-	for j, i := range group {
-		cl.checks[j] = checks[i]
-		if a := checks[i].Algorithm; a == "sliding-log" || a == InFlight {
+	cl := call{checks: checks, now: now}
+	if len(group) < len(checks) { // a Cluster's hash tag: its checks alone
+		cl.checks = make([]Check, len(group))
+		for j, i := range group {
+			cl.checks[j] = checks[i]
+		}
+	}
+	for j, c := range cl.checks {
+		if c.Algorithm == "sliding-log" || c.Algorithm == InFlight {
+			if cl.members == nil {
+				cl.members = make([]string, len(cl.checks))
+			}
 			cl.members[j] = d.members.next()
 		}
 	}
@@ -291,10 +301,19 @@ func (d *Decider) call(ctx context.Context, checks []Check, group []int, now str
 		cl.decisions[j].Limit = cl.checks[j].Policy.Limit
 		cl.decisions[j].Attempts = trips
 		if cl.consumed(j) && cl.checks[j].Cost == 1 {
-			cl.decisions[j].Member = cl.members[j]
+			cl.decisions[j].Member = cl.member(j)
 		}
 	}
 	return cl, nil
+}
+
+// member is the member the call's check j logged; "" for a check of an
+// algorithm that logs none.
+func (cl call) member(j int) string {
+	if cl.members == nil {
+		return ""
+	}
+	return cl.members[j]
 }
 
 // consumed reports whether the call consumed the cost of its check j.
@@ -306,7 +325,12 @@ func (cl call) consumed(j int) bool {
 // decide.lua, and reads the reply.
 func (d *Decider) run(ctx context.Context, mode string, checks []Check, members []string, marks []int64, now string) (decideReply, int, error) {
 	keys := make([]string, 0, len(checks)+1)
-	shadows := make([]bool, len(checks))
+	var buf [maxShape]bool
+	shadows := buf[:0]
+	if len(checks) > len(buf) {
+		shadows = make([]bool, 0, len(checks))
+	}
+	shadows = shadows[:len(checks)]
 	for j, c := range checks {
 		keys = append(keys, checkKeys(c)...)
 		shadows[j] = c.Shadow
@@ -325,7 +349,11 @@ func (d *Decider) run(ctx context.Context, mode string, checks []Check, members 
 			if marks != nil {
 				mark = marks[j]
 			}
-			args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, members[j], mark, c.Policy.Capacity())
+			member := ""
+			if members != nil {
+				member = members[j]
+			}
+			args = append(args, c.Algorithm, c.Policy.Limit, c.Policy.windowMillis(), c.Cost, shadow, member, mark, c.Policy.Capacity())
 		}
 	}
 	reply, trips, err := script.run(ctx, d.client, keys, args...)
@@ -339,7 +367,19 @@ func (d *Decider) run(ctx context.Context, mode string, checks []Check, members 
 	return r, trips, nil
 }
 
+// identity holds the indexes of the checks of a shape: a request's one
+// group, read only.
+var identity = func() (is [maxShape]int) {
+	for i := range is {
+		is[i] = i
+	}
+	return is
+}()
+
 func indexes(n int) []int {
+	if n <= len(identity) {
+		return identity[:n:n]
+	}
 	is := make([]int, n)
 	for i := range is {
 		is[i] = i
@@ -353,17 +393,22 @@ func (d *Decider) shapeOf(checks []Check) (*shapeScript, bool) {
 	if len(checks) > maxShape || d.decideLua {
 		return nil, false
 	}
-	var b strings.Builder
+	// The key is made in a buffer of the stack: a lookup by string(key)
+	// allocates nothing.
+	var buf [128]byte
+	key := buf[:0]
 	for _, c := range checks {
-		b.WriteString(c.Algorithm)
+		key = append(key, c.Algorithm...)
 		if c.Shadow {
-			b.WriteString(" shadow")
+			key = append(key, " shadow"...)
 		}
-		b.WriteString(",")
+		key = append(key, ',')
 	}
-	key := b.String()
-	if s, ok := d.shapes.Load(key); ok {
-		return s.(*shapeScript), true
+	d.shapesMu.RLock()
+	s, ok := d.shapes[string(key)]
+	d.shapesMu.RUnlock()
+	if ok {
+		return s, true
 	}
 	limits := make([]shapeLimit, len(checks))
 	for j, c := range checks {
@@ -375,8 +420,14 @@ func (d *Decider) shapeOf(checks []Check) (*shapeScript, bool) {
 	}
 	script := newLuaScript("decide", src)
 	script.fresh = true
-	s, _ := d.shapes.LoadOrStore(key, &shapeScript{shape: sh, script: script})
-	return s.(*shapeScript), true
+	d.shapesMu.Lock()
+	defer d.shapesMu.Unlock()
+	if s, ok := d.shapes[string(key)]; ok {
+		return s, true
+	}
+	s = &shapeScript{shape: sh, script: script}
+	d.shapes[string(key)] = s
+	return s, true
 }
 
 // argv is the ARGV of a request of checks, of this shape, at now.
@@ -407,10 +458,12 @@ func (d *Decider) Joins(sha string) bool {
 	if d.script.is(sha) {
 		return true
 	}
-	joins := false
-	d.shapes.Range(func(_, v any) bool {
-		joins = v.(*shapeScript).script.is(sha)
-		return !joins
-	})
-	return joins
+	d.shapesMu.RLock()
+	defer d.shapesMu.RUnlock()
+	for _, s := range d.shapes {
+		if s.script.is(sha) {
+			return true
+		}
+	}
+	return false
 }

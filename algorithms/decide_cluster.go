@@ -57,7 +57,7 @@ func (d *Decider) giveBack(ctx context.Context, out *Outcome, groups [][]int, do
 		for j := range cl.checks {
 			if cl.consumed(j) {
 				checks = append(checks, cl.checks[j])
-				members = append(members, cl.members[j])
+				members = append(members, cl.member(j))
 				marks = append(marks, cl.marks[j])
 				at = append(at, groups[k][j])
 			}

@@ -27,7 +27,12 @@ func parseDecideReply(reply any, shadows []bool) (decideReply, error) {
 	if !ok || len(vals) != 1+decideWidth*len(shadows) {
 		return decideReply{}, fmt.Errorf("bad reply %v: want {allowed, then %d per limit for %d limits}", reply, decideWidth, len(shadows))
 	}
-	nums := make([]int64, len(vals))
+	var buf [1 + decideWidth*maxShape]int64
+	nums := buf[:0]
+	if len(vals) > len(buf) {
+		nums = make([]int64, 0, len(vals))
+	}
+	nums = nums[:len(vals)]
 	for i, v := range vals {
 		n, ok := v.(int64)
 		if !ok {
