@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -14,8 +15,22 @@ import (
 // so the cache never refuses what Redis would admit.
 type denyCache struct {
 	mu     sync.Mutex
-	denied map[string]denial
+	denied map[denyKey]denial
 	sweep  time.Time
+	// held is len(denied), read without the lock: a limiter that denies
+	// nothing looks nothing up.
+	held atomic.Int64
+}
+
+// denyKey names a limit in the deny cache: its counter and its policy, so
+// that a reload that changes a limit never meets the old one's denials.
+type denyKey struct {
+	key                  string
+	limit, window, burst int64
+}
+
+func cacheKey(c algorithms.Check) denyKey {
+	return denyKey{key: c.Key, limit: c.Policy.Limit, window: c.Policy.Window.Milliseconds(), burst: c.Policy.Burst}
 }
 
 // denial is one cached refusal.
@@ -35,12 +50,16 @@ type denial struct {
 const maxDenied = 100_000
 
 // get returns key's denial when it still holds at now.
-func (c *denyCache) get(key string, now time.Time) (denial, bool) {
+func (c *denyCache) get(key denyKey, now time.Time) (denial, bool) {
+	if c.held.Load() == 0 {
+		return denial{}, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.denied[key]
 	if ok && !now.Before(d.until) {
 		delete(c.denied, key)
+		c.held.Store(int64(len(c.denied)))
 		return denial{}, false
 	}
 	return d, ok
@@ -49,11 +68,12 @@ func (c *denyCache) get(key string, now time.Time) (denial, bool) {
 // put remembers a denial; it sweeps expired entries at most once a second,
 // so the cache holds only limits denied within their retry-after, and at
 // most maxDenied of them.
-func (c *denyCache) put(key string, d denial, now time.Time) {
+func (c *denyCache) put(key denyKey, d denial, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() { c.held.Store(int64(len(c.denied))) }()
 	if c.denied == nil {
-		c.denied = map[string]denial{}
+		c.denied = map[denyKey]denial{}
 	}
 	if len(c.denied) < maxDenied {
 		c.denied[key] = d

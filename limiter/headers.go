@@ -122,8 +122,11 @@ func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 	i, denied := tightest(states)
 	t := states[i]
 	reset := t.reset()
+	// Every field's value is cut from one string, and every field's
+	// []string from one array: three allocations for the lot.
+	b := make([]byte, 0, 64*len(states)+48)
+	var policy, rateLimit, limit, remaining int
 	if mode != HeadersLegacy {
-		b := make([]byte, 0, 64*len(states))
 		for j, s := range states {
 			if j > 0 {
 				b = append(b, ", "...)
@@ -143,20 +146,35 @@ func SetHeaders(h http.Header, mode Headers, states []State) time.Duration {
 				b = strconv.AppendInt(b, s.Policy.Burst, 10)
 			}
 		}
-		policy := len(b)
+		policy = len(b)
 		b = strconv.AppendQuote(b, t.Name)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, max(t.Remaining, 0), 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, reset, 10)
-		fields := string(b) // one string for both fields
-		h[fieldPolicy] = []string{fields[:policy]}
-		h[fieldRateLimit] = []string{fields[policy:]}
+		rateLimit = len(b)
 	}
 	if mode != HeadersDraft {
-		h[fieldLimit] = []string{strconv.FormatInt(t.Policy.Limit, 10)}
-		h[fieldRemaining] = []string{strconv.FormatInt(max(t.Remaining, 0), 10)}
-		h[fieldReset] = []string{strconv.FormatInt(reset, 10)}
+		b = strconv.AppendInt(b, t.Policy.Limit, 10)
+		limit = len(b)
+		b = strconv.AppendInt(b, max(t.Remaining, 0), 10)
+		remaining = len(b)
+		b = strconv.AppendInt(b, reset, 10)
+	}
+	all := string(b)
+	vals := make([]string, 0, 5)
+	set := func(key, v string) {
+		vals = append(vals, v)
+		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if mode != HeadersLegacy {
+		set(fieldPolicy, all[:policy])
+		set(fieldRateLimit, all[policy:rateLimit])
+	}
+	if mode != HeadersDraft {
+		set(fieldLimit, all[rateLimit:limit])
+		set(fieldRemaining, all[limit:remaining])
+		set(fieldReset, all[remaining:])
 	}
 	if !denied {
 		return 0

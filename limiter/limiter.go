@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/ratelab/ratelab/algorithms"
@@ -572,16 +571,6 @@ func (l *Limiter) count(p Plan, cs checks, a Answer) {
 		}
 		l.cfg.Metrics.limitDecision(p.Domain, lim.ID, outcome)
 	}
-}
-
-// cacheKey names a limit in the deny cache: its counter and its policy, so
-// that a reload that changes a limit never meets the old one's denials.
-func cacheKey(c algorithms.Check) string {
-	k := c.Key + "|" + strconv.FormatInt(c.Policy.Limit, 10) + "/" + strconv.FormatInt(c.Policy.Window.Milliseconds(), 10)
-	if c.Policy.Burst > 0 {
-		k += "/" + strconv.FormatInt(c.Policy.Burst, 10)
-	}
-	return k
 }
 
 // Validate checks cfg; errors are *field.Error.
