@@ -9,7 +9,10 @@
 #      reference's fixed window;
 #   2. the p99 of each at half of the reference's most (open model, --rate);
 # with the CPU time each service takes per call and the Redis commands it
-# sends per call (INFO commandstats). Redis runs on
+# sends per call (INFO commandstats). Beside them in 1, the floor: Envoy's
+# rate limit service on grpc-go answering every call OK and deciding
+# nothing (scripts/grpcfloor), the CPU per call of the gRPC server alone.
+# Redis runs on
 # REDIS_CPU; the service under test on SERVER_CPU, bench rls on LOAD_CPU.
 # Loopback only; every run is bounded by DURATION.
 set -euo pipefail
@@ -40,6 +43,7 @@ for c in redis-server redis-cli taskset curl python3; do
   command -v "$c" >/dev/null || { echo "bench-rls: needs $c" >&2; exit 1; }
 done
 go build -o bin/ratelab ./cmd/ratelab
+go build -o bin/grpcfloor ./scripts/grpcfloor
 
 dir=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -147,11 +151,26 @@ commands() { # name, tag
     END { printf "  %-26s%s\n", name, line }'
 }
 
-label() { case $1 in ref) echo "envoyproxy/ratelimit" ;; rls) echo "ratelab rls" ;; rls-log) echo "ratelab rls, sliding-log" ;; esac; }
+start_floor() {
+  local g
+  g=$(free_port)
+  taskset -c "$SERVER_CPU" ./bin/grpcfloor -listen "127.0.0.1:$g" >"$dir/floor.log" 2>&1 &
+  pids+=($!)
+  addr[floor]=127.0.0.1:$g pid[floor]=$!
+  for _ in $(seq 600); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$g") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "bench-rls: grpcfloor did not start; its log:" >&2
+  cat "$dir/floor.log" >&2
+  exit 1
+}
+label() { case $1 in ref) echo "envoyproxy/ratelimit" ;; rls) echo "ratelab rls" ;; rls-log) echo "ratelab rls, sliding-log" ;; floor) echo "floor: grpc-go, no decision" ;; esac; }
 
 start_ref
 start_ratelab rls "$dir/fixed"
 start_ratelab rls-log "$dir/log"
+start_floor
 
 cores=$(nproc)
 echo "bench-rls: ratelab rls (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)) against envoyproxy/ratelimit ($ref), Redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}')"
@@ -165,11 +184,11 @@ fi
 echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 1. The most each serves: closed model, alternating which goes first.
-names=(ref rls rls-log)
+names=(ref rls rls-log floor)
 declare -A rps cpu
 for i in $(seq "$ROUNDS"); do
   order=("${names[@]}")
-  if [ $((i % 2)) = 0 ]; then order=(rls-log rls ref); fi
+  if [ $((i % 2)) = 0 ]; then order=(floor rls-log rls ref); fi
   for n in "${order[@]}"; do
     redis-cli -p "$port" config resetstat >/dev/null
     load "$n" "max-$i" 0
@@ -178,13 +197,16 @@ for i in $(seq "$ROUNDS"); do
     cpu[$n]+="$(cat "$dir/$n-max-$i.cpu") "
   done
 done
-declare -A med
+declare -A med cmed
 echo "most calls per second (closed model, --rate 0):"
 for n in "${names[@]}"; do
   med[$n]=$(printf '%s\n' ${rps[$n]} | median)
-  printf '  %-26s %8s calls/s   (%s)   CPU per call %sµs (%s)\n' "$(label "$n")" "${med[$n]}" "${rps[$n]% }" \
-    "$(printf '%s\n' ${cpu[$n]} | median)" "${cpu[$n]% }"
+  cmed[$n]=$(printf '%s\n' ${cpu[$n]} | median)
+  printf '  %-28s %8s calls/s   (%s)   CPU per call %sµs (%s)\n' "$(label "$n")" "${med[$n]}" "${rps[$n]% }" \
+    "${cmed[$n]}" "${cpu[$n]% }"
 done
+awk -v a="${cmed[rls]}" -v b="${cmed[ref]}" 'BEGIN {printf "  CPU per call, ratelab ÷ reference     %5.2f   (target at most 0.3)\n", a/b}'
+awk -v a="${cmed[floor]}" -v b="${cmed[ref]}" 'BEGIN {printf "  CPU per call, the floor ÷ reference   %5.2f   (no service that decides can go under it)\n", a/b}'
 awk -v a="${med[rls]}" -v b="${med[ref]}" 'BEGIN {printf "  ratelab ÷ reference        %8.2f   (target at least 1.0)\n", a/b}'
 awk -v a="${med[rls-log]}" -v b="${med[ref]}" 'BEGIN {printf "  sliding-log ÷ reference    %8.2f   (target at least 0.8)\n", a/b}'
 
@@ -212,5 +234,5 @@ echo "  (a send-lag p99 near the latency p99 is the load generator held up too: 
 # 3. What each asks of Redis per call.
 echo "Redis commands per call in round 1's closed-model runs (INFO commandstats: commands per call, and µs in Redis per command;"
 echo "  a script's EVALSHA includes the commands it calls):"
-for n in "${names[@]}"; do commands "$n" max-1; done
+for n in ref rls rls-log; do commands "$n" max-1; done
 echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
