@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"internal/redisrun":           {"internal/field"},
 	"internal/redisrun/redistest": {"internal/"},
 	"scripts/benchhttp":           {},
+	"scripts/grpcfloor":           {},
 	"scripts/image":               {},
 }
 
