@@ -201,7 +201,12 @@ func (svc *Service) Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("grpc listen: %w", err)
 	}
-	var opts []grpc.ServerOption
+	// Calls are served by long-lived workers, whose stacks stay grown,
+	// rather than by a goroutine per call, whose stack grew on every call
+	// through the decision (runtime.newstack was 14 % of the service's CPU
+	// under load). A call that finds every worker busy gets a goroutine of
+	// its own, as without workers.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
@@ -305,6 +310,11 @@ func listenerAddr(l net.Listener) string {
 
 // maxJSONBody bounds a /json request.
 const maxJSONBody = 1 << 20
+
+// streamWorkers is how many goroutines serve the gRPC calls: more than the
+// calls a service has in flight at once under the heaviest load measured
+// here (50 streams, each waiting on Redis), and idle they cost a stack each.
+const streamWorkers = 128
 
 // JSONHandler is envoyproxy/ratelimit's /json endpoint: a RateLimitRequest
 // in protobuf's JSON, POSTed; the RateLimitResponse in JSON, with 429 when
