@@ -193,11 +193,12 @@ func (b *Batcher) run(ctx context.Context, sha string, script *redis.Script, key
 		return nil, ErrClosed
 	}
 	// waited fires every Wait while the call is still queued, when
-	// flushers may be started on demand; nil, it never fires.
+	// flushers may be started on demand and every flusher's pipeline was
+	// out as it queued; nil, it never fires. A flusher not out takes the
+	// call with its next pipeline, at once when it waits for calls.
 	var waited <-chan time.Time
 	var t *time.Timer
-	if b.opts.MaxPipelines > b.opts.Flushers {
-		b.grow(false)
+	if b.opts.MaxPipelines > b.opts.Flushers && b.grow(false) {
 		t = timers.Get().(*time.Timer)
 		t.Reset(b.opts.Wait)
 		defer func() {
@@ -321,24 +322,26 @@ func (b *Batcher) flusher(onDemand bool) {
 // grow starts one more flusher when calls wait, every flusher's pipeline is
 // out, and fewer than MaxPipelines are: at once when the newest pipeline
 // out went out Wait ago or more (Redis is slow now), else only for a call
-// that has waited Wait itself.
-func (b *Batcher) grow(waited bool) {
+// that has waited Wait itself. It reports whether calls still wait with
+// every flusher's pipeline out.
+func (b *Batcher) grow(waited bool) bool {
 	if len(b.calls) == 0 {
-		return
+		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closing || b.out < b.running || b.running >= b.opts.MaxPipelines {
-		return
+	if b.closing || b.out < b.running {
+		return false
 	}
-	if !waited && time.Since(b.busy) < b.opts.Wait {
-		return
+	if b.running >= b.opts.MaxPipelines || !waited && time.Since(b.busy) < b.opts.Wait {
+		return true
 	}
 	b.running++
 	// Close has not begun, so the flushers started by New still run and
 	// the WaitGroup is above zero.
 	b.wg.Add(1)
 	go b.flusher(true)
+	return false
 }
 
 // retire ends a flusher started on demand that found no call waiting,
