@@ -76,8 +76,9 @@ docs:
 # batching decisions (limited over off, Go over nginx, idle latency, round
 # trips), bench http beside wrk (and wrk2, bombardier when installed) on
 # nginx, compare's batched throughput beside redis-benchmark pipelining the
-# same script, and ratelab rls beside envoyproxy/ratelimit under bench rls
-# (skipped when its service_cmd is not built). (./rules/: matching a
+# same script, and ratelab rls beside envoyproxy/ratelimit under bench rls,
+# with the floor of a gRPC service that decides nothing (skipped when its
+# service_cmd is not built). (./rules/: matching a
 # request against ten rules.)
 bench: build
 	@scripts/deps.sh bench
