@@ -154,7 +154,10 @@ func processCPU(b *testing.B) (user, sys time.Duration) {
 // the floor of a script call on this Redis and machine: a script that does
 // nothing, one that calls one command (INCR), and one that calls the three
 // commands a fixed window's decision calls (TIME, HMGET, HINCRBY) and
-// nothing else.
+// nothing else; and the floor of a joined fixed window's batch: its
+// arguments and keys carried and a reply of six numbers a decision given
+// back, with nothing decided, and that with the two commands a decision
+// calls (HMGET, HINCRBY) and the one TIME of the batch.
 func BenchmarkRedisCost(b *testing.B) {
 	c := redistest.Client(b, srv)
 	ctx := context.Background()
@@ -173,6 +176,21 @@ func BenchmarkRedisCost(b *testing.B) {
 		{name: "one-command", src: "return redis.call('INCR', KEYS[1])", argv: func(int) []any { return nil }},
 		{name: "fixed-window-commands", src: "redis.call('TIME')\nredis.call('HMGET', KEYS[1], 'w', 'n')\nreturn redis.call('HINCRBY', KEYS[1], 'n', 1)",
 			argv: func(int) []any { return nil }},
+	}
+	_, fwArgv, err := algorithms.ShapeScript("fixed-window")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fwChecks := []algorithms.Check{{Algorithm: "fixed-window", Policy: p, Cost: 1}}
+	for _, f := range []struct{ name, per, once string }{
+		{"joined-arguments-and-replies", "", ""},
+		{"fixed-window-commands-joined", "  redis.call('HMGET', KEYS[k], 'w', 'n')\n  redis.call('HINCRBY', KEYS[k], 'n', 1)\n", "redis.call('TIME')\n"},
+	} {
+		src := f.once + "local replies, a, k, n = {}, 1, 1, #ARGV\nwhile a <= n do\n" + f.per +
+			"  replies[#replies + 1] = {1, 1, 0, 0, 0, 0}\n  a, k = a + " + strconv.Itoa(len(fwArgv(fwChecks, []string{""}))) +
+			", k + 1\nend\nreturn replies\n"
+		shapes = append(shapes, shape{name: f.name, algs: []string{"fixed-window"}, src: src, joined: true,
+			argv: func(int) []any { return fwArgv(fwChecks, []string{""}) }})
 	}
 	for _, tc := range []struct {
 		algs   []string
