@@ -49,8 +49,10 @@ dir=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 pids=()
+# SIGTERM, not SIGINT: a command a script starts with & ignores SIGINT, and
+# a program that does not ask for it (grpcfloor) keeps ignoring it.
 cleanup() {
-  for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   rm -rf "$dir"
